@@ -1,0 +1,1 @@
+//! Shared workload builders for the benchmarks.

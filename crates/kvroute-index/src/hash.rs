@@ -1,0 +1,255 @@
+//! Block hashing: the router's own content keys for KV blocks.
+//!
+//! A prompt of token ids is cut into full blocks of `block_size` tokens; a trailing partial
+//! block is never hashed (engines cache only full blocks).
+//!
+//! * **Local hash**: XXH3-64 over the block's token ids, each encoded as a little-endian
+//!   `u32`, with seed [`XXH3_SEED`] (1337). A [`HashNamespace`] (LoRA adapter name, cache
+//!   salt) changes the seed.
+//! * **Sequence (chained) hash**: `seq[0] = local[0]`,
+//!   `seq[i] = XXH3-64(le_u64(seq[i-1]) ++ le_u64(local[i]), seed 1337)`; the chain always uses
+//!   seed 1337, whatever the namespace (the namespace is already folded into every local hash).
+//!
+//! This is the scheme NVIDIA Dynamo's KV router uses (`compute_block_hash_for_seq`), so
+//! hashes produced by other implementations of it interoperate; the published vectors in
+//! `shared/data/hash_vectors.json` are reproduced exactly by the `hash_vectors` test.
+//!
+//! Engines' own block hashes (vLLM: SHA-256 based, SGLang: a signed 64-bit prefix of a
+//! SHA-256 chain) are opaque to kvroute: the index re-hashes the token ids of each store.
+//!
+//! No function here allocates per block: callers pass a buffer that is appended to.
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// The XXH3 seed of the shared hashing scheme (Dynamo's `XXH3_SEED`).
+pub const XXH3_SEED: u64 = 1337;
+
+/// XXH3-64 of the token ids of one block (as little-endian `u32`), under a namespace seed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LocalBlockHash(pub u64);
+
+/// The chained hash that identifies a block *and its whole prefix*: two requests share
+/// block `i` of their prompts exactly when they share `SequenceHash` number `i`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SequenceHash(pub u64);
+
+/// What changes the seed of local hashes: a LoRA adapter name and a cache salt.
+///
+/// Seed rule (the LoRA part matches Dynamo's router, verified by the `lora` hash vector):
+/// `seed = 1337 + XXH3-64(lora_name, seed 0)` (wrapping) when a LoRA name is present, then
+/// `seed = seed + XXH3-64(cache_salt, seed 1)` (wrapping) when a cache salt is present. The
+/// salt uses seed 1 so that a salt and a LoRA name with the same text give different seeds.
+/// The salt rule is kvroute's own: no published vector covers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HashNamespace {
+    seed: u64,
+}
+
+impl Default for HashNamespace {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl HashNamespace {
+    /// The base model without a cache salt: seed 1337.
+    pub const DEFAULT: Self = Self { seed: XXH3_SEED };
+
+    /// The namespace of a LoRA adapter and/or cache salt (see the type's seed rule).
+    pub fn new(lora_name: Option<&str>, cache_salt: Option<&str>) -> Self {
+        let mut seed = XXH3_SEED;
+        if let Some(name) = lora_name {
+            seed = seed.wrapping_add(xxh3_64_with_seed(name.as_bytes(), 0));
+        }
+        if let Some(salt) = cache_salt {
+            seed = seed.wrapping_add(xxh3_64_with_seed(salt.as_bytes(), 1));
+        }
+        Self { seed }
+    }
+
+    /// The XXH3 seed used for local block hashes in this namespace.
+    pub fn seed(self) -> u64 {
+        self.seed
+    }
+}
+
+/// Local hash of one block of token ids (any length; callers pass exactly `block_size`).
+#[inline]
+pub fn local_block_hash(tokens: &[u32], namespace: HashNamespace) -> LocalBlockHash {
+    #[cfg(target_endian = "little")]
+    {
+        // On a little-endian target the in-memory bytes of `[u32]` are exactly the
+        // little-endian encoding the scheme hashes, so no copy is needed.
+        let bytes = u32_slice_as_le_bytes(tokens);
+        LocalBlockHash(xxh3_64_with_seed(bytes, namespace.seed))
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        let mut state = xxhash_rust::xxh3::Xxh3::with_seed(namespace.seed);
+        for t in tokens {
+            state.update(&t.to_le_bytes());
+        }
+        LocalBlockHash(state.digest())
+    }
+}
+
+#[cfg(target_endian = "little")]
+#[inline]
+fn u32_slice_as_le_bytes(tokens: &[u32]) -> &[u8] {
+    let len = core::mem::size_of_val(tokens);
+    // SAFETY:
+    // - `tokens.as_ptr()` is valid for reads of `len` bytes: it points at `tokens.len()`
+    //   initialised `u32`s, which occupy exactly `size_of_val(tokens)` bytes;
+    // - `u8` has alignment 1 and every byte of an initialised `u32` is an initialised `u8`;
+    // - the returned slice borrows `tokens`, so the memory outlives it and is not mutated.
+    unsafe { core::slice::from_raw_parts(tokens.as_ptr().cast::<u8>(), len) }
+}
+
+/// The chained hash of a block given its parent's chained hash and its own local hash:
+/// `XXH3-64(le_u64(parent) ++ le_u64(local), seed 1337)`.
+#[inline]
+pub fn chain_hash(parent: SequenceHash, local: LocalBlockHash) -> SequenceHash {
+    let mut buf = [0u8; 16];
+    buf[..8].copy_from_slice(&parent.0.to_le_bytes());
+    buf[8..].copy_from_slice(&local.0.to_le_bytes());
+    SequenceHash(xxh3_64_with_seed(&buf, XXH3_SEED))
+}
+
+/// Cuts token ids into full blocks and hashes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockHasher {
+    block_size: usize,
+    namespace: HashNamespace,
+}
+
+impl BlockHasher {
+    /// A hasher for blocks of `block_size` tokens in `namespace`.
+    ///
+    /// # Panics
+    /// If `block_size` is 0 (a configuration error, not input data).
+    pub fn new(block_size: usize, namespace: HashNamespace) -> Self {
+        assert!(block_size > 0, "block_size must be at least 1 token");
+        Self {
+            block_size,
+            namespace,
+        }
+    }
+
+    /// Tokens per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// The namespace whose seed the local hashes use.
+    pub fn namespace(&self) -> HashNamespace {
+        self.namespace
+    }
+
+    /// Number of full blocks in `num_tokens` tokens (`num_tokens / block_size`).
+    pub fn full_blocks(&self, num_tokens: usize) -> usize {
+        num_tokens / self.block_size
+    }
+
+    /// Appends the local hash of every full block of `tokens` to `out`.
+    pub fn local_hashes_into(&self, tokens: &[u32], out: &mut Vec<LocalBlockHash>) {
+        out.reserve(self.full_blocks(tokens.len()));
+        for block in tokens.chunks_exact(self.block_size) {
+            out.push(local_block_hash(block, self.namespace));
+        }
+    }
+
+    /// Appends the chained hash of every full block of `tokens` to `out`, chaining from
+    /// `parent` (the chained hash of the block before `tokens[0]`, or `None` at the start of
+    /// a sequence). Returns the number of hashes appended.
+    pub fn sequence_hashes_into(
+        &self,
+        tokens: &[u32],
+        parent: Option<SequenceHash>,
+        out: &mut Vec<SequenceHash>,
+    ) -> usize {
+        let n = self.full_blocks(tokens.len());
+        out.reserve(n);
+        let mut prev = parent;
+        for block in tokens.chunks_exact(self.block_size) {
+            let local = local_block_hash(block, self.namespace);
+            let seq = match prev {
+                None => SequenceHash(local.0),
+                Some(p) => chain_hash(p, local),
+            };
+            out.push(seq);
+            prev = Some(seq);
+        }
+        n
+    }
+
+    /// Writes the chained hashes of the full blocks of `tokens` into `out[..n]`, where `n`
+    /// is `min(full blocks, out.len())`, and returns `n`. Never allocates.
+    pub fn sequence_hashes_to_slice(
+        &self,
+        tokens: &[u32],
+        parent: Option<SequenceHash>,
+        out: &mut [SequenceHash],
+    ) -> usize {
+        let mut prev = parent;
+        let mut n = 0;
+        for (block, slot) in tokens.chunks_exact(self.block_size).zip(out.iter_mut()) {
+            let local = local_block_hash(block, self.namespace);
+            let seq = match prev {
+                None => SequenceHash(local.0),
+                Some(p) => chain_hash(p, local),
+            };
+            *slot = seq;
+            prev = Some(seq);
+            n += 1;
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_tail_is_not_hashed() {
+        let h = BlockHasher::new(4, HashNamespace::DEFAULT);
+        let mut out = Vec::new();
+        assert_eq!(h.sequence_hashes_into(&[1, 2, 3, 4, 5, 6, 7], None, &mut out), 1);
+        assert_eq!(out.len(), 1);
+        assert_eq!(h.sequence_hashes_into(&[1, 2, 3], None, &mut out), 0);
+    }
+
+    #[test]
+    fn first_block_sequence_hash_is_its_local_hash() {
+        let h = BlockHasher::new(2, HashNamespace::DEFAULT);
+        let mut seq = Vec::new();
+        let mut local = Vec::new();
+        h.sequence_hashes_into(&[9, 8, 7, 6], None, &mut seq);
+        h.local_hashes_into(&[9, 8, 7, 6], &mut local);
+        assert_eq!(seq[0].0, local[0].0);
+        assert_eq!(seq[1], chain_hash(seq[0], local[1]));
+    }
+
+    #[test]
+    fn chaining_from_a_parent_equals_hashing_the_whole_sequence() {
+        let h = BlockHasher::new(2, HashNamespace::DEFAULT);
+        let tokens = [1, 2, 3, 4, 5, 6, 7, 8];
+        let mut whole = Vec::new();
+        h.sequence_hashes_into(&tokens, None, &mut whole);
+        let mut tail = Vec::new();
+        h.sequence_hashes_into(&tokens[4..], Some(whole[1]), &mut tail);
+        assert_eq!(&whole[2..], &tail[..]);
+        let mut buf = [SequenceHash(0); 3];
+        assert_eq!(h.sequence_hashes_to_slice(&tokens, None, &mut buf), 3);
+        assert_eq!(&buf[..], &whole[..3]);
+    }
+
+    #[test]
+    fn namespaces_separate_lora_and_salt() {
+        let a = HashNamespace::new(Some("x"), None);
+        let b = HashNamespace::new(None, Some("x"));
+        assert_ne!(a, b);
+        assert_ne!(a, HashNamespace::DEFAULT);
+        assert_eq!(HashNamespace::new(None, None), HashNamespace::DEFAULT);
+    }
+}

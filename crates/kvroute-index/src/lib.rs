@@ -1,0 +1,15 @@
+//! kvroute's view of which worker holds which KV-cache blocks.
+//!
+//! * [`hash`]: block hashing (XXH3-64, seed 1337, chained), the router's own block keys.
+//! * [`registry`]: `(worker_id, dp_rank)` interned to dense slots with generations.
+//! * [`index`]: the concurrent block-hash prefix index: per-worker residency bitsets on
+//!   nodes addressed by chained hash, lock-free matching, epoch-based reclamation.
+//!
+//! The crate does no I/O and needs no async runtime.
+
+pub mod hash;
+pub mod index;
+pub mod registry;
+
+pub use hash::{BlockHasher, HashNamespace, LocalBlockHash, SequenceHash, XXH3_SEED};
+pub use registry::{RegistryError, RetiredSlot, Slot, SlotGeneration, WorkerId, WorkerRegistry};
