@@ -28,8 +28,11 @@ fn every_published_vector_matches() {
         );
         let mut local = Vec::new();
         hasher.local_hashes_into(&v.tokens, &mut local);
-        let want_local: Vec<LocalBlockHash> =
-            v.local_block_hashes.iter().map(|&h| LocalBlockHash(h)).collect();
+        let want_local: Vec<LocalBlockHash> = v
+            .local_block_hashes
+            .iter()
+            .map(|&h| LocalBlockHash(h))
+            .collect();
         assert_eq!(local, want_local, "local hashes of {}", v.name);
         let mut seq = Vec::new();
         hasher.sequence_hashes_into(&v.tokens, None, &mut seq);

@@ -214,7 +214,10 @@ mod tests {
     fn partial_tail_is_not_hashed() {
         let h = BlockHasher::new(4, HashNamespace::DEFAULT);
         let mut out = Vec::new();
-        assert_eq!(h.sequence_hashes_into(&[1, 2, 3, 4, 5, 6, 7], None, &mut out), 1);
+        assert_eq!(
+            h.sequence_hashes_into(&[1, 2, 3, 4, 5, 6, 7], None, &mut out),
+            1
+        );
         assert_eq!(out.len(), 1);
         assert_eq!(h.sequence_hashes_into(&[1, 2, 3], None, &mut out), 0);
     }

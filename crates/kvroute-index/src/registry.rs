@@ -281,7 +281,10 @@ mod tests {
         let c = WorkerId::new(11, 0);
         assert_eq!(r.get_or_add(a).unwrap(), (Slot(0), SlotGeneration(1), true));
         assert_eq!(r.get_or_add(b).unwrap(), (Slot(1), SlotGeneration(1), true));
-        assert_eq!(r.get_or_add(a).unwrap(), (Slot(0), SlotGeneration(1), false));
+        assert_eq!(
+            r.get_or_add(a).unwrap(),
+            (Slot(0), SlotGeneration(1), false)
+        );
         let retired = r.remove(a).unwrap();
         assert_eq!(retired.slot(), Slot(0));
         // Slot 0 is retired, so c gets slot 2.
@@ -306,6 +309,9 @@ mod tests {
         let other = WorkerRegistry::new(2);
         other.get_or_add(w).unwrap();
         let t = other.remove(w).unwrap();
-        assert_eq!(r.release(t), Err(RegistryError::ForeignRetiredSlot(Slot(0))));
+        assert_eq!(
+            r.release(t),
+            Err(RegistryError::ForeignRetiredSlot(Slot(0)))
+        );
     }
 }

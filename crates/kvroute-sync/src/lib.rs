@@ -14,12 +14,12 @@
 
 /// Atomic integer and pointer types, and fences.
 pub mod atomic {
-    #[cfg(kvroute_loom)]
-    pub use loom::sync::atomic::{
-        AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
-    };
     #[cfg(not(kvroute_loom))]
     pub use core::sync::atomic::{
+        AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
+    #[cfg(kvroute_loom)]
+    pub use loom::sync::atomic::{
         AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
     };
 }

@@ -1,1 +1,405 @@
-//! placeholder
+//! The concurrent block-hash prefix index: which worker holds which KV block.
+//!
+//! # Shape
+//! Every distinct block is one node addressed by its chained [`SequenceHash`]. Because the
+//! chained hash of block `i` commits to blocks `0..=i`, the set of nodes *is* a prefix trie
+//! whose edges are implicit: the child of node `h` for a block with local hash `l` is the
+//! node `chain(h, l)`. A node carries one bit per worker slot (atomic 64-bit words: the first
+//! inline, the rest allocated when a slot of 64 or more first stores on it) and a holder
+//! count. Nodes live in a fixed array of hash buckets (`table`), found without locks.
+//!
+//! # Semantics
+//! A worker's overlap with a request `h[0..D]` is the length of the longest run `h[0..k]`
+//! that it holds, exactly as a per-worker hash set would say, in every state, including
+//! states that are not prefix-closed (a worker that lost block 3 but kept block 4 matches 3).
+//!
+//! # Writers and readers
+//! * Events of one worker are applied by one writer at a time (the worker's mutex, which no
+//!   reader takes); writers of different workers run concurrently.
+//! * Each worker keeps a map from the engine's own block hash to its node, so removals and
+//!   parent references resolve; it counts copies (a real vLLM engine can store the same
+//!   block twice and removes each copy separately), and a block stays resident until its
+//!   last copy goes. Removing an unknown hash is counted, not fatal.
+//! * [`PrefixIndex::match_prefix`] takes no lock and never waits.
+//! * A node whose last holder leaves is unlinked and freed after an epoch grace period
+//!   (`crossbeam-epoch`); after every worker clears, the index holds no node and its
+//!   per-worker maps are freed, so memory returns to the empty baseline (buckets only).
+//!
+//! # Bounded memory
+//! Each worker may hold at most `max_blocks_per_worker` blocks. A store that would exceed it
+//! first evicts the worker's least recently *stored* 1/16 of its blocks (re-storing a block
+//! refreshes it; matches do not, so the read path writes nothing). Evicting only ever makes
+//! the index *under*-state a worker's cache, never claim a block the worker lacks, and a
+//! runaway stream from one worker can only evict that worker's own blocks.
+//!
+//! # Orderings
+//! This module uses atomics only for gauges and counters (`Relaxed`: they are statistics
+//! with no data published through them) and for `active_words` (`Relaxed` `fetch_max`
+//! before a worker's first bit in a word is set; a reader that loads a stale, smaller value
+//! misses only bits set concurrently with its match, which is a valid linearisation).
+//! The node, table and reclamation protocols are documented in their own modules.
+
+mod matching;
+mod node;
+mod reclaim;
+mod table;
+mod types;
+mod worker;
+
+use kvroute_sync::Mutex;
+use kvroute_sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+pub use matching::Overlaps;
+pub use types::{
+    BlockStore, EngineHash, IndexConfig, IndexConfigError, IndexCounters, IndexError, IndexStats,
+    MAX_WORKER_SLOTS, RemoveOutcome, StoreOutcome,
+};
+
+use crate::hash::{SequenceHash, chain_hash, local_block_hash};
+use crate::registry::Slot;
+use node::Node;
+use reclaim::Guard;
+use table::Table;
+use worker::{Entry, WorkerState};
+
+/// The concurrent block-hash prefix index; see the module docs.
+pub struct PrefixIndex {
+    config: IndexConfig,
+    table: Table,
+    workers: Box<[Mutex<WorkerState>]>,
+    /// Number of 64-slot words any worker has ever used (highest slot / 64 + 1).
+    active_words: AtomicUsize,
+    nodes: AtomicU64,
+    residencies: AtomicU64,
+    counters: IndexCounters,
+}
+
+impl core::fmt::Debug for PrefixIndex {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PrefixIndex")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl PrefixIndex {
+    /// An empty index.
+    ///
+    /// # Errors
+    /// [`IndexConfigError`] naming the first field out of range.
+    pub fn new(config: IndexConfig) -> Result<Self, IndexConfigError> {
+        config.validate()?;
+        let words = config.worker_slots.div_ceil(64);
+        let mix = {
+            use core::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(0x6b76_726f_7574_65);
+            h.finish()
+        };
+        Ok(Self {
+            table: Table::new(config.expected_blocks, (words - 1) as u32, mix),
+            workers: (0..config.worker_slots)
+                .map(|_| Mutex::new(WorkerState::default()))
+                .collect(),
+            active_words: AtomicUsize::new(0),
+            nodes: AtomicU64::new(0),
+            residencies: AtomicU64::new(0),
+            counters: IndexCounters::default(),
+            config,
+        })
+    }
+
+    /// The configuration the index was built with.
+    pub fn config(&self) -> &IndexConfig {
+        &self.config
+    }
+
+    /// An [`Overlaps`] buffer sized for this index.
+    pub fn new_overlaps(&self) -> Overlaps {
+        Overlaps::new(self.config.worker_slots)
+    }
+
+    fn active_words(&self) -> usize {
+        self.active_words.load(Ordering::Relaxed)
+    }
+
+    fn worker(&self, slot: Slot) -> Result<kvroute_sync::MutexGuard<'_, WorkerState>, IndexError> {
+        match self.workers.get(slot.index()) {
+            // A writer that panicked mid-event leaves a consistent state for every block it
+            // finished; keep serving rather than poisoning the worker forever.
+            Some(m) => Ok(m.lock().unwrap_or_else(|p| p.into_inner())),
+            None => {
+                IndexCounters::bump(&self.counters.slot_out_of_range, 1);
+                Err(IndexError::SlotOutOfRange {
+                    slot,
+                    worker_slots: self.config.worker_slots,
+                })
+            }
+        }
+    }
+
+    /// Applies a `BlockStored` event of the worker in `slot`: re-hashes `token_ids` with the
+    /// index's scheme (chaining from the parent's hash) and marks every block resident.
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`], [`IndexError::BlockSizeMismatch`],
+    /// [`IndexError::TokenCountMismatch`], [`IndexError::UnknownParent`]; each is counted
+    /// and leaves the index unchanged.
+    pub fn store(&self, slot: Slot, event: &BlockStore<'_>) -> Result<StoreOutcome, IndexError> {
+        let bs = self.config.block_size;
+        if event.block_size != bs {
+            IndexCounters::bump(&self.counters.block_size_mismatches, 1);
+            return Err(IndexError::BlockSizeMismatch {
+                expected: bs,
+                got: event.block_size,
+            });
+        }
+        if event.token_ids.len() != bs * event.block_hashes.len() {
+            IndexCounters::bump(&self.counters.token_count_mismatches, 1);
+            return Err(IndexError::TokenCountMismatch {
+                blocks: event.block_hashes.len(),
+                block_size: bs,
+                tokens: event.token_ids.len(),
+            });
+        }
+        let mut state = self.worker(slot)?;
+        let mut prev = match event.parent {
+            None => None,
+            Some(p) => match state.entries.get(&p.0) {
+                // SAFETY (deref): the entry holds a reference on its node (module docs of
+                // `worker`), so the node is live.
+                Some(e) => Some(SequenceHash(unsafe { &*e.node }.key)),
+                None => {
+                    IndexCounters::bump(&self.counters.unknown_parent_stores, 1);
+                    return Err(IndexError::UnknownParent {
+                        parent: p,
+                        blocks: event.block_hashes.len(),
+                    });
+                }
+            },
+        };
+        let hashes = event
+            .block_hashes
+            .iter()
+            .zip(event.token_ids.chunks_exact(bs));
+        let blocks = hashes.map(|(eh, tokens)| {
+            let local = local_block_hash(tokens, event.namespace);
+            let seq = match prev {
+                None => SequenceHash(local.0),
+                Some(p) => chain_hash(p, local),
+            };
+            prev = Some(seq);
+            (*eh, seq)
+        });
+        Ok(self.store_locked(slot, &mut state, blocks))
+    }
+
+    /// Applies a store whose chained hashes the caller computed already: each pair is
+    /// (engine hash, chained hash of that block). For producers that share kvroute's
+    /// hashing scheme, and for tests.
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`].
+    pub fn store_hashes(
+        &self,
+        slot: Slot,
+        blocks: &[(EngineHash, SequenceHash)],
+    ) -> Result<StoreOutcome, IndexError> {
+        let mut state = self.worker(slot)?;
+        Ok(self.store_locked(slot, &mut state, blocks.iter().copied()))
+    }
+
+    fn store_locked(
+        &self,
+        slot: Slot,
+        state: &mut WorkerState,
+        blocks: impl Iterator<Item = (EngineHash, SequenceHash)>,
+    ) -> StoreOutcome {
+        let s = slot.index();
+        self.active_words.fetch_max(s / 64 + 1, Ordering::Relaxed);
+        let guard = reclaim::pin();
+        let mut out = StoreOutcome::default();
+        for (eh, seq) in blocks {
+            let stamp = state.tick();
+            if let Some(e) = state.entries.get_mut(&eh.0) {
+                // SAFETY (deref): entries keep their node alive (see `worker`).
+                if unsafe { &*e.node }.key == seq.0 {
+                    e.copies = e.copies.saturating_add(1);
+                    e.stamp = stamp;
+                    out.extra_copies += 1;
+                    continue;
+                }
+                // Same engine hash, different content: the engine's latest word wins.
+                let old = state.entries.remove(&eh.0).expect("entry present");
+                self.release_entry(s, state, old, &guard);
+                out.conflicts += 1;
+                IndexCounters::bump(&self.counters.hash_conflicts, 1);
+            }
+            if state.entries.len() >= self.config.max_blocks_per_worker {
+                out.evicted += self.evict(s, state, &guard);
+            }
+            let (node, inserted) = self.table.acquire_or_insert(seq.0, &guard);
+            if inserted {
+                self.nodes.fetch_add(1, Ordering::Relaxed);
+            }
+            if node.set_bit(s) {
+                // This worker already holds the node under another engine hash: keep one
+                // holder reference per worker and count the alias instead.
+                let retired = node.release();
+                debug_assert!(!retired, "the worker's own reference keeps the node");
+                *state
+                    .aliases
+                    .entry(core::ptr::from_ref(node) as usize)
+                    .or_insert(0) += 1;
+            } else {
+                self.residencies.fetch_add(1, Ordering::Relaxed);
+            }
+            state.entries.insert(
+                eh.0,
+                Entry {
+                    node: core::ptr::from_ref(node),
+                    copies: 1,
+                    stamp,
+                },
+            );
+            out.new_blocks += 1;
+        }
+        out
+    }
+
+    /// Drops the worker's reference that `entry` stood for (one engine hash, all copies).
+    fn release_entry(&self, s: usize, state: &mut WorkerState, entry: Entry, guard: &Guard) {
+        let key = entry.node as usize;
+        if let Some(n) = state.aliases.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                state.aliases.remove(&key);
+            }
+            return;
+        }
+        // SAFETY (deref): the worker still holds its reference on the node, so it is live.
+        let node: &Node = unsafe { &*entry.node };
+        node.clear_bit(s);
+        self.residencies.fetch_sub(1, Ordering::Relaxed);
+        if node.release() {
+            // SAFETY: `release` returned true, so this thread retired the node and is the
+            // only one that will unlink it; it belongs to `self.table`.
+            unsafe { self.table.unlink(node, guard) };
+            self.nodes.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn evict(&self, s: usize, state: &mut WorkerState, guard: &Guard) -> usize {
+        let n = (self.config.max_blocks_per_worker / 16).max(1);
+        let victims = state.coldest(n);
+        for eh in &victims {
+            if let Some(e) = state.entries.remove(eh) {
+                self.release_entry(s, state, e, guard);
+            }
+        }
+        IndexCounters::bump(&self.counters.evicted_blocks, victims.len() as u64);
+        victims.len()
+    }
+
+    /// Applies a `BlockRemoved` event: drops one copy of each engine hash; a block stops
+    /// being resident when its last copy goes. Unknown hashes are counted and skipped.
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`].
+    pub fn remove(
+        &self,
+        slot: Slot,
+        block_hashes: &[EngineHash],
+    ) -> Result<RemoveOutcome, IndexError> {
+        let mut state = self.worker(slot)?;
+        let s = slot.index();
+        let guard = reclaim::pin();
+        let mut out = RemoveOutcome::default();
+        for eh in block_hashes {
+            match state.entries.get_mut(&eh.0) {
+                None => out.unknown += 1,
+                Some(e) if e.copies > 1 => {
+                    e.copies -= 1;
+                    out.copies_dropped += 1;
+                }
+                Some(_) => {
+                    let e = state.entries.remove(&eh.0).expect("entry present");
+                    self.release_entry(s, &mut state, e, &guard);
+                    out.removed += 1;
+                }
+            }
+        }
+        IndexCounters::bump(&self.counters.unknown_removes, out.unknown as u64);
+        Ok(out)
+    }
+
+    /// Applies `AllBlocksCleared` (or an engine restart): the worker holds nothing any more
+    /// and its maps are freed. Returns how many engine hashes it had.
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`].
+    pub fn clear(&self, slot: Slot) -> Result<usize, IndexError> {
+        let mut state = self.worker(slot)?;
+        let s = slot.index();
+        let guard = reclaim::pin();
+        let entries = core::mem::take(&mut state.entries);
+        let n = entries.len();
+        for (_, e) in entries {
+            self.release_entry(s, &mut state, e, &guard);
+        }
+        debug_assert!(state.aliases.is_empty());
+        state.aliases = Default::default();
+        Ok(n)
+    }
+
+    /// Forgets the worker in `slot` entirely (residency, maps, store clock), so the slot can
+    /// be handed to a new tenant that inherits nothing. Call it before releasing the slot in
+    /// the [`WorkerRegistry`](crate::WorkerRegistry). Returns how many engine hashes it had.
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`].
+    pub fn remove_worker(&self, slot: Slot) -> Result<usize, IndexError> {
+        let n = self.clear(slot)?;
+        *self.worker(slot)? = WorkerState::default();
+        Ok(n)
+    }
+
+    /// Number of engine hashes the worker in `slot` has indexed (0 outside the range).
+    pub fn worker_blocks(&self, slot: Slot) -> usize {
+        self.worker(slot).map(|s| s.entries.len()).unwrap_or(0)
+    }
+
+    /// Asks the epoch collector to free retired nodes now. Frees happen on their own as
+    /// threads pin and unpin; this is for tests and memory gauges.
+    pub fn collect_garbage(&self) {
+        for _ in 0..4 {
+            reclaim::pin().flush();
+        }
+    }
+
+    /// Counters and gauges.
+    pub fn stats(&self) -> IndexStats {
+        let c = &self.counters;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let nodes = r(&self.nodes);
+        let maps: usize = self
+            .workers
+            .iter()
+            .map(|w| w.lock().map(|s| s.heap_bytes()).unwrap_or(0))
+            .sum();
+        let node_bytes = nodes as usize * core::mem::size_of::<Node>();
+        IndexStats {
+            nodes,
+            residencies: r(&self.residencies),
+            heap_bytes: (node_bytes + maps + self.table.fixed_bytes()) as u64,
+            slot_out_of_range: r(&c.slot_out_of_range),
+            block_size_mismatches: r(&c.block_size_mismatches),
+            token_count_mismatches: r(&c.token_count_mismatches),
+            unknown_parent_stores: r(&c.unknown_parent_stores),
+            unknown_removes: r(&c.unknown_removes),
+            hash_conflicts: r(&c.hash_conflicts),
+            evicted_blocks: r(&c.evicted_blocks),
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! `match_prefix`: per-worker overlap of a request's chained hashes, in one walk.
+//!
+//! For hashes `h[0..D]`, a worker's overlap is the largest `k` such that it holds every one
+//! of `h[0..k]`. The walk keeps an `alive` bitset of workers still matching; at depth `d` it
+//! ANDs `alive` with the node's bit words, and every worker that drops out gets overlap `d`.
+//! It stops when no worker is alive or a hash has no node. Cost: O(depth × words + workers
+//! written); no per-worker hash set, no allocation.
+
+use super::PrefixIndex;
+use super::reclaim;
+use crate::hash::SequenceHash;
+use crate::registry::Slot;
+
+/// Dense per-slot overlaps (in blocks) filled by [`PrefixIndex::match_prefix`].
+///
+/// `as_slice()[slot]` is the overlap of the worker in `slot`; slots without a worker read 0.
+/// Reuse one `Overlaps` per thread: matching into it never allocates.
+#[derive(Clone, Debug, Default)]
+pub struct Overlaps {
+    blocks: Vec<u32>,
+    /// Entries past this are known to be zero.
+    dirty: usize,
+    deepest: u32,
+}
+
+impl Overlaps {
+    /// Zeroed overlaps for `worker_slots` slots.
+    pub fn new(worker_slots: usize) -> Self {
+        Self {
+            blocks: vec![0; worker_slots],
+            dirty: 0,
+            deepest: 0,
+        }
+    }
+
+    /// Overlap of `slot` in blocks (0 for a slot outside the array).
+    #[inline]
+    pub fn get(&self, slot: Slot) -> u32 {
+        self.blocks.get(slot.index()).copied().unwrap_or(0)
+    }
+
+    /// Overlap per slot, in blocks; length `worker_slots`.
+    #[inline]
+    pub fn as_slice(&self) -> &[u32] {
+        &self.blocks
+    }
+
+    /// The largest overlap of any worker, in blocks.
+    #[inline]
+    pub fn deepest(&self) -> u32 {
+        self.deepest
+    }
+
+    fn reset(&mut self, worker_slots: usize) {
+        if self.blocks.len() != worker_slots {
+            self.blocks.clear();
+            self.blocks.resize(worker_slots, 0);
+        } else {
+            self.blocks[..self.dirty].fill(0);
+        }
+        self.dirty = 0;
+        self.deepest = 0;
+    }
+}
+
+/// Words of the `alive` set kept on the stack (4,096 slots).
+const MAX_WORDS: usize = super::types::MAX_WORKER_SLOTS / 64;
+
+impl PrefixIndex {
+    /// Writes, for every worker slot, how many leading blocks of `hashes` the worker holds
+    /// contiguously from block 0 (see the module docs of `matching`), into `out`.
+    ///
+    /// Lock-free: runs concurrently with stores and removes of any worker and never waits
+    /// for them; a block stored or removed during the match may or may not be seen. Resizes
+    /// `out` to `worker_slots` if needed (only then does it allocate).
+    pub fn match_prefix(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
+        let slots = self.config.worker_slots;
+        out.reset(slots);
+        let words = self.active_words().min(MAX_WORDS);
+        if words == 0 || hashes.is_empty() {
+            return;
+        }
+        let guard = reclaim::pin();
+        let mut alive = [0u64; MAX_WORDS];
+        alive[..words].fill(u64::MAX);
+        let mut depth = 0usize;
+        for h in hashes {
+            let Some(node) = self.table.find(h.0, &guard) else {
+                break;
+            };
+            let mut any = 0u64;
+            for (w, a) in alive[..words].iter_mut().enumerate() {
+                let kept = *a & node.word(w);
+                let mut dropped = *a & !kept;
+                if depth > 0 {
+                    while dropped != 0 {
+                        let bit = dropped.trailing_zeros() as usize;
+                        out.blocks[w * 64 + bit] = depth as u32;
+                        dropped &= dropped - 1;
+                    }
+                }
+                *a = kept;
+                any |= kept;
+            }
+            if any == 0 {
+                break;
+            }
+            depth += 1;
+        }
+        if depth > 0 {
+            for (w, &a) in alive[..words].iter().enumerate() {
+                let mut left = a;
+                while left != 0 {
+                    let bit = left.trailing_zeros() as usize;
+                    out.blocks[w * 64 + bit] = depth as u32;
+                    left &= left - 1;
+                }
+            }
+        }
+        // `depth` counts the levels at which some worker was still alive: the deepest overlap.
+        out.deepest = depth as u32;
+        out.dirty = (words * 64).min(slots);
+    }
+}

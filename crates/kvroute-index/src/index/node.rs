@@ -1,0 +1,277 @@
+//! One indexed block: its chained hash, the bitset of workers holding it, and the holder
+//! count that decides, race-free, when the node may be unlinked.
+//!
+//! # The holder protocol
+//! `holders` counts the workers whose bit is set (each worker counts once, however many
+//! copies or engine hashes it has for the block; that bookkeeping is the worker's own).
+//! A writer *acquires* a node before setting its bit and *releases* it after clearing it:
+//!
+//! * acquire: CAS `h -> h + 1` for any `h != RETIRED`; fails once the node is retired, and
+//!   the writer then inserts a fresh node for the same key;
+//! * release: `fetch_sub(1)`; the writer that takes the count from 1 to 0 then tries
+//!   CAS `0 -> RETIRED`. Only if that succeeds does it unlink the node. If another writer
+//!   acquired the node in between, the CAS fails and the node stays, with that writer's bit.
+//!
+//! So a retired node has no holder and no bit, no holder can appear on it afterwards, and
+//! exactly one writer unlinks it.
+//!
+//! # Orderings
+//! * `holders`: acquire and release use `AcqRel` so that a writer that retires a node
+//!   happens-after every earlier holder's release (their bit clears are visible before the
+//!   node is unlinked), and an acquirer that sees a non-retired count synchronises with the
+//!   last release. The failure ordering of the CAS is `Acquire` for the same reason.
+//! * Bit words: `fetch_or` / `fetch_and` with `Release` publish a worker's residency change;
+//!   readers load with `Acquire`. The words carry no other data, so no stronger ordering is
+//!   needed; a match that races with a store sees the bit either set or not, both of which
+//!   are valid linearisations.
+//! * `ext` (bit words for slots 64 and above): installed once with a CAS (`AcqRel` success,
+//!   `Acquire` failure) so that readers that load the pointer with `Acquire` see the zeroed
+//!   words; it is freed only when the node itself is freed.
+
+use core::ptr;
+
+use kvroute_sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+/// Marks a node whose last holder has left: it can never be acquired again.
+pub(crate) const RETIRED: u32 = u32::MAX;
+
+pub(crate) struct Node {
+    /// The chained block hash this node stands for.
+    pub(crate) key: u64,
+    pub(crate) holders: AtomicU32,
+    /// Length of the `ext` array (words for slots 64..capacity).
+    ext_len: u32,
+    /// Bits of slots 0..64.
+    word0: AtomicU64,
+    /// Bits of slots 64.., allocated on first use: `ext_len` words, or null.
+    ext: AtomicPtr<AtomicU64>,
+    /// Next node in the same hash bucket.
+    pub(crate) next: AtomicPtr<Node>,
+}
+
+impl Node {
+    /// A node for `key`, already acquired once by its creator (holders = 1).
+    pub(crate) fn new_acquired(key: u64, ext_len: u32) -> Self {
+        Self {
+            key,
+            holders: AtomicU32::new(1),
+            ext_len,
+            word0: AtomicU64::new(0),
+            ext: AtomicPtr::new(ptr::null_mut()),
+            next: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// Takes one holder reference unless the node is retired.
+    pub(crate) fn try_acquire(&self) -> bool {
+        let mut h = self.holders.load(Ordering::Acquire);
+        loop {
+            if h == RETIRED {
+                return false;
+            }
+            match self
+                .holders
+                .compare_exchange_weak(h, h + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(now) => h = now,
+            }
+        }
+    }
+
+    /// Drops one holder reference; returns `true` when the caller retired the node and must
+    /// unlink it.
+    pub(crate) fn release(&self) -> bool {
+        let prev = self.holders.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(prev != 0 && prev != RETIRED, "release without acquire");
+        prev == 1
+            && self
+                .holders
+                .compare_exchange(0, RETIRED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    /// Whether the node has been retired.
+    #[cfg(test)]
+    pub(crate) fn is_retired(&self) -> bool {
+        self.holders.load(Ordering::Acquire) == RETIRED
+    }
+
+    fn ext_words(&self) -> Option<&[AtomicU64]> {
+        let p = self.ext.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY:
+        // - a non-null `ext` was produced by `Box::into_raw` of a boxed slice of exactly
+        //   `ext_len` initialised `AtomicU64`s (see `ext_or_alloc`);
+        // - it is freed only in `Drop for Node`, which needs `&mut self`, so it outlives the
+        //   returned borrow of `self`;
+        // - atomics are only ever accessed through shared references.
+        Some(unsafe { core::slice::from_raw_parts(p, self.ext_len as usize) })
+    }
+
+    fn ext_or_alloc(&self) -> &[AtomicU64] {
+        if let Some(words) = self.ext_words() {
+            return words;
+        }
+        let fresh: Box<[AtomicU64]> = (0..self.ext_len).map(|_| AtomicU64::new(0)).collect();
+        let fresh = Box::into_raw(fresh).cast::<AtomicU64>();
+        if let Err(_installed) =
+            self.ext
+                .compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
+        {
+            // SAFETY: `fresh` came from `Box::into_raw` of a slice of `ext_len` words just
+            // above and was never shared (the CAS failed), so we own it and free it once.
+            drop(unsafe {
+                Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, self.ext_len as usize))
+            });
+        }
+        self.ext_words().expect("ext installed above")
+    }
+
+    /// Sets `slot`'s bit. Returns whether it was already set.
+    pub(crate) fn set_bit(&self, slot: usize) -> bool {
+        let mask = 1u64 << (slot % 64);
+        let word = if slot < 64 {
+            &self.word0
+        } else {
+            &self.ext_or_alloc()[slot / 64 - 1]
+        };
+        word.fetch_or(mask, Ordering::Release) & mask != 0
+    }
+
+    /// Clears `slot`'s bit.
+    pub(crate) fn clear_bit(&self, slot: usize) {
+        let mask = 1u64 << (slot % 64);
+        if slot < 64 {
+            self.word0.fetch_and(!mask, Ordering::Release);
+        } else if let Some(words) = self.ext_words() {
+            words[slot / 64 - 1].fetch_and(!mask, Ordering::Release);
+        }
+    }
+
+    /// The bit word `w` (slots `64w..64w+64`).
+    #[inline]
+    pub(crate) fn word(&self, w: usize) -> u64 {
+        if w == 0 {
+            self.word0.load(Ordering::Acquire)
+        } else {
+            match self.ext_words() {
+                Some(words) => words[w - 1].load(Ordering::Acquire),
+                None => 0,
+            }
+        }
+    }
+
+    /// Heap bytes this node owns besides itself.
+    #[cfg(test)]
+    pub(crate) fn ext_bytes(&self) -> usize {
+        if self.ext.load(Ordering::Acquire).is_null() {
+            0
+        } else {
+            self.ext_len as usize * core::mem::size_of::<AtomicU64>()
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let p = self.ext.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: a non-null `ext` is the `Box::into_raw` of `ext_len` words installed by
+            // `ext_or_alloc`; `&mut self` proves no reader holds it any more.
+            drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(p, self.ext_len as usize)) });
+        }
+    }
+}
+
+#[cfg(all(test, not(kvroute_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_in_both_word_kinds() {
+        let n = Node::new_acquired(7, 3);
+        assert!(!n.set_bit(3));
+        assert!(n.set_bit(3));
+        assert!(!n.set_bit(64 * 3 + 5));
+        assert_eq!(n.word(0), 1 << 3);
+        assert_eq!(n.word(3), 1 << 5);
+        assert_eq!(n.word(1), 0);
+        n.clear_bit(3);
+        n.clear_bit(64 * 3 + 5);
+        assert_eq!(n.word(0) | n.word(3), 0);
+        assert_eq!(n.ext_bytes(), 24);
+    }
+
+    #[test]
+    fn holder_protocol_retires_exactly_once() {
+        let n = Node::new_acquired(1, 0);
+        assert!(n.try_acquire());
+        assert!(!n.release());
+        assert!(n.release(), "the last release retires");
+        assert!(n.is_retired());
+        assert!(!n.try_acquire(), "a retired node cannot be acquired");
+    }
+}
+
+#[cfg(all(test, kvroute_loom))]
+mod loom_tests {
+    use super::*;
+    use kvroute_sync::{Arc, thread};
+
+    /// Adder vs last remover on one node: either the remover retires the node (and the adder
+    /// sees it retired and must insert a fresh one), or the adder's acquire comes first and
+    /// the node survives with the adder's bit. Never both, never a bit on a retired node.
+    #[test]
+    fn loom_add_vs_last_remove_on_one_node() {
+        loom::model(|| {
+            let n = Arc::new(Node::new_acquired(9, 1));
+            n.set_bit(0);
+            let n2 = n.clone();
+            let remover = thread::spawn(move || {
+                n2.clear_bit(0);
+                n2.release()
+            });
+            let added = if n.try_acquire() {
+                n.set_bit(70);
+                true
+            } else {
+                false
+            };
+            let retired = remover.join().unwrap();
+            assert!(
+                added != retired,
+                "exactly one of: adder kept the node, remover retired it"
+            );
+            if retired {
+                assert_eq!(n.word(0) | n.word(1), 0, "a retired node holds no bit");
+                assert!(!n.try_acquire());
+            } else {
+                assert_eq!(n.word(0), 0);
+                assert_eq!(n.word(1), 1 << 6);
+                assert_eq!(n.holders.load(Ordering::Acquire), 1);
+            }
+        });
+    }
+
+    /// Two writers (two workers) clearing and setting bits concurrently on one node never
+    /// lose each other's bits.
+    #[test]
+    fn loom_concurrent_bit_updates_do_not_lose_bits() {
+        loom::model(|| {
+            let n = Arc::new(Node::new_acquired(9, 1));
+            n.set_bit(1);
+            let n2 = n.clone();
+            let t = thread::spawn(move || {
+                n2.set_bit(65);
+                n2.clear_bit(1);
+            });
+            n.set_bit(2);
+            t.join().unwrap();
+            assert_eq!(n.word(0), 1 << 2);
+            assert_eq!(n.word(1), 1 << 1);
+        });
+    }
+}

@@ -1,0 +1,265 @@
+//! Configuration, inputs, outcomes, errors and counters of the prefix index.
+
+use core::fmt;
+
+use kvroute_sync::atomic::{AtomicU64, Ordering};
+
+use crate::hash::HashNamespace;
+use crate::registry::Slot;
+
+/// An engine's own block hash, kept opaque: vLLM's unsigned 64-bit value, SGLang's signed
+/// 64-bit value reinterpreted as `u64` (two's complement), or a 64-bit digest of a 32-byte
+/// binary hash (the wire decoder's job). Used only to resolve later removals and parents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EngineHash(pub u64);
+
+impl From<i64> for EngineHash {
+    fn from(h: i64) -> Self {
+        Self(h as u64)
+    }
+}
+
+/// Construction-time settings of a [`PrefixIndex`](super::PrefixIndex).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexConfig {
+    /// Worker slots (lanes) the index can hold: 1 to [`MAX_WORKER_SLOTS`]. Default 1,024.
+    pub worker_slots: usize,
+    /// Tokens per block; store events with another block size are rejected. Default 16.
+    pub block_size: usize,
+    /// Distinct blocks the index is sized for: the bucket array has
+    /// `expected_blocks.next_power_of_two()` entries (8 bytes each) and never grows, so
+    /// chains average one node at this size. More blocks still fit; lookups slow down
+    /// gradually. Default 2^22 (4,194,304 blocks, 32 MiB of buckets).
+    pub expected_blocks: usize,
+    /// Cap on the blocks one worker may have indexed. A store past the cap first evicts the
+    /// worker's least recently stored 1/16 of its blocks (see the index docs). The index
+    /// therefore never holds more than `worker_slots * max_blocks_per_worker` residencies,
+    /// whatever the event streams do. Default 2^20 (16.7 M tokens at block size 16).
+    pub max_blocks_per_worker: usize,
+}
+
+/// Largest supported `worker_slots` (64 bit words of 64 workers each on every node).
+pub const MAX_WORKER_SLOTS: usize = 4096;
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        Self {
+            worker_slots: 1024,
+            block_size: 16,
+            expected_blocks: 1 << 22,
+            max_blocks_per_worker: 1 << 20,
+        }
+    }
+}
+
+/// A rejected [`IndexConfig`]: names the field and its valid range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexConfigError {
+    /// The field.
+    pub field: &'static str,
+    /// The valid range, in words.
+    pub range: &'static str,
+    /// The value given.
+    pub value: usize,
+}
+
+impl fmt::Display for IndexConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} = {} is out of range {}",
+            self.field, self.value, self.range
+        )
+    }
+}
+
+impl std::error::Error for IndexConfigError {}
+
+impl IndexConfig {
+    pub(crate) fn validate(&self) -> Result<(), IndexConfigError> {
+        let check = |ok: bool, field, range, value| {
+            if ok {
+                Ok(())
+            } else {
+                Err(IndexConfigError {
+                    field,
+                    range,
+                    value,
+                })
+            }
+        };
+        check(
+            (1..=MAX_WORKER_SLOTS).contains(&self.worker_slots),
+            "worker_slots",
+            "1..=4096",
+            self.worker_slots,
+        )?;
+        check(
+            (1..=1 << 20).contains(&self.block_size),
+            "block_size",
+            "1..=1048576 tokens",
+            self.block_size,
+        )?;
+        check(
+            (1..=1 << 32).contains(&self.expected_blocks),
+            "expected_blocks",
+            "1..=2^32",
+            self.expected_blocks,
+        )?;
+        check(
+            (1..=u32::MAX as usize).contains(&self.max_blocks_per_worker),
+            "max_blocks_per_worker",
+            "1..=2^32-1",
+            self.max_blocks_per_worker,
+        )
+    }
+}
+
+/// One `BlockStored` event as the index needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockStore<'a> {
+    /// Engine hash of the block before `block_hashes[0]`; `None` at the start of a
+    /// sequence. It must be a block this worker stored before (and has not removed).
+    pub parent: Option<EngineHash>,
+    /// The engine's hashes of the stored blocks, in sequence order.
+    pub block_hashes: &'a [EngineHash],
+    /// `block_size * block_hashes.len()` token ids: what the index hashes.
+    pub token_ids: &'a [u32],
+    /// The block size the engine reports (tokens); must equal the index's.
+    pub block_size: usize,
+    /// LoRA adapter / cache salt namespace of these blocks.
+    pub namespace: HashNamespace,
+}
+
+/// What a store did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreOutcome {
+    /// Blocks that became resident on the worker.
+    pub new_blocks: usize,
+    /// Blocks already resident under the same engine hash: one more physical copy counted.
+    pub extra_copies: usize,
+    /// Engine hashes that this worker had mapped to different content: the old mapping was
+    /// dropped and the new one kept (also counted in [`IndexCounters::hash_conflicts`]).
+    pub conflicts: usize,
+    /// Blocks of this worker evicted by the per-worker cap to make room.
+    pub evicted: usize,
+}
+
+/// What a remove did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoveOutcome {
+    /// Engine hashes whose last copy went: the worker no longer holds them.
+    pub removed: usize,
+    /// Engine hashes with copies left: one copy dropped, block still resident.
+    pub copies_dropped: usize,
+    /// Engine hashes this worker never stored (or already removed): ignored and counted.
+    pub unknown: usize,
+}
+
+/// Typed errors of index operations. Each is also counted in [`IndexCounters`], and none
+/// changes the index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IndexError {
+    /// The slot is outside `0..worker_slots`.
+    SlotOutOfRange {
+        /// The slot given.
+        slot: Slot,
+        /// The index's `worker_slots`.
+        worker_slots: usize,
+    },
+    /// The event's block size differs from the index's.
+    BlockSizeMismatch {
+        /// The index's block size (tokens).
+        expected: usize,
+        /// The event's block size (tokens).
+        got: usize,
+    },
+    /// `token_ids.len() != block_size * block_hashes.len()`.
+    TokenCountMismatch {
+        /// Number of block hashes in the event.
+        blocks: usize,
+        /// Block size (tokens).
+        block_size: usize,
+        /// Number of token ids in the event.
+        tokens: usize,
+    },
+    /// The parent hash is not a block this worker holds: the stored blocks cannot be placed
+    /// in a prefix chain, so they are not indexed (they could never extend a match).
+    UnknownParent {
+        /// The unknown parent.
+        parent: EngineHash,
+        /// Blocks of the event that were not indexed.
+        blocks: usize,
+    },
+}
+
+impl fmt::Display for IndexError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::SlotOutOfRange { slot, worker_slots } => {
+                write!(f, "slot {} outside 0..{worker_slots}", slot.0)
+            }
+            Self::BlockSizeMismatch { expected, got } => {
+                write!(f, "block size {got} tokens, index expects {expected}")
+            }
+            Self::TokenCountMismatch {
+                blocks,
+                block_size,
+                tokens,
+            } => write!(
+                f,
+                "{tokens} token ids for {blocks} blocks of {block_size} tokens"
+            ),
+            Self::UnknownParent { parent, blocks } => write!(
+                f,
+                "parent block {:#x} unknown: {blocks} blocks not indexed",
+                parent.0
+            ),
+        }
+    }
+}
+
+impl std::error::Error for IndexError {}
+
+/// Monotonic counters of everything the index rejected, ignored or evicted.
+#[derive(Debug, Default)]
+pub struct IndexCounters {
+    pub(crate) slot_out_of_range: AtomicU64,
+    pub(crate) block_size_mismatches: AtomicU64,
+    pub(crate) token_count_mismatches: AtomicU64,
+    pub(crate) unknown_parent_stores: AtomicU64,
+    pub(crate) unknown_removes: AtomicU64,
+    pub(crate) hash_conflicts: AtomicU64,
+    pub(crate) evicted_blocks: AtomicU64,
+}
+
+/// A copy of the counters and gauges at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexStats {
+    /// Distinct blocks (nodes) linked in the index.
+    pub nodes: u64,
+    /// (worker, block) residencies.
+    pub residencies: u64,
+    /// Estimated heap bytes: nodes, their bit words, buckets and per-worker maps.
+    pub heap_bytes: u64,
+    /// Operations on a slot outside `0..worker_slots`.
+    pub slot_out_of_range: u64,
+    /// Stores rejected for a block-size mismatch.
+    pub block_size_mismatches: u64,
+    /// Stores rejected because the token count did not match the blocks.
+    pub token_count_mismatches: u64,
+    /// Stores rejected because their parent was unknown.
+    pub unknown_parent_stores: u64,
+    /// Removed engine hashes the worker did not hold.
+    pub unknown_removes: u64,
+    /// Engine hashes re-stored with different content.
+    pub hash_conflicts: u64,
+    /// Blocks evicted by the per-worker cap.
+    pub evicted_blocks: u64,
+}
+
+impl IndexCounters {
+    pub(crate) fn bump(counter: &AtomicU64, by: u64) {
+        counter.fetch_add(by, Ordering::Relaxed);
+    }
+}

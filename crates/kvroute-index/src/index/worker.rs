@@ -1,0 +1,81 @@
+//! What one worker holds, as its own writer sees it: engine hash -> node, copy counts,
+//! store recency for eviction.
+//!
+//! Only the worker's writer touches this state (behind the worker's mutex), so it is plain
+//! data. Every entry owns one holder reference on its node *per distinct node*: when two
+//! engine hashes of one worker resolve to the same node (an alias), the second one is
+//! recorded in `aliases` instead of acquiring again, so the node's holder count stays one
+//! per worker.
+
+use hashbrown::HashMap;
+
+use super::node::Node;
+
+/// One engine block hash of this worker.
+#[derive(Clone, Copy)]
+pub(crate) struct Entry {
+    /// The node this engine hash resolves to. The worker holds a reference on it (directly,
+    /// or through the alias count), so the node is live while the entry exists.
+    pub(crate) node: *const Node,
+    /// Physical copies the engine reported (a second `BlockStored` of the same hash adds one;
+    /// each `BlockRemoved` drops one).
+    pub(crate) copies: u32,
+    /// Store clock at the last store of this hash (for least-recently-stored eviction).
+    pub(crate) stamp: u32,
+}
+
+#[derive(Default)]
+pub(crate) struct WorkerState {
+    pub(crate) entries: HashMap<u64, Entry>,
+    /// Extra engine hashes resolving to a node this worker already holds: node -> count.
+    pub(crate) aliases: HashMap<usize, u32>,
+    /// Store clock, advanced once per stored block.
+    pub(crate) clock: u32,
+}
+
+// SAFETY: `WorkerState` is only reached through its worker's mutex. The raw node pointers
+// it holds refer to nodes kept alive by this worker's holder references; they are
+// dereferenced only to read the node's key and atomics, which are `Sync`.
+unsafe impl Send for WorkerState {}
+
+impl WorkerState {
+    /// Advances the store clock; renumbers stamps compactly when it nears overflow.
+    pub(crate) fn tick(&mut self) -> u32 {
+        if self.clock == u32::MAX {
+            self.renumber();
+        }
+        self.clock += 1;
+        self.clock
+    }
+
+    fn renumber(&mut self) {
+        let mut stamps: Vec<(u32, u64)> = self.entries.iter().map(|(k, e)| (e.stamp, *k)).collect();
+        stamps.sort_unstable();
+        for (rank, (_, k)) in stamps.iter().enumerate() {
+            if let Some(e) = self.entries.get_mut(k) {
+                e.stamp = rank as u32 + 1;
+            }
+        }
+        self.clock = stamps.len() as u32 + 1;
+    }
+
+    /// Engine hashes of the coldest `n` entries (least recently stored first).
+    pub(crate) fn coldest(&self, n: usize) -> Vec<u64> {
+        if n == 0 {
+            return Vec::new();
+        }
+        let mut stamps: Vec<(u32, u64)> = self.entries.iter().map(|(k, e)| (e.stamp, *k)).collect();
+        if n < stamps.len() {
+            stamps.select_nth_unstable(n - 1);
+            stamps.truncate(n);
+        }
+        stamps.into_iter().map(|(_, k)| k).collect()
+    }
+
+    /// Heap bytes of the worker's maps (an estimate from hashbrown's layout: one bucket of
+    /// key + value plus one control byte per slot).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * (8 + core::mem::size_of::<Entry>() + 1)
+            + self.aliases.capacity() * (8 + 4 + 1)
+    }
+}
