@@ -94,7 +94,7 @@ impl PrefixIndex {
         let mix = {
             use core::hash::{BuildHasher, Hasher};
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u64(0x6b76_726f_7574_65);
+            h.write_u64(0x006b_7672_6f75_7465);
             h.finish()
         };
         Ok(Self {
@@ -167,9 +167,7 @@ impl PrefixIndex {
         let mut prev = match event.parent {
             None => None,
             Some(p) => match state.entries.get(&p.0) {
-                // SAFETY (deref): the entry holds a reference on its node (module docs of
-                // `worker`), so the node is live.
-                Some(e) => Some(SequenceHash(unsafe { &*e.node }.key)),
+                Some(e) => Some(SequenceHash(e.node().key)),
                 None => {
                     IndexCounters::bump(&self.counters.unknown_parent_stores, 1);
                     return Err(IndexError::UnknownParent {
@@ -223,8 +221,7 @@ impl PrefixIndex {
         for (eh, seq) in blocks {
             let stamp = state.tick();
             if let Some(e) = state.entries.get_mut(&eh.0) {
-                // SAFETY (deref): entries keep their node alive (see `worker`).
-                if unsafe { &*e.node }.key == seq.0 {
+                if e.node().key == seq.0 {
                     e.copies = e.copies.saturating_add(1);
                     e.stamp = stamp;
                     out.extra_copies += 1;
@@ -278,8 +275,7 @@ impl PrefixIndex {
             }
             return;
         }
-        // SAFETY (deref): the worker still holds its reference on the node, so it is live.
-        let node: &Node = unsafe { &*entry.node };
+        let node: &Node = entry.node();
         node.clear_bit(s);
         self.residencies.fetch_sub(1, Ordering::Relaxed);
         if node.release() {

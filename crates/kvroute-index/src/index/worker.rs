@@ -24,6 +24,20 @@ pub(crate) struct Entry {
     pub(crate) stamp: u32,
 }
 
+impl Entry {
+    /// The node this entry resolves to.
+    #[inline]
+    pub(crate) fn node(&self) -> &Node {
+        // SAFETY:
+        // - `node` was obtained from the table's `acquire_or_insert`, so it points to a node
+        //   allocated by the table;
+        // - the worker holds a holder reference on it for as long as any of its entries
+        //   points to it (directly or through the alias count), so it is neither retired
+        //   nor freed while this entry (and the borrow of it) exists.
+        unsafe { &*self.node }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct WorkerState {
     pub(crate) entries: HashMap<u64, Entry>,
