@@ -92,7 +92,7 @@ impl Node {
     }
 
     /// Whether the node has been retired.
-    #[cfg(test)]
+    #[cfg(all(test, not(kvroute_loom)))]
     pub(crate) fn is_retired(&self) -> bool {
         self.holders.load(Ordering::Acquire) == RETIRED
     }
@@ -165,7 +165,7 @@ impl Node {
     }
 
     /// Heap bytes this node owns besides itself.
-    #[cfg(test)]
+    #[cfg(all(test, not(kvroute_loom)))]
     pub(crate) fn ext_bytes(&self) -> usize {
         if self.ext.load(Ordering::Acquire).is_null() {
             0
