@@ -25,9 +25,9 @@ pub mod atomic {
 }
 
 #[cfg(kvroute_loom)]
-pub use loom::sync::{Arc, Mutex, MutexGuard};
+pub use loom::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(not(kvroute_loom))]
-pub use std::sync::{Arc, Mutex, MutexGuard};
+pub use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Threads: `std::thread` normally, `loom::thread` under `--cfg kvroute_loom`.
 pub mod thread {

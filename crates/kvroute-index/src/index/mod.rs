@@ -6,7 +6,8 @@
 //! whose edges are implicit: the child of node `h` for a block with local hash `l` is the
 //! node `chain(h, l)`. A node carries one bit per worker slot (atomic 64-bit words: the first
 //! inline, the rest allocated when a slot of 64 or more first stores on it) and a holder
-//! count. Nodes live in a fixed array of hash buckets (`table`), found without locks.
+//! count. Nodes are found through an open-addressing table (`table`) that readers probe
+//! without locks and that grows and shrinks with the number of blocks.
 //!
 //! # Semantics
 //! A worker's overlap with a request `h[0..D]` is the length of the longest run `h[0..k]`
@@ -59,7 +60,7 @@ use crate::hash::{SequenceHash, chain_hash, local_block_hash};
 use crate::registry::Slot;
 use node::Node;
 use reclaim::Guard;
-use table::Table;
+use table::{Table, Writer};
 use worker::{Entry, WorkerState};
 
 /// The concurrent block-hash prefix index; see the module docs.
@@ -217,6 +218,7 @@ impl PrefixIndex {
         let s = slot.index();
         self.active_words.fetch_max(s / 64 + 1, Ordering::Relaxed);
         let guard = reclaim::pin();
+        let mut w = self.table.writer(s);
         let mut out = StoreOutcome::default();
         for (eh, seq) in blocks {
             let stamp = state.tick();
@@ -229,14 +231,14 @@ impl PrefixIndex {
                 }
                 // Same engine hash, different content: the engine's latest word wins.
                 let old = state.entries.remove(&eh.0).expect("entry present");
-                self.release_entry(s, state, old, &guard);
+                self.release_entry(s, state, old, &mut w, &guard);
                 out.conflicts += 1;
                 IndexCounters::bump(&self.counters.hash_conflicts, 1);
             }
             if state.entries.len() >= self.config.max_blocks_per_worker {
-                out.evicted += self.evict(s, state, &guard);
+                out.evicted += self.evict(s, state, &mut w, &guard);
             }
-            let (node, inserted) = self.table.acquire_or_insert(seq.0, &guard);
+            let (node, inserted) = w.acquire_or_insert(seq.0, &guard);
             if inserted {
                 self.nodes.fetch_add(1, Ordering::Relaxed);
             }
@@ -266,7 +268,14 @@ impl PrefixIndex {
     }
 
     /// Drops the worker's reference that `entry` stood for (one engine hash, all copies).
-    fn release_entry(&self, s: usize, state: &mut WorkerState, entry: Entry, guard: &Guard) {
+    fn release_entry(
+        &self,
+        s: usize,
+        state: &mut WorkerState,
+        entry: Entry,
+        w: &mut Writer<'_>,
+        guard: &Guard,
+    ) {
         let key = entry.node as usize;
         if let Some(n) = state.aliases.get_mut(&key) {
             *n -= 1;
@@ -279,19 +288,20 @@ impl PrefixIndex {
         node.clear_bit(s);
         self.residencies.fetch_sub(1, Ordering::Relaxed);
         if node.release() {
-            // SAFETY: `release` returned true, so this thread retired the node and is the
-            // only one that will unlink it; it belongs to `self.table`.
-            unsafe { self.table.unlink(node, guard) };
+            // SAFETY: `release` returned true, so this thread retired the node (under the
+            // writer `w`, with no resize since) and is the only one that will unlink it; it
+            // belongs to `self.table`.
+            unsafe { w.unlink(node, guard) };
             self.nodes.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
-    fn evict(&self, s: usize, state: &mut WorkerState, guard: &Guard) -> usize {
+    fn evict(&self, s: usize, state: &mut WorkerState, w: &mut Writer<'_>, guard: &Guard) -> usize {
         let n = (self.config.max_blocks_per_worker / 16).max(1);
         let victims = state.coldest(n);
         for eh in &victims {
             if let Some(e) = state.entries.remove(eh) {
-                self.release_entry(s, state, e, guard);
+                self.release_entry(s, state, e, w, guard);
             }
         }
         IndexCounters::bump(&self.counters.evicted_blocks, victims.len() as u64);
@@ -311,6 +321,7 @@ impl PrefixIndex {
         let mut state = self.worker(slot)?;
         let s = slot.index();
         let guard = reclaim::pin();
+        let mut w = self.table.writer(s);
         let mut out = RemoveOutcome::default();
         for eh in block_hashes {
             match state.entries.get_mut(&eh.0) {
@@ -321,7 +332,7 @@ impl PrefixIndex {
                 }
                 Some(_) => {
                     let e = state.entries.remove(&eh.0).expect("entry present");
-                    self.release_entry(s, &mut state, e, &guard);
+                    self.release_entry(s, &mut state, e, &mut w, &guard);
                     out.removed += 1;
                 }
             }
@@ -339,10 +350,11 @@ impl PrefixIndex {
         let mut state = self.worker(slot)?;
         let s = slot.index();
         let guard = reclaim::pin();
+        let mut w = self.table.writer(s);
         let entries = core::mem::take(&mut state.entries);
         let n = entries.len();
         for (_, e) in entries {
-            self.release_entry(s, &mut state, e, &guard);
+            self.release_entry(s, &mut state, e, &mut w, &guard);
         }
         debug_assert!(state.aliases.is_empty());
         state.aliases = Default::default();
@@ -396,6 +408,7 @@ impl PrefixIndex {
             unknown_removes: r(&c.unknown_removes),
             hash_conflicts: r(&c.hash_conflicts),
             evicted_blocks: r(&c.evicted_blocks),
+            table_resizes: self.table.resizes(),
         }
     }
 }

@@ -45,8 +45,6 @@ pub(crate) struct Node {
     word0: AtomicU64,
     /// Bits of slots 64.., allocated on first use: `ext_len` words, or null.
     ext: AtomicPtr<AtomicU64>,
-    /// Next node in the same hash bucket.
-    pub(crate) next: AtomicPtr<Node>,
 }
 
 impl Node {
@@ -58,7 +56,6 @@ impl Node {
             ext_len,
             word0: AtomicU64::new(0),
             ext: AtomicPtr::new(ptr::null_mut()),
-            next: AtomicPtr::new(ptr::null_mut()),
         }
     }
 

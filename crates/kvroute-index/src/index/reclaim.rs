@@ -1,18 +1,17 @@
-//! Deferred freeing of unlinked nodes (epoch-based reclamation).
+//! Deferred freeing of unlinked nodes and replaced slot arrays (epoch-based reclamation).
 //!
-//! Readers pin an epoch guard for the duration of a match; a writer that unlinks a node
-//! hands it here, and it is freed only after every guard pinned before the unlink has been
-//! dropped. Normally this is `crossbeam-epoch`. Under `--cfg kvroute_loom` (where
-//! crossbeam's global collector cannot be modelled) unlinked nodes are parked on the index
-//! and freed when the index is dropped, after every model thread has joined: the models then
-//! check the unlink protocol itself, and the memory is still freed exactly once.
+//! Readers pin an epoch guard for the duration of a match; a writer that makes an object
+//! unreachable hands it here, and it is freed only after every guard pinned before that
+//! point has been dropped. Normally this is `crossbeam-epoch`. Under `--cfg kvroute_loom`
+//! (where crossbeam's global collector cannot be modelled) retired objects are parked on
+//! the table and freed when the table is dropped, after every model thread has joined: the
+//! models then check the unlink protocol itself, and memory is still freed exactly once.
 
-use super::node::Node;
-
-/// A pinned epoch: nodes reachable while it is alive stay allocated.
+/// A pinned epoch: objects reachable while it is alive stay allocated.
 #[cfg(not(kvroute_loom))]
 pub(crate) struct Guard(crossbeam_epoch::Guard);
 
+/// A pinned epoch (a no-op under loom; see the module docs).
 #[cfg(kvroute_loom)]
 pub(crate) struct Guard(());
 
@@ -29,57 +28,63 @@ pub(crate) fn pin() -> Guard {
     }
 }
 
-/// Where retired nodes wait under loom.
+/// Where retired objects wait under loom.
 #[derive(Default)]
 pub(crate) struct Parked {
     #[cfg(kvroute_loom)]
-    nodes: kvroute_sync::Mutex<Vec<SendPtr>>,
+    items: kvroute_sync::Mutex<Vec<(usize, unsafe fn(usize))>>,
 }
-
-#[cfg(kvroute_loom)]
-struct SendPtr(*mut Node);
-// SAFETY: the pointer is only dereferenced (freed) by `Parked::drop`, which has exclusive
-// access; moving the address between threads is harmless.
-#[cfg(kvroute_loom)]
-unsafe impl Send for SendPtr {}
 
 #[cfg(kvroute_loom)]
 impl Drop for Parked {
     fn drop(&mut self) {
-        let nodes = core::mem::take(&mut *self.nodes.lock().unwrap());
-        for SendPtr(p) in nodes {
-            // SAFETY: each parked pointer came from `Box::into_raw`, was unlinked exactly
-            // once, and is freed here exactly once, with no thread left to read it.
-            drop(unsafe { Box::from_raw(p) });
+        let items = core::mem::take(&mut *self.items.lock().unwrap());
+        for (addr, free) in items {
+            // SAFETY: each parked address came from `Box::into_raw` of the type `free`
+            // was instantiated for, was retired exactly once, and is freed here exactly
+            // once, with no thread left to read it.
+            unsafe { free(addr) };
         }
     }
 }
 
+/// Frees a `Box<T>` given its address.
+///
+/// # Safety
+/// `addr` must come from `Box::<T>::into_raw`, and nothing may use it afterwards.
+unsafe fn free_box<T>(addr: usize) {
+    // SAFETY: guaranteed by the caller.
+    drop(unsafe { Box::from_raw(addr as *mut T) });
+}
+
 impl Guard {
-    /// Frees `node` once no thread can still reach it.
+    /// Frees `ptr` once no thread can still reach it.
     ///
     /// # Safety
-    /// - `node` came from `Box::into_raw` and has been unlinked from every shared structure,
-    ///   so no new reader can reach it;
+    /// - `ptr` came from `Box::<T>::into_raw`;
+    /// - it has been made unreachable from every shared structure, so no thread that pins
+    ///   after this call can obtain it;
     /// - it is retired at most once.
-    pub(crate) unsafe fn retire(&self, node: *mut Node, parked: &Parked) {
+    pub(crate) unsafe fn retire<T: Send + 'static>(&self, ptr: *mut T, parked: &Parked) {
+        let addr = ptr as usize;
         #[cfg(not(kvroute_loom))]
         {
             let _ = parked;
-            let addr = node as usize;
-            // SAFETY: the caller guarantees the node is unlinked and retired once; crossbeam
-            // runs the closure only after every guard pinned before now is dropped, so no
-            // reader still holds a reference when it is freed.
+            // SAFETY: the caller guarantees `ptr` is unreachable for new readers and retired
+            // once; crossbeam runs the closure only after every guard pinned before now has
+            // been dropped, so no reader still holds a reference when it is freed.
             unsafe {
-                self.0.defer_unchecked(move || {
-                    drop(Box::from_raw(addr as *mut Node));
-                });
+                self.0.defer_unchecked(move || free_box::<T>(addr));
             }
         }
         #[cfg(kvroute_loom)]
         {
             let _ = self;
-            parked.nodes.lock().unwrap().push(SendPtr(node));
+            parked
+                .items
+                .lock()
+                .unwrap()
+                .push((addr, free_box::<T> as unsafe fn(usize)));
         }
     }
 

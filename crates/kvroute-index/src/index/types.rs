@@ -26,10 +26,9 @@ pub struct IndexConfig {
     pub worker_slots: usize,
     /// Tokens per block; store events with another block size are rejected. Default 16.
     pub block_size: usize,
-    /// Distinct blocks the index is sized for: the bucket array has
-    /// `expected_blocks.next_power_of_two()` entries (8 bytes each) and never grows, so
-    /// chains average one node at this size. More blocks still fit; lookups slow down
-    /// gradually. Default 2^22 (4,194,304 blocks, 32 MiB of buckets).
+    /// Distinct blocks the node table is first sized for. The table grows as blocks
+    /// arrive and shrinks as they leave, never below this size (16 bytes per slot, slots =
+    /// next power of two of `8/3 * expected_blocks`). Default 2^14 (16,384 blocks, 1 MiB).
     pub expected_blocks: usize,
     /// Cap on the blocks one worker may have indexed. A store past the cap first evicts the
     /// worker's least recently stored 1/16 of its blocks (see the index docs). The index
@@ -46,7 +45,7 @@ impl Default for IndexConfig {
         Self {
             worker_slots: 1024,
             block_size: 16,
-            expected_blocks: 1 << 22,
+            expected_blocks: 1 << 14,
             max_blocks_per_worker: 1 << 20,
         }
     }
@@ -256,6 +255,8 @@ pub struct IndexStats {
     pub hash_conflicts: u64,
     /// Blocks evicted by the per-worker cap.
     pub evicted_blocks: u64,
+    /// Times the node table was resized (grown or shrunk).
+    pub table_resizes: u64,
 }
 
 impl IndexCounters {
