@@ -71,6 +71,8 @@ pub struct PrefixIndex {
     /// Number of 64-slot words any worker has ever used (highest slot / 64 + 1).
     active_words: AtomicUsize,
     nodes: AtomicU64,
+    /// Nodes whose extension bit words (slots 64 and up) are allocated.
+    ext_arrays: AtomicU64,
     residencies: AtomicU64,
     counters: IndexCounters,
 }
@@ -105,6 +107,7 @@ impl PrefixIndex {
                 .collect(),
             active_words: AtomicUsize::new(0),
             nodes: AtomicU64::new(0),
+            ext_arrays: AtomicU64::new(0),
             residencies: AtomicU64::new(0),
             counters: IndexCounters::default(),
             config,
@@ -242,7 +245,11 @@ impl PrefixIndex {
             if inserted {
                 self.nodes.fetch_add(1, Ordering::Relaxed);
             }
-            if node.set_bit(s) {
+            let (already, new_ext) = node.set_bit(s);
+            if new_ext {
+                self.ext_arrays.fetch_add(1, Ordering::Relaxed);
+            }
+            if already {
                 // This worker already holds the node under another engine hash: keep one
                 // holder reference per worker and count the alias instead.
                 let retired = node.release();
@@ -293,6 +300,9 @@ impl PrefixIndex {
             // belongs to `self.table`.
             unsafe { w.unlink(node, guard) };
             self.nodes.fetch_sub(1, Ordering::Relaxed);
+            if node.has_ext() {
+                self.ext_arrays.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -337,6 +347,7 @@ impl PrefixIndex {
                 }
             }
         }
+        state.shrink_if_sparse();
         IndexCounters::bump(&self.counters.unknown_removes, out.unknown as u64);
         Ok(out)
     }
@@ -348,34 +359,44 @@ impl PrefixIndex {
     /// [`IndexError::SlotOutOfRange`].
     pub fn clear(&self, slot: Slot) -> Result<usize, IndexError> {
         let mut state = self.worker(slot)?;
+        Ok(self.clear_locked(slot, &mut state))
+    }
+
+    /// Forgets the worker in `slot` entirely (residency, maps, store clock), so the slot can
+    /// be handed to a new tenant that inherits nothing. Call it before releasing the slot in
+    /// the [`WorkerRegistry`](crate::WorkerRegistry). Returns how many engine hashes it had.
+    /// Clearing and resetting happen under one hold of the worker's lock, so a racing store
+    /// of the same worker lands either wholly before (and is cleared) or wholly after.
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`].
+    pub fn remove_worker(&self, slot: Slot) -> Result<usize, IndexError> {
+        let mut state = self.worker(slot)?;
+        let n = self.clear_locked(slot, &mut state);
+        *state = WorkerState::default();
+        Ok(n)
+    }
+
+    fn clear_locked(&self, slot: Slot, state: &mut WorkerState) -> usize {
         let s = slot.index();
         let guard = reclaim::pin();
         let mut w = self.table.writer(s);
         let entries = core::mem::take(&mut state.entries);
         let n = entries.len();
         for (_, e) in entries {
-            self.release_entry(s, &mut state, e, &mut w, &guard);
+            self.release_entry(s, state, e, &mut w, &guard);
         }
         debug_assert!(state.aliases.is_empty());
         state.aliases = Default::default();
-        Ok(n)
-    }
-
-    /// Forgets the worker in `slot` entirely (residency, maps, store clock), so the slot can
-    /// be handed to a new tenant that inherits nothing. Call it before releasing the slot in
-    /// the [`WorkerRegistry`](crate::WorkerRegistry). Returns how many engine hashes it had.
-    ///
-    /// # Errors
-    /// [`IndexError::SlotOutOfRange`].
-    pub fn remove_worker(&self, slot: Slot) -> Result<usize, IndexError> {
-        let n = self.clear(slot)?;
-        *self.worker(slot)? = WorkerState::default();
-        Ok(n)
+        n
     }
 
     /// Number of engine hashes the worker in `slot` has indexed (0 outside the range).
     pub fn worker_blocks(&self, slot: Slot) -> usize {
-        self.worker(slot).map(|s| s.entries.len()).unwrap_or(0)
+        self.workers
+            .get(slot.index())
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()).entries.len())
+            .unwrap_or(0)
     }
 
     /// Asks the epoch collector to free retired nodes now. Frees happen on their own as
@@ -396,7 +417,9 @@ impl PrefixIndex {
             .iter()
             .map(|w| w.lock().map(|s| s.heap_bytes()).unwrap_or(0))
             .sum();
-        let node_bytes = nodes as usize * core::mem::size_of::<Node>();
+        let ext_bytes =
+            r(&self.ext_arrays) as usize * (self.config.worker_slots.div_ceil(64) - 1) * 8;
+        let node_bytes = nodes as usize * core::mem::size_of::<Node>() + ext_bytes;
         IndexStats {
             nodes,
             residencies: r(&self.residencies),

@@ -108,34 +108,44 @@ impl Node {
         Some(unsafe { core::slice::from_raw_parts(p, self.ext_len as usize) })
     }
 
-    fn ext_or_alloc(&self) -> &[AtomicU64] {
+    /// Whether the extension words are allocated.
+    pub(crate) fn has_ext(&self) -> bool {
+        !self.ext.load(Ordering::Acquire).is_null()
+    }
+
+    /// The extension words, allocating them if needed; the flag says whether this call
+    /// installed them.
+    fn ext_or_alloc(&self) -> (&[AtomicU64], bool) {
         if let Some(words) = self.ext_words() {
-            return words;
+            return (words, false);
         }
         let fresh: Box<[AtomicU64]> = (0..self.ext_len).map(|_| AtomicU64::new(0)).collect();
         let fresh = Box::into_raw(fresh).cast::<AtomicU64>();
-        if let Err(_installed) =
-            self.ext
-                .compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
-        {
+        let installed = self
+            .ext
+            .compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if !installed {
             // SAFETY: `fresh` came from `Box::into_raw` of a slice of `ext_len` words just
             // above and was never shared (the CAS failed), so we own it and free it once.
             drop(unsafe {
                 Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, self.ext_len as usize))
             });
         }
-        self.ext_words().expect("ext installed above")
+        (self.ext_words().expect("ext installed above"), installed)
     }
 
-    /// Sets `slot`'s bit. Returns whether it was already set.
-    pub(crate) fn set_bit(&self, slot: usize) -> bool {
+    /// Sets `slot`'s bit. Returns whether it was already set, and whether this call
+    /// allocated the extension words.
+    pub(crate) fn set_bit(&self, slot: usize) -> (bool, bool) {
         let mask = 1u64 << (slot % 64);
-        let word = if slot < 64 {
-            &self.word0
+        let (word, new_ext) = if slot < 64 {
+            (&self.word0, false)
         } else {
-            &self.ext_or_alloc()[slot / 64 - 1]
+            let (words, new_ext) = self.ext_or_alloc();
+            (&words[slot / 64 - 1], new_ext)
         };
-        word.fetch_or(mask, Ordering::Release) & mask != 0
+        (word.fetch_or(mask, Ordering::Release) & mask != 0, new_ext)
     }
 
     /// Clears `slot`'s bit.
@@ -190,9 +200,11 @@ mod tests {
     #[test]
     fn bits_in_both_word_kinds() {
         let n = Node::new_acquired(7, 3);
-        assert!(!n.set_bit(3));
-        assert!(n.set_bit(3));
-        assert!(!n.set_bit(64 * 3 + 5));
+        assert_eq!(n.set_bit(3), (false, false));
+        assert_eq!(n.set_bit(3), (true, false));
+        assert_eq!(n.set_bit(64 * 3 + 5), (false, true));
+        assert_eq!(n.set_bit(64 + 1), (false, false));
+        n.clear_bit(64 + 1);
         assert_eq!(n.word(0), 1 << 3);
         assert_eq!(n.word(3), 1 << 5);
         assert_eq!(n.word(1), 0);

@@ -156,7 +156,7 @@ impl Table {
         let arr = self.current(guard);
         let want = slot_key(key);
         let mut i = self.home(want, arr.mask);
-        loop {
+        for _ in 0..arr.slots.len() {
             let slot = &arr.slots[i];
             let k = slot.key.load(Ordering::Acquire);
             if k == want {
@@ -171,6 +171,8 @@ impl Table {
             }
             i = (i + 1) & arr.mask;
         }
+        // Every slot probed: the array is full (possible only transiently, see `Writer`).
+        None
     }
 
     /// Shared access for one writer's event; `gate_hint` spreads writers over gates.
@@ -197,7 +199,7 @@ impl Table {
 
     /// Replaces the array by one sized for the live nodes. Takes every gate exclusively, so
     /// the caller must hold none.
-    fn resize(&self, grow: bool) {
+    fn resize(&self, why: Resize) {
         let _all: Vec<_> = self
             .gates
             .iter()
@@ -209,10 +211,10 @@ impl Table {
         let used = self.used.load(Ordering::Relaxed);
         let live = self.live.load(Ordering::Relaxed);
         let cap = old.capacity();
-        let still_needed = if grow {
-            needs_grow(used, cap)
-        } else {
-            needs_shrink(live, cap, self.min_capacity)
+        let still_needed = match why {
+            Resize::Grow => needs_grow(used, cap),
+            Resize::Shrink => needs_shrink(live, cap, self.min_capacity),
+            Resize::Full => used >= cap,
         };
         if !still_needed {
             return;
@@ -246,6 +248,17 @@ impl Table {
     }
 }
 
+/// Why a writer asks for a resize (rechecked once every gate is held).
+#[derive(Clone, Copy)]
+enum Resize {
+    /// Claimed keys passed 3/4 of the slots.
+    Grow,
+    /// Live nodes fell below 1/16 of the slots.
+    Shrink,
+    /// A probe found no empty slot: writers racing past the 3/4 check filled the array.
+    Full,
+}
+
 fn read(gate: &RwLock<()>) -> RwLockReadGuard<'_, ()> {
     // The gate guards no data (`()`), so a poisoned gate carries no broken invariant.
     gate.read().unwrap_or_else(|p| p.into_inner())
@@ -265,32 +278,14 @@ impl Writer<'_> {
         let t = self.table;
         let cap = t.current(guard).capacity();
         if needs_grow(t.used.load(Ordering::Relaxed), cap) {
-            self.lock = None;
-            t.resize(true);
-            self.lock = Some(read(&t.gates[self.gate]));
+            self.resize(Resize::Grow);
         }
-        let arr = t.current(guard);
         let want = slot_key(key);
-        let mut i = t.home(want, arr.mask);
         let slot = loop {
-            let slot = &arr.slots[i];
-            let mut k = slot.key.load(Ordering::Acquire);
-            if k == EMPTY {
-                match slot
-                    .key
-                    .compare_exchange(EMPTY, want, Ordering::AcqRel, Ordering::Acquire)
-                {
-                    Ok(_) => {
-                        t.used.fetch_add(1, Ordering::Relaxed);
-                        k = want;
-                    }
-                    Err(now) => k = now,
-                }
+            match self.claim(want, guard) {
+                Some(slot) => break slot,
+                None => self.resize(Resize::Full),
             }
-            if k == want {
-                break slot;
-            }
-            i = (i + 1) & arr.mask;
         };
         let mut fresh: *mut Node = ptr::null_mut();
         loop {
@@ -323,6 +318,41 @@ impl Writer<'_> {
                 return (unsafe { &*fresh }, true);
             }
         }
+    }
+
+    fn resize(&mut self, why: Resize) {
+        self.lock = None;
+        self.table.resize(why);
+        self.lock = Some(read(&self.table.gates[self.gate]));
+    }
+
+    /// The slot holding `want` in the current array, claiming an empty one if the key is
+    /// absent; `None` when every slot was probed without finding either.
+    fn claim<'g>(&self, want: u64, guard: &'g Guard) -> Option<&'g Slot> {
+        let t = self.table;
+        let arr = t.current(guard);
+        let mut i = t.home(want, arr.mask);
+        for _ in 0..arr.slots.len() {
+            let slot = &arr.slots[i];
+            let mut k = slot.key.load(Ordering::Acquire);
+            if k == EMPTY {
+                match slot
+                    .key
+                    .compare_exchange(EMPTY, want, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => {
+                        t.used.fetch_add(1, Ordering::Relaxed);
+                        k = want;
+                    }
+                    Err(now) => k = now,
+                }
+            }
+            if k == want {
+                return Some(slot);
+            }
+            i = (i + 1) & arr.mask;
+        }
+        None
     }
 
     /// Unlinks a node the caller retired (its `release` returned `true`) and frees it after
@@ -373,7 +403,7 @@ impl Drop for Writer<'_> {
         let cap = t.current(&guard).capacity();
         if needs_shrink(t.live.load(Ordering::Relaxed), cap, t.min_capacity) {
             drop(guard);
-            t.resize(false);
+            t.resize(Resize::Shrink);
         }
     }
 }

@@ -133,7 +133,8 @@ pub struct BlockStore<'a> {
 /// What a store did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreOutcome {
-    /// Blocks that became resident on the worker.
+    /// Engine hashes newly mapped on the worker. A block the worker already held under
+    /// another engine hash (an alias) counts here too, although its residency is unchanged.
     pub new_blocks: usize,
     /// Blocks already resident under the same engine hash: one more physical copy counted.
     pub extra_copies: usize,
@@ -147,7 +148,8 @@ pub struct StoreOutcome {
 /// What a remove did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RemoveOutcome {
-    /// Engine hashes whose last copy went: the worker no longer holds them.
+    /// Engine hashes whose last copy went. The block stops being resident unless another
+    /// engine hash of the same worker (an alias) still maps to it.
     pub removed: usize,
     /// Engine hashes with copies left: one copy dropped, block still resident.
     pub copies_dropped: usize,

@@ -86,10 +86,23 @@ impl WorkerState {
         stamps.into_iter().map(|(_, k)| k).collect()
     }
 
-    /// Heap bytes of the worker's maps (an estimate from hashbrown's layout: one bucket of
-    /// key + value plus one control byte per slot).
+    /// Heap bytes of the worker's maps.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.entries.capacity() * (8 + core::mem::size_of::<Entry>() + 1)
-            + self.aliases.capacity() * (8 + 4 + 1)
+        self.entries.allocation_size() + self.aliases.allocation_size()
+    }
+
+    /// Gives memory back when the maps are empty or at most a quarter full, so a worker
+    /// whose blocks are removed one by one returns to its empty footprint.
+    pub(crate) fn shrink_if_sparse(&mut self) {
+        if self.entries.is_empty() {
+            self.entries = HashMap::default();
+        } else if self.entries.len() * 4 < self.entries.capacity() {
+            self.entries.shrink_to(self.entries.len() * 2);
+        }
+        if self.aliases.is_empty() {
+            self.aliases = HashMap::default();
+        } else if self.aliases.len() * 4 < self.aliases.capacity() {
+            self.aliases.shrink_to(self.aliases.len() * 2);
+        }
     }
 }
