@@ -1,0 +1,640 @@
+//! The load publisher: the single telemetry thread's handle. It keeps the working state of
+//! every slot, applies typed updates, computes validity once per publication and publishes
+//! an immutable [`LoadSnapshot`] that readers load through a [`LoadReader`].
+//!
+//! Workers are registered with the publisher by slot (the slot and generation the
+//! [`WorkerRegistry`](kvroute_index::WorkerRegistry) assigned). Removing a worker from the
+//! router takes three steps: `registry.remove(w)`, then `publisher.remove_worker(w)` and
+//! `table.remove_worker(slot, generation)`, then `registry.release(retired)`.
+//!
+//! Validity of a registered slot, first match wins:
+//! 1. no good report ever, and none rejected → `Missing`;
+//! 2. the latest report was rejected for bad values → `Invalid`;
+//! 3. the last good report is older than `max_age` at publication time → `Stale`;
+//! 4. another DP rank of the engine is not current, or fewer ranks are registered than the
+//!    engine's configured `dp_size` → `Partial`;
+//! 5. otherwise `Fresh`.
+//!
+//! The publisher uses no atomics of its own (it is `&mut self`, one thread); publication
+//! goes through `publish.rs`, reconciliation through the reservation table.
+
+use core::fmt;
+use std::collections::HashMap;
+
+use kvroute_index::{Slot, SlotGeneration, WorkerId};
+
+use crate::lanes::{Fields, Validity};
+use crate::publish::{PublishError, SnapshotGuard, SnapshotReader, SnapshotWriter, snapshot_cell};
+use crate::reserve::ReservationTable;
+use crate::snapshot::{EngineLoad, LoadSnapshot, LoadStats, NO_ENGINE};
+use crate::time::Nanos;
+use crate::update::{LoadSample, SglangRankLoad, UpdateError, VllmLoadUpdate};
+
+/// Construction parameters of a [`LoadPublisher`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadConfig {
+    /// Number of slots (the registry's capacity), `1..=u32::MAX`.
+    pub capacity: usize,
+    /// A slot whose last good report is older than this is `Stale` (caller's clock, > 0).
+    pub max_age: Nanos,
+    /// Snapshot buffers, `2..=65536`: one is current, the rest let publication proceed while
+    /// readers still hold older snapshots. Memory is `buffers` snapshots.
+    pub buffers: usize,
+}
+
+impl LoadConfig {
+    /// Default maximum age: 2 s.
+    pub const DEFAULT_MAX_AGE: Nanos = Nanos::from_secs(2);
+    /// Default buffer count: 4.
+    pub const DEFAULT_BUFFERS: usize = 4;
+
+    /// `capacity` slots with the default age and buffer count.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            max_age: Self::DEFAULT_MAX_AGE,
+            buffers: Self::DEFAULT_BUFFERS,
+        }
+    }
+}
+
+/// Deployment facts about one engine (all its DP ranks) that telemetry does not carry.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EngineConfig {
+    /// DP ranks the engine runs (> 0). When set, an engine with fewer registered ranks is
+    /// `Partial`; when `None`, the registered ranks are taken as the whole engine.
+    pub dp_size: Option<u32>,
+    /// Scheduler cap per rank (requests, > 0; vLLM's `max_num_seqs`). Required for
+    /// vLLM-style updates, which do not report it.
+    pub max_running_per_rank: Option<u32>,
+    /// Decode throughput per rank used when telemetry reports none (tokens/s, finite, >= 0).
+    pub decode_tps: Option<f32>,
+    /// Prefill throughput per rank used when telemetry reports none (tokens/s, finite, >= 0).
+    pub prefill_tps: Option<f32>,
+}
+
+/// Rejected configuration (out-of-range knobs are rejected, never clamped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `capacity` is 0 or above `u32::MAX`.
+    Capacity,
+    /// `max_age` is zero.
+    MaxAge,
+    /// `buffers` outside `2..=65536`.
+    Buffers,
+    /// `dp_size` of zero.
+    DpSize,
+    /// `max_running_per_rank` of zero.
+    Cap,
+    /// A throughput that is NaN, infinite or negative.
+    Throughput,
+    /// The reservation table has fewer slots than the publisher.
+    TableTooSmall,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Self::Capacity => "capacity must be 1..=u32::MAX",
+            Self::MaxAge => "max_age must be positive",
+            Self::Buffers => "buffers must be 2..=65536",
+            Self::DpSize => "dp_size must be positive",
+            Self::Cap => "max_running_per_rank must be positive",
+            Self::Throughput => "throughput must be finite and non-negative",
+            Self::TableTooSmall => "reservation table has fewer slots than the publisher",
+        };
+        f.write_str(s)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Errors of worker registration with the publisher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerError {
+    /// The slot is beyond the capacity.
+    UnknownSlot(Slot),
+    /// The slot already has a worker.
+    Occupied(Slot),
+    /// The worker is already registered (in the given slot).
+    AlreadyRegistered(WorkerId, Slot),
+    /// The worker is not registered.
+    UnknownWorker(WorkerId),
+}
+
+impl fmt::Display for WorkerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownSlot(s) => write!(f, "slot {} is out of range", s.0),
+            Self::Occupied(s) => write!(f, "slot {} is occupied", s.0),
+            Self::AlreadyRegistered(w, s) => write!(f, "{w} is already in slot {}", s.0),
+            Self::UnknownWorker(w) => write!(f, "{w} is not registered"),
+        }
+    }
+}
+
+impl std::error::Error for WorkerError {}
+
+/// A cloneable, lock-free reader of published snapshots.
+#[derive(Clone, Debug)]
+pub struct LoadReader {
+    inner: SnapshotReader<LoadSnapshot>,
+}
+
+impl LoadReader {
+    /// The latest published snapshot, pinned until the guard drops: one wait-free atomic
+    /// increment (see [`SnapshotReader::load`], including its abort condition).
+    pub fn load(&self) -> SnapshotGuard<'_, LoadSnapshot> {
+        self.inner.load()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Good {
+    sample: LoadSample,
+    observed_at: Nanos,
+}
+
+#[derive(Clone, Debug, Default)]
+struct SlotState {
+    tenant: Option<(WorkerId, SlotGeneration)>,
+    good: Option<Good>,
+    /// Set when the latest report was rejected for bad values; cleared by a good one.
+    invalid: bool,
+    /// The engine's own timestamp of the last good SGLang report (seconds).
+    engine_ts: Option<f64>,
+    /// Reservable fields reported since the last publication (to reconcile).
+    unreconciled: Fields,
+}
+
+/// The single writer of load snapshots; see the module docs.
+pub struct LoadPublisher {
+    config: LoadConfig,
+    slots: Vec<SlotState>,
+    by_worker: HashMap<WorkerId, Slot>,
+    engine_configs: HashMap<u64, EngineConfig>,
+    writer: SnapshotWriter<LoadSnapshot>,
+    reservations: Option<ReservationTable>,
+    stats: LoadStats,
+    // Scratch reused by every publication.
+    own: Vec<Validity>,
+    order: Vec<(u64, u32)>,
+    engine_of: Vec<u32>,
+    engines: Vec<EngineLoad>,
+}
+
+impl fmt::Debug for LoadPublisher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadPublisher")
+            .field("config", &self.config)
+            .field("workers", &self.by_worker.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_tps(v: Option<f32>) -> Result<(), ConfigError> {
+    match v {
+        Some(x) if !x.is_finite() || x < 0.0 => Err(ConfigError::Throughput),
+        _ => Ok(()),
+    }
+}
+
+impl LoadPublisher {
+    /// A publisher with every slot vacant, and a reader. The initial snapshot (publication
+    /// 0) is empty.
+    ///
+    /// # Errors
+    /// [`ConfigError::Capacity`], [`ConfigError::MaxAge`] or [`ConfigError::Buffers`].
+    pub fn new(config: LoadConfig) -> Result<(Self, LoadReader), ConfigError> {
+        if config.capacity == 0 || config.capacity > u32::MAX as usize {
+            return Err(ConfigError::Capacity);
+        }
+        if config.max_age == Nanos::ZERO {
+            return Err(ConfigError::MaxAge);
+        }
+        let (writer, reader) =
+            snapshot_cell(config.buffers, |_| LoadSnapshot::empty(config.capacity))
+                .map_err(|_| ConfigError::Buffers)?;
+        let n = config.capacity;
+        Ok((
+            Self {
+                config,
+                slots: vec![SlotState::default(); n],
+                by_worker: HashMap::new(),
+                engine_configs: HashMap::new(),
+                writer,
+                reservations: None,
+                stats: LoadStats::default(),
+                own: vec![Validity::Vacant; n],
+                order: Vec::with_capacity(n),
+                engine_of: vec![NO_ENGINE; n],
+                engines: Vec::new(),
+            },
+            LoadReader { inner: reader },
+        ))
+    }
+
+    /// Attaches the reservation table to reconcile at each publication (see
+    /// [`crate::reconcile`]).
+    ///
+    /// # Errors
+    /// [`ConfigError::TableTooSmall`] when the table has fewer slots than the publisher.
+    pub fn attach_reservations(&mut self, table: ReservationTable) -> Result<(), ConfigError> {
+        if table.capacity() < self.config.capacity {
+            return Err(ConfigError::TableTooSmall);
+        }
+        self.reservations = Some(table);
+        Ok(())
+    }
+
+    /// A new reader.
+    pub fn reader(&self) -> LoadReader {
+        LoadReader {
+            inner: self.writer.reader(),
+        }
+    }
+
+    /// The publisher's counters.
+    pub fn stats(&self) -> LoadStats {
+        self.stats
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> LoadConfig {
+        self.config
+    }
+
+    /// Sets (replaces) the deployment facts of engine `worker_id`; takes effect at the next
+    /// publication (and for caps, at the next vLLM-style update).
+    ///
+    /// # Errors
+    /// [`ConfigError::DpSize`], [`ConfigError::Cap`] or [`ConfigError::Throughput`].
+    pub fn configure_engine(
+        &mut self,
+        worker_id: u64,
+        cfg: EngineConfig,
+    ) -> Result<(), ConfigError> {
+        if cfg.dp_size == Some(0) {
+            return Err(ConfigError::DpSize);
+        }
+        if cfg.max_running_per_rank == Some(0) {
+            return Err(ConfigError::Cap);
+        }
+        check_tps(cfg.decode_tps)?;
+        check_tps(cfg.prefill_tps)?;
+        self.engine_configs.insert(worker_id, cfg);
+        Ok(())
+    }
+
+    /// Registers `worker` in `slot` for tenancy `generation` (as the registry assigned).
+    /// The slot starts `Missing`.
+    ///
+    /// # Errors
+    /// [`WorkerError::UnknownSlot`], [`WorkerError::Occupied`] or
+    /// [`WorkerError::AlreadyRegistered`].
+    pub fn add_worker(
+        &mut self,
+        slot: Slot,
+        worker: WorkerId,
+        generation: SlotGeneration,
+    ) -> Result<(), WorkerError> {
+        let st = self
+            .slots
+            .get_mut(slot.index())
+            .ok_or(WorkerError::UnknownSlot(slot))?;
+        if st.tenant.is_some() {
+            return Err(WorkerError::Occupied(slot));
+        }
+        if let Some(&s) = self.by_worker.get(&worker) {
+            return Err(WorkerError::AlreadyRegistered(worker, s));
+        }
+        *st = SlotState {
+            tenant: Some((worker, generation)),
+            ..SlotState::default()
+        };
+        self.by_worker.insert(worker, slot);
+        Ok(())
+    }
+
+    /// Unregisters `worker`; its slot is vacant from the next publication. Returns the slot
+    /// and its generation.
+    ///
+    /// # Errors
+    /// [`WorkerError::UnknownWorker`].
+    pub fn remove_worker(
+        &mut self,
+        worker: WorkerId,
+    ) -> Result<(Slot, SlotGeneration), WorkerError> {
+        let slot = self
+            .by_worker
+            .remove(&worker)
+            .ok_or(WorkerError::UnknownWorker(worker))?;
+        let st = &mut self.slots[slot.index()];
+        let generation = st.tenant.map_or(SlotGeneration(0), |t| t.1);
+        *st = SlotState::default();
+        Ok((slot, generation))
+    }
+
+    fn lookup(&mut self, worker: WorkerId) -> Result<Slot, UpdateError> {
+        self.by_worker.get(&worker).copied().ok_or_else(|| {
+            self.stats.rejected_unknown += 1;
+            UpdateError::UnknownWorker(worker)
+        })
+    }
+
+    fn reject(&mut self, slot: Slot, err: UpdateError) -> UpdateError {
+        if err.marks_invalid() {
+            self.stats.rejected_invalid += 1;
+            self.slots[slot.index()].invalid = true;
+        } else if matches!(err, UpdateError::Superseded(_)) {
+            self.stats.rejected_superseded += 1;
+        }
+        err
+    }
+
+    fn accept(
+        &mut self,
+        slot: Slot,
+        worker: WorkerId,
+        sample: LoadSample,
+        now: Nanos,
+        engine_ts: Option<f64>,
+    ) -> Result<(), UpdateError> {
+        let st = &self.slots[slot.index()];
+        let older_here = st.good.is_some_and(|g| g.observed_at > now);
+        let older_there = matches!((st.engine_ts, engine_ts), (Some(a), Some(b)) if b < a);
+        if older_here || older_there {
+            return Err(self.reject(slot, UpdateError::Superseded(worker)));
+        }
+        let st = &mut self.slots[slot.index()];
+        st.good = Some(Good {
+            sample,
+            observed_at: now,
+        });
+        st.invalid = false;
+        if engine_ts.is_some() {
+            st.engine_ts = engine_ts;
+        }
+        st.unreconciled = st
+            .unreconciled
+            .union(sample.reported().intersect(Fields::RESERVABLE));
+        self.stats.samples_applied += 1;
+        Ok(())
+    }
+
+    /// Applies one rank's exact figures observed at `now` (caller's clock).
+    ///
+    /// # Errors
+    /// [`UpdateError::UnknownWorker`]; a validation error of [`LoadSample::validate`] (the
+    /// slot becomes `Invalid`, its figures stay); [`UpdateError::Superseded`] when `now` is
+    /// older than the figures held. Every error is counted in [`LoadStats`].
+    pub fn apply_sample(
+        &mut self,
+        worker: WorkerId,
+        sample: LoadSample,
+        now: Nanos,
+    ) -> Result<(), UpdateError> {
+        let slot = self.lookup(worker)?;
+        if let Err(e) = sample.validate(worker) {
+            return Err(self.reject(slot, e));
+        }
+        self.accept(slot, worker, sample, now, None)
+    }
+
+    /// Applies a whole vLLM-style update observed at `now`. Each listed rank is validated and
+    /// applied on its own (a bad rank never blocks its siblings' good figures); the caps come
+    /// from [`EngineConfig::max_running_per_rank`].
+    ///
+    /// # Errors
+    /// The first rejection (every one is counted): [`UpdateError::EmptyUpdate`];
+    /// [`UpdateError::DuplicateRank`] (nothing applied, the rank marked invalid); per rank,
+    /// [`UpdateError::UnknownWorker`], a validation error such as
+    /// [`UpdateError::MissingCap`] (that rank marked invalid), or
+    /// [`UpdateError::Superseded`].
+    pub fn apply_vllm(&mut self, update: &VllmLoadUpdate, now: Nanos) -> Result<(), UpdateError> {
+        if update.ranks.is_empty() {
+            self.stats.rejected_unknown += 1;
+            return Err(UpdateError::EmptyUpdate {
+                worker_id: update.worker_id,
+            });
+        }
+        for (i, r) in update.ranks.iter().enumerate() {
+            if update.ranks[..i].iter().any(|p| p.dp_rank == r.dp_rank) {
+                let w = WorkerId::new(update.worker_id, r.dp_rank);
+                let err = UpdateError::DuplicateRank(w);
+                return Err(match self.by_worker.get(&w).copied() {
+                    Some(slot) => self.reject(slot, err),
+                    None => {
+                        self.stats.rejected_invalid += 1;
+                        err
+                    }
+                });
+            }
+        }
+        let cap = self
+            .engine_configs
+            .get(&update.worker_id)
+            .and_then(|c| c.max_running_per_rank);
+        let mut first_err = None;
+        for r in &update.ranks {
+            let w = WorkerId::new(update.worker_id, r.dp_rank);
+            let result = self
+                .lookup(w)
+                .and_then(|slot| match r.to_sample(update.worker_id, cap) {
+                    Ok(sample) => self.accept(slot, w, sample, now, None),
+                    Err(e) => Err(self.reject(slot, e)),
+                });
+            if let Err(e) = result {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Applies one rank's SGLang `/v1/loads` entry received at `now`. Reports older than the
+    /// last accepted one, by the engine's `timestamp` or by `now`, are dropped.
+    ///
+    /// # Errors
+    /// [`UpdateError::UnknownWorker`]; a validation error of [`SglangRankLoad::to_sample`]
+    /// (the slot becomes `Invalid`); [`UpdateError::Superseded`]. All counted.
+    pub fn apply_sglang(&mut self, update: &SglangRankLoad, now: Nanos) -> Result<(), UpdateError> {
+        let w = update.worker();
+        let slot = self.lookup(w)?;
+        match update.to_sample() {
+            Ok(sample) => self.accept(slot, w, sample, now, Some(update.timestamp)),
+            Err(e) => Err(self.reject(slot, e)),
+        }
+    }
+
+    /// Computes validity as of `now`, reconciles the reservations of fields reported since
+    /// the last publication, and publishes a new snapshot. Returns its publication number.
+    ///
+    /// # Errors
+    /// [`PublishError::AllBuffersPinned`] (counted): readers still hold every spare buffer;
+    /// nothing changed (no reconciliation either), retry at the next tick.
+    pub fn publish(&mut self, now: Nanos) -> Result<u64, PublishError> {
+        let Self {
+            config,
+            slots,
+            engine_configs,
+            writer,
+            reservations,
+            stats,
+            own,
+            order,
+            engine_of,
+            engines,
+            ..
+        } = self;
+        let mut staged = match writer.begin() {
+            Ok(s) => s,
+            Err(e) => {
+                stats.publish_pinned += 1;
+                return Err(e);
+            }
+        };
+        // 1. Each slot's own validity.
+        for (v, st) in own.iter_mut().zip(slots.iter()) {
+            *v = match (st.tenant, st.good) {
+                (None, _) => Validity::Vacant,
+                _ if st.invalid => Validity::Invalid,
+                (Some(_), None) => Validity::Missing,
+                (Some(_), Some(g)) if now.saturating_since(g.observed_at) > config.max_age => {
+                    Validity::Stale
+                }
+                _ => Validity::Fresh,
+            };
+        }
+        // 2. Engines: group ranks by worker_id (ascending), sum current ranks.
+        order.clear();
+        for (i, st) in slots.iter().enumerate() {
+            if let Some((w, _)) = st.tenant {
+                order.push((w.worker_id, i as u32));
+            }
+        }
+        order.sort_unstable();
+        engines.clear();
+        engine_of.iter_mut().for_each(|e| *e = NO_ENGINE);
+        for &(worker_id, i) in order.iter() {
+            if engines.last().is_none_or(|e| e.worker_id != worker_id) {
+                engines.push(EngineLoad {
+                    worker_id,
+                    dp_size: 0,
+                    ranks_registered: 0,
+                    ranks_current: 0,
+                    running: 0,
+                    waiting: 0,
+                    max_running: 0,
+                });
+            }
+            let e = engines.last_mut().expect("pushed above");
+            e.ranks_registered += 1;
+            if own[i as usize] == Validity::Fresh {
+                let s = slots[i as usize].good.expect("fresh has figures").sample;
+                e.ranks_current += 1;
+                e.running += u64::from(s.running);
+                e.waiting += u64::from(s.waiting);
+                e.max_running += u64::from(s.max_running);
+            }
+            engine_of[i as usize] = (engines.len() - 1) as u32;
+        }
+        for e in engines.iter_mut() {
+            e.dp_size = engine_configs
+                .get(&e.worker_id)
+                .and_then(|c| c.dp_size)
+                .unwrap_or(e.ranks_registered);
+        }
+        // 3. Reconcile reservations before the new figures become visible.
+        if let Some(table) = reservations.as_ref() {
+            for (i, st) in slots.iter_mut().enumerate() {
+                if let (Some((_, generation)), false) = (st.tenant, st.unreconciled.is_empty()) {
+                    table.reconcile(Slot(i as u32), generation, st.unreconciled);
+                }
+                st.unreconciled = Fields::NONE;
+            }
+        } else {
+            slots
+                .iter_mut()
+                .for_each(|st| st.unreconciled = Fields::NONE);
+        }
+        stats.publications += 1;
+        let stats_now = *stats;
+        // Publications only happen here, so this equals the cell's publication count.
+        let seq = stats_now.publications;
+        staged.fill(|snap| {
+            snap.seq = seq;
+            snap.published_at = now;
+            snap.stats = stats_now;
+            snap.engines.clear();
+            snap.engines.extend_from_slice(engines);
+            for (i, st) in slots.iter().enumerate() {
+                write_slot(snap, i, st, own[i], engine_of[i], engines, engine_configs);
+            }
+        });
+        Ok(staged.publish())
+    }
+}
+
+fn write_slot(
+    snap: &mut LoadSnapshot,
+    i: usize,
+    st: &SlotState,
+    own: Validity,
+    engine: u32,
+    engines: &[EngineLoad],
+    configs: &HashMap<u64, EngineConfig>,
+) {
+    let Some((worker, generation)) = st.tenant else {
+        snap.running[i] = 0;
+        snap.waiting[i] = 0;
+        snap.max_running[i] = 0;
+        snap.waiting_prefill_tokens[i] = 0;
+        snap.active_decode_tokens[i] = 0;
+        snap.kv_usage[i] = 0.0;
+        snap.utilization[i] = 0.0;
+        snap.decode_tps[i] = 0.0;
+        snap.prefill_tps[i] = 0.0;
+        snap.engine_occupancy[i] = 0.0;
+        snap.validity[i] = Validity::Vacant;
+        snap.reported[i] = Fields::NONE;
+        snap.observed_at[i] = Nanos::ZERO;
+        snap.generation[i] = 0;
+        snap.worker[i] = None;
+        snap.engine_index[i] = NO_ENGINE;
+        return;
+    };
+    let e = &engines[engine as usize];
+    let cfg = configs.get(&worker.worker_id).copied().unwrap_or_default();
+    let sample = st.good.map(|g| g.sample);
+    let s = sample.unwrap_or(LoadSample::idle(0));
+    let mut reported = sample.map_or(Fields::NONE, |s| s.reported());
+    let decode = s.decode_tps.or(cfg.decode_tps);
+    let prefill = s.prefill_tps.or(cfg.prefill_tps);
+    if decode.is_some() {
+        reported = reported | Fields::DECODE_TPS;
+    }
+    if prefill.is_some() {
+        reported = reported | Fields::PREFILL_TPS;
+    }
+    snap.running[i] = s.running;
+    snap.waiting[i] = s.waiting;
+    snap.max_running[i] = s.max_running;
+    snap.waiting_prefill_tokens[i] = s.waiting_prefill_tokens.unwrap_or(0);
+    snap.active_decode_tokens[i] = s.active_decode_tokens.unwrap_or(0);
+    snap.kv_usage[i] = s.kv_usage;
+    snap.utilization[i] = s.utilization.unwrap_or(0.0);
+    snap.decode_tps[i] = decode.unwrap_or(0.0);
+    snap.prefill_tps[i] = prefill.unwrap_or(0.0);
+    snap.engine_occupancy[i] = e.occupancy().unwrap_or(0.0);
+    snap.validity[i] = if own == Validity::Fresh && !e.is_complete() {
+        Validity::Partial
+    } else {
+        own
+    };
+    snap.reported[i] = reported;
+    snap.observed_at[i] = st.good.map_or(Nanos::ZERO, |g| g.observed_at);
+    snap.generation[i] = generation.0;
+    snap.worker[i] = Some(worker);
+    snap.engine_index[i] = engine;
+}

@@ -1,0 +1,184 @@
+//! The RAII reservation guard.
+//!
+//! A [`Reservation`] holds, per field (requests, prefill tokens, decode tokens), at most one
+//! [`Entry`]: what it added and where. Every way of ending it (drop on completion, cancel,
+//! client disconnect or panic unwinding; [`Reservation::commit`]; [`Reservation::release`])
+//! goes through one routine that `take`s each entry before returning it, so each entry is
+//! returned at most once; an entry whose bucket was already dropped (swept, reconciled,
+//! worker removed) is returned as a no-op. A leaked guard (`mem::forget`) is dropped by the
+//! TTL sweeper.
+//!
+//! # Orderings
+//! The guard performs no atomic operation of its own; it calls the field operations of
+//! `field.rs` (all `Relaxed`, exact by per-word modification order) and holds an `Arc` of
+//! the table.
+
+use core::fmt;
+
+use kvroute_index::{Slot, SlotGeneration};
+use kvroute_sync::Arc;
+
+use super::field::Entry;
+use super::table::{DECODE, Inner, PREFILL, REQUESTS, Reserved, Work};
+use crate::time::Nanos;
+
+/// A request's reservation on one worker slot; releases what it still holds when dropped.
+///
+/// `Send` and `Sync`: it may travel with the request across threads and `await`s.
+#[must_use = "dropping a reservation releases it at once"]
+pub struct Reservation {
+    table: Arc<Inner>,
+    slot: Slot,
+    generation: SlotGeneration,
+    reserved_at: Nanos,
+    work: Work,
+    prior: Reserved,
+    entries: [Option<Entry>; 3],
+    decoding: bool,
+}
+
+impl Reservation {
+    pub(crate) fn new(
+        table: Arc<Inner>,
+        slot: Slot,
+        generation: SlotGeneration,
+        reserved_at: Nanos,
+        work: Work,
+        prior: Reserved,
+        entries: [Option<Entry>; 3],
+    ) -> Self {
+        Self {
+            table,
+            slot,
+            generation,
+            reserved_at,
+            work,
+            prior,
+            entries,
+            decoding: false,
+        }
+    }
+
+    /// The reserved slot.
+    pub fn slot(&self) -> Slot {
+        self.slot
+    }
+
+    /// The tenancy it was reserved under.
+    pub fn generation(&self) -> SlotGeneration {
+        self.generation
+    }
+
+    /// When it was made (the caller's clock, as passed to `reserve`).
+    pub fn reserved_at(&self) -> Nanos {
+        self.reserved_at
+    }
+
+    /// The work it was made for.
+    pub fn work(&self) -> Work {
+        self.work
+    }
+
+    /// What was reserved on the slot just before this reservation (requests and tokens).
+    /// The young age cohort's part is exact (the value this reservation's compare-and-swap
+    /// replaced); the older cohort's part was read just before. A decision that read
+    /// `r` reserved requests and gets `prior().requests > r` knows another decision reserved
+    /// the same slot in between.
+    pub fn prior(&self) -> Reserved {
+        self.prior
+    }
+
+    /// Whether [`first_token`](Self::first_token) was called.
+    pub fn is_decoding(&self) -> bool {
+        self.decoding
+    }
+
+    /// The amounts this guard has not yet returned. Some may already have been dropped from
+    /// the table by the sweeper, reconciliation or worker removal; returning those is a
+    /// no-op.
+    pub fn held(&self) -> Reserved {
+        let a = |f: usize| self.entries[f].map_or(0, |e| u64::from(e.amount));
+        Reserved {
+            requests: a(REQUESTS),
+            prefill_tokens: a(PREFILL),
+            decode_tokens: a(DECODE),
+        }
+    }
+
+    /// The request produced its first token: its prefill is done. The prefill tokens still
+    /// held move to the decode counter (they are now context that decode attends over), in
+    /// the decode entry's own bucket, saturating at `u32::MAX` (the amount actually moved is
+    /// what is later returned). If telemetry has already absorbed the decode part
+    /// (reconciled) or the worker was removed, the prefill part is released and nothing is
+    /// added. Returns whether a live prefill part was released; later calls do nothing.
+    pub fn first_token(&mut self) -> bool {
+        if self.decoding {
+            return false;
+        }
+        self.decoding = true;
+        let Some(pre) = self.entries[PREFILL].take() else {
+            return false;
+        };
+        let cell = self.table.slot_cell(self.slot);
+        if !self.table.count_return(cell.fields[PREFILL].sub(pre)) {
+            return false;
+        }
+        if pre.amount > 0 {
+            if let Some(dec) = self.entries[DECODE].as_mut() {
+                if cell.fields[DECODE].grow(dec, pre.amount).is_none() {
+                    self.entries[DECODE] = None;
+                }
+            }
+        }
+        true
+    }
+
+    /// Hands the request over to the engine's telemetry: the caller knows the engine's own
+    /// figures now count it (for example, a response that reports the request queued). The
+    /// amounts still live in the table are released at once, exactly once. Returns them.
+    pub fn commit(mut self) -> Reserved {
+        self.return_all()
+    }
+
+    /// Releases now (as drop does) and returns the amounts that were still live.
+    pub fn release(mut self) -> Reserved {
+        self.return_all()
+    }
+
+    fn return_all(&mut self) -> Reserved {
+        let cell = self.table.slot_cell(self.slot);
+        let mut live = Reserved::default();
+        for f in [REQUESTS, PREFILL, DECODE] {
+            let Some(e) = self.entries[f].take() else {
+                continue;
+            };
+            if self.table.count_return(cell.fields[f].sub(e)) {
+                let amount = u64::from(e.amount);
+                match f {
+                    REQUESTS => live.requests += amount,
+                    PREFILL => live.prefill_tokens += amount,
+                    _ => live.decode_tokens += amount,
+                }
+            }
+        }
+        live
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.return_all();
+    }
+}
+
+impl fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("slot", &self.slot)
+            .field("generation", &self.generation)
+            .field("reserved_at", &self.reserved_at)
+            .field("held", &self.held())
+            .field("decoding", &self.decoding)
+            .finish()
+    }
+}

@@ -1,0 +1,36 @@
+//! Decision-time reservations.
+//!
+//! When a decision picks a worker slot it immediately adds the request's work (one
+//! request, its uncached prefill tokens, its expected decode tokens) to the slot's counters,
+//! so a concurrent decision sees it, and gets a [`Reservation`] guard back.
+//!
+//! Lifecycle of a guard:
+//! * [`ReservationTable::reserve`] (or [`ReservationTable::reserve_at_most`]) adds the work
+//!   and reports in [`Reservation::prior`] what was already reserved on the slot, so a
+//!   decision can detect that a sibling reserved the same slot since it read the counters.
+//! * [`Reservation::first_token`] moves the prefill tokens to decode.
+//! * [`Reservation::commit`] hands the request over to the engine's telemetry.
+//! * Drop (completion, cancellation, disconnect, panic) releases what is still held.
+//!
+//! Everything a guard added is returned exactly once: by the guard, or in bulk by the TTL
+//! sweeper ([`ReservationTable::sweep`]), by reconciliation with telemetry
+//! ([`ReservationTable::reconcile`], see [`crate::reconcile`]) or by worker removal
+//! ([`ReservationTable::remove_worker`]), after which the guard's own return is a no-op.
+//!
+//! Counters never wrap and never go below zero: they are unsigned 32-bit values per age
+//! cohort, additions are checked (refused past `u32::MAX`), and a guard subtracts only
+//! what it added, only from a bucket that still holds it (tagged buckets, `field.rs`).
+//! Unsigned counters with exact take-back make "never negative" a structural property
+//! rather than a clamp; the clamp that exists is counted and stays 0 in practice.
+//!
+//! Modules: `field` (one counter: two tagged buckets), `table` (slots, tenancy protocol,
+//! control-path operations), `guard` (the RAII guard). Each has its `# Orderings` section.
+
+mod field;
+mod guard;
+mod table;
+
+pub use guard::Reservation;
+pub use table::{
+    ReservationStats, ReservationTable, ReserveError, Reserved, SweepReport, TableError, Work,
+};

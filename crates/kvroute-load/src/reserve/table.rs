@@ -1,0 +1,658 @@
+//! The per-slot reservation counters and their control-path operations.
+//!
+//! Each slot has one cache line: its tenancy (the [`SlotGeneration`] of the worker in it,
+//! 0 when vacant) and three [`FieldCell`]s (requests, prefill tokens, decode tokens).
+//! Decisions call [`ReservationTable::reserve`] and read [`ReservationTable::reserved`];
+//! they never take a lock. Adding and removing workers, reconciliation and sweeping are
+//! control-path operations serialised by one admin mutex.
+//!
+//! # Tenancy protocol (why a stale reservation never reaches a new tenant)
+//! * `remove_worker` swaps the tenancy to vacant, then clears every field (re-tagging both
+//!   buckets). `add_worker` stores the new generation (the fields are already clear).
+//! * `reserve(slot, generation, ..)` checks the tenancy, adds to the three fields, then
+//!   re-validates with `compare_exchange(generation, generation)` on the tenancy. If that
+//!   fails, it takes its additions back (only from buckets still carrying its tags) and
+//!   returns [`ReserveError::StaleSlot`]; no guard is created.
+//! * A guard only ever subtracts from buckets carrying the tags it added under, and tags
+//!   are never reused within 2^32 re-taggings, so a guard of an old tenancy finds its
+//!   buckets re-tagged by the removal and does nothing.
+//!
+//! So a successful reservation's additions precede the removal's clearing in each word's
+//! modification order (see Orderings) and are dropped by it; a failed one takes back
+//! exactly what it added. A new tenant can transiently see the additions of a reserve
+//! that raced with the removal and has not yet re-validated (at most one request per racing
+//! decision, taken back by that decision).
+//!
+//! # Orderings
+//! * Re-validation is an RMW with `AcqRel`; removal's `swap(VACANT, AcqRel)` is an RMW on the
+//!   same word. If the re-validation comes first in the tenancy's modification order, the
+//!   removal's swap reads its value (or a later RMW's, continuing the release sequence), so
+//!   the reserve's field additions happen-before the removal's clearing swaps, which then
+//!   come later in each field word's modification order and drop them. If the removal comes
+//!   first, the re-validation reads vacant (or a newer generation) and fails.
+//! * `add_worker` stores the generation with `Release` under the admin lock; the reserve
+//!   path's first check is an `Acquire` load (only an early exit; correctness rests on the
+//!   re-validation).
+//! * Field words are `Relaxed` (see `field.rs`); reads of totals are `Relaxed`: a decision
+//!   orders them after loading the load snapshot (an `Acquire`), which is what the
+//!   reconciliation rule needs (`reconcile.rs`).
+//! * Statistics counters are `Relaxed`: they are independent monotonic tallies.
+
+use core::fmt;
+
+use kvroute_index::{Slot, SlotGeneration};
+use kvroute_sync::atomic::{AtomicU64, Ordering};
+use kvroute_sync::{Arc, Mutex};
+
+use super::field::{AddRefused, Entry, FieldCell, Returned};
+use super::guard::Reservation;
+use crate::lanes::Fields;
+use crate::time::Nanos;
+
+pub(crate) const REQUESTS: usize = 0;
+pub(crate) const PREFILL: usize = 1;
+pub(crate) const DECODE: usize = 2;
+const FIELD_NAMES: [&str; 3] = ["requests", "prefill_tokens", "decode_tokens"];
+const FIELD_BITS: [Fields; 3] = [
+    Fields::REQUESTS,
+    Fields::PREFILL_TOKENS,
+    Fields::DECODE_TOKENS,
+];
+const VACANT: u64 = 0;
+
+/// The work a request adds to a worker while it is reserved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Prompt tokens the worker must prefill (not in its cache) (tokens).
+    pub prefill_tokens: u32,
+    /// Decode work expected: output tokens, plus the prompt once prefilled (tokens).
+    pub decode_tokens: u32,
+}
+
+/// Reserved amounts on a slot (or held by a guard): requests and tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reserved {
+    /// Requests.
+    pub requests: u64,
+    /// Prefill tokens (tokens).
+    pub prefill_tokens: u64,
+    /// Decode tokens (tokens).
+    pub decode_tokens: u64,
+}
+
+impl Reserved {
+    fn add_field(&mut self, field: usize, amount: u64) {
+        match field {
+            REQUESTS => self.requests += amount,
+            PREFILL => self.prefill_tokens += amount,
+            _ => self.decode_tokens += amount,
+        }
+    }
+
+    /// Whether every amount is zero.
+    pub fn is_zero(&self) -> bool {
+        *self == Reserved::default()
+    }
+}
+
+/// Why a reservation was not made (nothing is held after any of these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReserveError {
+    /// The slot is beyond the table's capacity.
+    UnknownSlot(Slot),
+    /// The slot is vacant or holds another tenancy than `generation` (the worker was removed
+    /// or replaced since the decision read the snapshot).
+    StaleSlot {
+        /// The slot.
+        slot: Slot,
+        /// The generation the caller expected.
+        generation: SlotGeneration,
+    },
+    /// A counter would pass `u32::MAX` (requests or tokens in one bucket).
+    Saturated {
+        /// The slot.
+        slot: Slot,
+        /// The counter.
+        field: &'static str,
+    },
+    /// [`ReservationTable::reserve_at_most`]: the slot already held more reserved requests
+    /// than allowed; another decision got there first.
+    Contended {
+        /// The slot.
+        slot: Slot,
+        /// Reserved requests found on the slot.
+        prior_requests: u64,
+    },
+}
+
+impl fmt::Display for ReserveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownSlot(s) => write!(f, "slot {} is out of range", s.0),
+            Self::StaleSlot { slot, generation } => write!(
+                f,
+                "slot {} no longer holds generation {}",
+                slot.0, generation.0
+            ),
+            Self::Saturated { slot, field } => {
+                write!(f, "slot {}: reserved {field} would overflow", slot.0)
+            }
+            Self::Contended {
+                slot,
+                prior_requests,
+            } => write!(
+                f,
+                "slot {} already has {prior_requests} reserved requests",
+                slot.0
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReserveError {}
+
+/// Errors of the table's control-path operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableError {
+    /// The slot is beyond the table's capacity.
+    UnknownSlot(Slot),
+    /// `add_worker` on a slot that is not vacant.
+    Occupied(Slot),
+    /// The slot does not hold this generation.
+    NotTenant {
+        /// The slot.
+        slot: Slot,
+        /// The generation given.
+        generation: SlotGeneration,
+    },
+    /// Generation 0 is reserved for "vacant"; the registry never hands it out.
+    ZeroGeneration,
+    /// A capacity of 0 or above `u32::MAX`, or a TTL of zero.
+    BadConfig(&'static str),
+}
+
+impl fmt::Display for TableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownSlot(s) => write!(f, "slot {} is out of range", s.0),
+            Self::Occupied(s) => write!(f, "slot {} is occupied", s.0),
+            Self::NotTenant { slot, generation } => {
+                write!(
+                    f,
+                    "slot {} does not hold generation {}",
+                    slot.0, generation.0
+                )
+            }
+            Self::ZeroGeneration => write!(f, "generation 0 means vacant"),
+            Self::BadConfig(why) => write!(f, "bad reservation table config: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for TableError {}
+
+/// Monotonic counters of the table (since construction).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReservationStats {
+    /// Reserves refused as stale (wrong or vacant tenancy).
+    pub rejected_stale: u64,
+    /// Reserves refused because a counter would overflow.
+    pub rejected_saturated: u64,
+    /// `reserve_at_most` refusals (another decision reserved first).
+    pub rejected_contended: u64,
+    /// Amounts dropped by the TTL sweeper.
+    pub swept: Reserved,
+    /// Amounts dropped by reconciliation with telemetry.
+    pub reconciled: Reserved,
+    /// Amounts dropped because their worker was removed.
+    pub removed: Reserved,
+    /// Subtractions clamped at zero (0 unless a tag wrapped; see `field.rs`).
+    pub underflow_clamped: u64,
+}
+
+/// What one [`ReservationTable::sweep`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Slots aged.
+    pub slots_aged: u32,
+    /// Amounts dropped.
+    pub released: Reserved,
+}
+
+struct AtomicReserved([AtomicU64; 3]);
+
+impl AtomicReserved {
+    fn new() -> Self {
+        Self([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)])
+    }
+
+    fn add(&self, r: &Reserved) {
+        for (i, v) in [r.requests, r.prefill_tokens, r.decode_tokens]
+            .into_iter()
+            .enumerate()
+        {
+            if v != 0 {
+                self.0[i].fetch_add(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn get(&self) -> Reserved {
+        Reserved {
+            requests: self.0[REQUESTS].load(Ordering::Relaxed),
+            prefill_tokens: self.0[PREFILL].load(Ordering::Relaxed),
+            decode_tokens: self.0[DECODE].load(Ordering::Relaxed),
+        }
+    }
+}
+
+struct Stats {
+    rejected_stale: AtomicU64,
+    rejected_saturated: AtomicU64,
+    rejected_contended: AtomicU64,
+    swept: AtomicReserved,
+    reconciled: AtomicReserved,
+    removed: AtomicReserved,
+    underflow_clamped: AtomicU64,
+}
+
+impl Stats {
+    fn new() -> Self {
+        Self {
+            rejected_stale: AtomicU64::new(0),
+            rejected_saturated: AtomicU64::new(0),
+            rejected_contended: AtomicU64::new(0),
+            swept: AtomicReserved::new(),
+            reconciled: AtomicReserved::new(),
+            removed: AtomicReserved::new(),
+            underflow_clamped: AtomicU64::new(0),
+        }
+    }
+}
+
+/// One slot: tenancy and three fields, on its own cache line.
+#[repr(align(64))]
+pub(crate) struct SlotCell {
+    tenancy: AtomicU64,
+    pub(crate) fields: [FieldCell; 3],
+}
+
+impl SlotCell {
+    fn totals(&self) -> Reserved {
+        Reserved {
+            requests: self.fields[REQUESTS].total(),
+            prefill_tokens: self.fields[PREFILL].total(),
+            decode_tokens: self.fields[DECODE].total(),
+        }
+    }
+
+    fn clear(&self, which: Fields) -> Reserved {
+        let mut r = Reserved::default();
+        for (f, bit) in FIELD_BITS.iter().enumerate() {
+            if which.contains(*bit) {
+                r.add_field(f, self.fields[f].clear());
+            }
+        }
+        r
+    }
+}
+
+struct Admin {
+    /// Per slot: when it was last aged by the sweeper (caller's clock).
+    last_aged: Vec<Nanos>,
+}
+
+/// The shared state behind a [`ReservationTable`] handle (guards hold it too).
+pub(crate) struct Inner {
+    slots: Box<[SlotCell]>,
+    ttl: Nanos,
+    admin: Mutex<Admin>,
+    stats: Stats,
+}
+
+impl Inner {
+    pub(crate) fn slot_cell(&self, slot: Slot) -> &SlotCell {
+        &self.slots[slot.index()]
+    }
+
+    /// Tallies a returned entry; `true` when it was live.
+    pub(crate) fn count_return(&self, r: Returned) -> bool {
+        match r {
+            Returned::Released => true,
+            Returned::Dead => false,
+            Returned::Clamped => {
+                self.stats.underflow_clamped.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+        }
+    }
+
+    /// Takes back the entries of a reservation that is being refused.
+    fn take_back(&self, cell: &SlotCell, entries: &[Option<Entry>; 3]) {
+        for (f, e) in entries.iter().enumerate() {
+            if let Some(e) = e {
+                self.count_return(cell.fields[f].sub(*e));
+            }
+        }
+    }
+}
+
+/// Per-slot reservation counters; see the [module docs](crate::reserve). A cheap handle:
+/// clones share one table (one `Arc`), and every method takes `&self`.
+#[derive(Clone)]
+pub struct ReservationTable {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for ReservationTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReservationTable")
+            .field("capacity", &self.inner.slots.len())
+            .field("ttl", &self.inner.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReservationTable {
+    /// Default time after which the sweeper starts dropping a reservation (60 s).
+    pub const DEFAULT_TTL: Nanos = Nanos::from_secs(60);
+
+    /// A table of `capacity` slots (the registry's capacity). The sweeper drops a
+    /// reservation no earlier than `ttl` after it was made, and no later than about
+    /// `2 × ttl` plus one sweep period.
+    ///
+    /// # Errors
+    /// [`TableError::BadConfig`] for a capacity of 0 or above `u32::MAX`, or a zero TTL.
+    pub fn new(capacity: usize, ttl: Nanos) -> Result<Self, TableError> {
+        if capacity == 0 || capacity > u32::MAX as usize {
+            return Err(TableError::BadConfig("capacity must be 1..=u32::MAX"));
+        }
+        if ttl == Nanos::ZERO {
+            return Err(TableError::BadConfig("ttl must be positive"));
+        }
+        let slots = (0..capacity)
+            .map(|_| SlotCell {
+                tenancy: AtomicU64::new(VACANT),
+                fields: [FieldCell::new(), FieldCell::new(), FieldCell::new()],
+            })
+            .collect();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                slots,
+                ttl,
+                admin: Mutex::new(Admin {
+                    last_aged: vec![Nanos::ZERO; capacity],
+                }),
+                stats: Stats::new(),
+            }),
+        })
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.inner.slots.len()
+    }
+
+    /// The sweeper's TTL.
+    pub fn ttl(&self) -> Nanos {
+        self.inner.ttl
+    }
+
+    fn lock(&self) -> kvroute_sync::MutexGuard<'_, Admin> {
+        // Every admin step leaves the table consistent, so a poisoned lock is usable.
+        self.inner.admin.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn cell(&self, slot: Slot) -> Option<&SlotCell> {
+        self.inner.slots.get(slot.index())
+    }
+
+    /// The generation of the worker in `slot`, or `None` when vacant or out of range.
+    pub fn tenancy(&self, slot: Slot) -> Option<SlotGeneration> {
+        let g = self.cell(slot)?.tenancy.load(Ordering::Acquire);
+        (g != VACANT).then_some(SlotGeneration(g))
+    }
+
+    /// Starts a tenancy: the slot's counters are zero from here on. `now` starts the
+    /// sweeper's clock for the slot.
+    ///
+    /// # Errors
+    /// [`TableError::UnknownSlot`], [`TableError::ZeroGeneration`], or
+    /// [`TableError::Occupied`] when the slot has a tenant (remove it first).
+    pub fn add_worker(
+        &self,
+        slot: Slot,
+        generation: SlotGeneration,
+        now: Nanos,
+    ) -> Result<(), TableError> {
+        let cell = self.cell(slot).ok_or(TableError::UnknownSlot(slot))?;
+        if generation.0 == VACANT {
+            return Err(TableError::ZeroGeneration);
+        }
+        let mut admin = self.lock();
+        if cell.tenancy.load(Ordering::Relaxed) != VACANT {
+            return Err(TableError::Occupied(slot));
+        }
+        // The fields were cleared by the removal. A reserve that raced with it and has not
+        // re-validated yet may still have its additions here; it takes them back itself
+        // (module docs), so they are not cleared again.
+        admin.last_aged[slot.index()] = now;
+        cell.tenancy.store(generation.0, Ordering::Release);
+        Ok(())
+    }
+
+    /// Ends a tenancy: every reservation on the slot is released at once (and counted in
+    /// [`ReservationStats::removed`]); guards still out become no-ops. Returns the amounts
+    /// released.
+    ///
+    /// # Errors
+    /// [`TableError::UnknownSlot`], or [`TableError::NotTenant`] when the slot does not hold
+    /// `generation`.
+    pub fn remove_worker(
+        &self,
+        slot: Slot,
+        generation: SlotGeneration,
+    ) -> Result<Reserved, TableError> {
+        let cell = self.cell(slot).ok_or(TableError::UnknownSlot(slot))?;
+        let _admin = self.lock();
+        if generation.0 == VACANT || cell.tenancy.load(Ordering::Relaxed) != generation.0 {
+            return Err(TableError::NotTenant { slot, generation });
+        }
+        cell.tenancy.swap(VACANT, Ordering::AcqRel);
+        let released = cell.clear(Fields::RESERVABLE);
+        self.inner.stats.removed.add(&released);
+        Ok(released)
+    }
+
+    /// Reconciliation with telemetry: drops every reservation of the `fields` (requests,
+    /// prefill tokens, decode tokens; other bits are ignored) on `slot`, because a telemetry
+    /// report observed after they were made now counts them. Called by the load publisher
+    /// just before it publishes that report (see `reconcile.rs` for the rule). A no-op when
+    /// the slot does not hold `generation`. Returns the amounts dropped.
+    pub fn reconcile(&self, slot: Slot, generation: SlotGeneration, fields: Fields) -> Reserved {
+        let Some(cell) = self.cell(slot) else {
+            return Reserved::default();
+        };
+        let _admin = self.lock();
+        if generation.0 == VACANT || cell.tenancy.load(Ordering::Relaxed) != generation.0 {
+            return Reserved::default();
+        }
+        let dropped = cell.clear(fields);
+        self.inner.stats.reconciled.add(&dropped);
+        dropped
+    }
+
+    /// The TTL sweeper: ages every occupied slot that was last aged at least `ttl` ago.
+    /// A reservation survives one ageing and is dropped (and counted in
+    /// [`ReservationStats::swept`]) by the next, so it lives at least `ttl`; call this at
+    /// least every `ttl` to bound its life by about `2 × ttl`.
+    pub fn sweep(&self, now: Nanos) -> SweepReport {
+        let mut admin = self.lock();
+        let mut report = SweepReport::default();
+        for (i, cell) in self.inner.slots.iter().enumerate() {
+            if cell.tenancy.load(Ordering::Relaxed) == VACANT
+                || now.saturating_since(admin.last_aged[i]) < self.inner.ttl
+            {
+                continue;
+            }
+            for f in 0..3 {
+                report
+                    .released
+                    .add_field(f, u64::from(cell.fields[f].age()));
+            }
+            admin.last_aged[i] = now;
+            report.slots_aged += 1;
+        }
+        self.inner.stats.swept.add(&report.released);
+        report
+    }
+
+    /// Reserved totals on `slot` (zero for an out-of-range slot). Each field is read on its
+    /// own; the three are not one atomic snapshot.
+    pub fn reserved(&self, slot: Slot) -> Reserved {
+        self.cell(slot).map(SlotCell::totals).unwrap_or_default()
+    }
+
+    /// Reserved totals on `slot` if it holds `generation`, else `None` (so figures of one
+    /// tenancy are never mixed with a snapshot of another).
+    pub fn reserved_for(&self, slot: Slot, generation: SlotGeneration) -> Option<Reserved> {
+        let cell = self.cell(slot)?;
+        (cell.tenancy.load(Ordering::Acquire) == generation.0 && generation.0 != VACANT)
+            .then(|| cell.totals())
+    }
+
+    /// The table's counters.
+    pub fn stats(&self) -> ReservationStats {
+        let s = &self.inner.stats;
+        ReservationStats {
+            rejected_stale: s.rejected_stale.load(Ordering::Relaxed),
+            rejected_saturated: s.rejected_saturated.load(Ordering::Relaxed),
+            rejected_contended: s.rejected_contended.load(Ordering::Relaxed),
+            swept: s.swept.get(),
+            reconciled: s.reconciled.get(),
+            removed: s.removed.get(),
+            underflow_clamped: s.underflow_clamped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Reserves `work` plus one request on `slot` for the tenancy `generation` and returns
+    /// the guard. `now` (caller's clock) is recorded in the guard.
+    ///
+    /// [`Reservation::prior`] tells the caller what was already reserved on the slot just
+    /// before: if it differs from what the decision read, another decision reserved the same
+    /// slot in between (use it to re-decide, or use [`reserve_at_most`](Self::reserve_at_most)).
+    ///
+    /// Cost: three compare-and-swaps on the slot's cache line plus one on its tenancy; no
+    /// lock; retries only when another thread changed the same word at the same instant.
+    ///
+    /// # Errors
+    /// [`ReserveError::UnknownSlot`], [`ReserveError::StaleSlot`] (also counted), or
+    /// [`ReserveError::Saturated`] (counted).
+    pub fn reserve(
+        &self,
+        slot: Slot,
+        generation: SlotGeneration,
+        work: Work,
+        now: Nanos,
+    ) -> Result<Reservation, ReserveError> {
+        self.reserve_inner(slot, generation, work, now, None)
+    }
+
+    /// Like [`reserve`](Self::reserve), but reserves only if the slot holds at most
+    /// `max_prior_requests` reserved requests at the moment of reserving (compare-and-swap
+    /// on the requests counter). Two decisions that both read a slot as idle and call this
+    /// with 0 cannot both win (for reservations in the same age cohort).
+    ///
+    /// # Errors
+    /// As [`reserve`](Self::reserve), plus [`ReserveError::Contended`] (counted).
+    pub fn reserve_at_most(
+        &self,
+        slot: Slot,
+        generation: SlotGeneration,
+        work: Work,
+        now: Nanos,
+        max_prior_requests: u64,
+    ) -> Result<Reservation, ReserveError> {
+        self.reserve_inner(slot, generation, work, now, Some(max_prior_requests))
+    }
+
+    fn reserve_inner(
+        &self,
+        slot: Slot,
+        generation: SlotGeneration,
+        work: Work,
+        now: Nanos,
+        limit: Option<u64>,
+    ) -> Result<Reservation, ReserveError> {
+        let cell = self.cell(slot).ok_or(ReserveError::UnknownSlot(slot))?;
+        let stale = || {
+            self.inner
+                .stats
+                .rejected_stale
+                .fetch_add(1, Ordering::Relaxed);
+            ReserveError::StaleSlot { slot, generation }
+        };
+        if generation.0 == VACANT || cell.tenancy.load(Ordering::Acquire) != generation.0 {
+            return Err(stale());
+        }
+        let amounts = [1, work.prefill_tokens, work.decode_tokens];
+        let mut entries: [Option<Entry>; 3] = [None; 3];
+        let mut prior = Reserved::default();
+        for f in 0..3 {
+            let lim = if f == REQUESTS { limit } else { None };
+            match cell.fields[f].add(amounts[f], lim) {
+                Ok((entry, p)) => {
+                    entries[f] = Some(entry);
+                    prior.add_field(f, p);
+                }
+                Err(refused) => {
+                    self.inner.take_back(cell, &entries);
+                    return Err(match refused {
+                        AddRefused::Saturated => {
+                            self.inner
+                                .stats
+                                .rejected_saturated
+                                .fetch_add(1, Ordering::Relaxed);
+                            ReserveError::Saturated {
+                                slot,
+                                field: FIELD_NAMES[f],
+                            }
+                        }
+                        AddRefused::OverLimit { prior } => {
+                            self.inner
+                                .stats
+                                .rejected_contended
+                                .fetch_add(1, Ordering::Relaxed);
+                            ReserveError::Contended {
+                                slot,
+                                prior_requests: prior,
+                            }
+                        }
+                    });
+                }
+            }
+        }
+        if cell
+            .tenancy
+            .compare_exchange(
+                generation.0,
+                generation.0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            self.inner.take_back(cell, &entries);
+            return Err(stale());
+        }
+        Ok(Reservation::new(
+            self.inner.clone(),
+            slot,
+            generation,
+            now,
+            work,
+            prior,
+            entries,
+        ))
+    }
+}

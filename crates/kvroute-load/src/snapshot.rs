@@ -1,0 +1,320 @@
+//! The published load snapshot: one immutable structure of arrays per publication.
+//!
+//! Every lane has one element per slot (`0..len()`), padded with zeros to
+//! [`lane_len()`](LoadSnapshot::lane_len) (a multiple of [`LANE_PAD`](crate::LANE_PAD)) so a
+//! SIMD pass runs over whole vectors. All lanes of one snapshot come from the same
+//! publication: a reader that loaded it sees no figure from any other.
+//!
+//! Lanes of a slot whose validity is not current ([`Validity::is_current`]) keep its last
+//! good figures (or zeros if there are none); consumers decide by validity what to do.
+
+use kvroute_index::{Slot, SlotGeneration, WorkerId};
+
+use crate::lanes::{Fields, Validity, padded_len};
+use crate::time::Nanos;
+
+/// Marks a slot with no engine in the [`LoadSnapshot::engine_index`] lane.
+pub const NO_ENGINE: u32 = u32::MAX;
+
+/// The figures of one engine (all DP ranks sharing a `worker_id`), summed over its ranks
+/// whose own figures are current.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EngineLoad {
+    /// The engine.
+    pub worker_id: u64,
+    /// DP ranks expected: the configured `dp_size`, or the number registered when none is
+    /// configured.
+    pub dp_size: u32,
+    /// DP ranks registered.
+    pub ranks_registered: u32,
+    /// DP ranks whose own figures are current (fresh and valid).
+    pub ranks_current: u32,
+    /// Running requests summed over current ranks (requests).
+    pub running: u64,
+    /// Waiting requests summed over current ranks (requests).
+    pub waiting: u64,
+    /// Scheduler caps summed over current ranks (requests).
+    pub max_running: u64,
+}
+
+impl EngineLoad {
+    /// Whether every expected rank is registered and current, so the sums cover the whole
+    /// engine.
+    pub fn is_complete(&self) -> bool {
+        self.ranks_registered >= self.dp_size && self.ranks_current == self.ranks_registered
+    }
+
+    /// Scheduler occupancy `(running + waiting) / max_running` over all ranks (a ratio; above
+    /// 1 when requests queue), or `None` unless [`is_complete`](Self::is_complete) (incident
+    /// B: caps are summed across DP ranks, and a partial sum is not used).
+    pub fn occupancy(&self) -> Option<f32> {
+        (self.is_complete() && self.max_running > 0)
+            .then(|| ((self.running + self.waiting) as f64 / self.max_running as f64) as f32)
+    }
+}
+
+/// Counters of the publisher, copied into every snapshot (monotonic since construction).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadStats {
+    /// Samples accepted (one per rank of a whole update).
+    pub samples_applied: u64,
+    /// Updates rejected for bad values (each also marks its ranks invalid).
+    pub rejected_invalid: u64,
+    /// Updates rejected because the worker is not registered (or the update is empty).
+    pub rejected_unknown: u64,
+    /// Reports dropped because newer figures were already held.
+    pub rejected_superseded: u64,
+    /// Publications made.
+    pub publications: u64,
+    /// Publications skipped because every spare buffer was pinned by readers.
+    pub publish_pinned: u64,
+}
+
+/// One slot's figures gathered from the lanes (a scalar view for tests and slow paths).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlotLoad {
+    /// The worker in the slot.
+    pub worker: WorkerId,
+    /// Its tenancy.
+    pub generation: SlotGeneration,
+    /// How far the figures can be trusted.
+    pub validity: Validity,
+    /// Which fields telemetry (or configuration, for throughputs) supplied.
+    pub reported: Fields,
+    /// Running requests.
+    pub running: u32,
+    /// Waiting requests.
+    pub waiting: u32,
+    /// Scheduler cap (requests; 0 before the first good report).
+    pub max_running: u32,
+    /// KV usage, `0.0..=1.0`.
+    pub kv_usage: f32,
+    /// Waiting uncached prefill tokens (tokens).
+    pub waiting_prefill_tokens: u32,
+    /// Active decode tokens (tokens).
+    pub active_decode_tokens: u32,
+    /// Decode throughput (tokens/s).
+    pub decode_tps: f32,
+    /// Prefill throughput (tokens/s).
+    pub prefill_tps: f32,
+    /// Scheduler utilisation (ratio).
+    pub utilization: f32,
+    /// When the figures were observed, on the caller's clock (zero when none).
+    pub observed_at: Nanos,
+}
+
+/// An immutable structure-of-arrays load snapshot; see the module docs.
+#[derive(Clone, Debug, Default)]
+pub struct LoadSnapshot {
+    pub(crate) seq: u64,
+    pub(crate) published_at: Nanos,
+    pub(crate) slots: usize,
+    pub(crate) running: Vec<u32>,
+    pub(crate) waiting: Vec<u32>,
+    pub(crate) max_running: Vec<u32>,
+    pub(crate) waiting_prefill_tokens: Vec<u32>,
+    pub(crate) active_decode_tokens: Vec<u32>,
+    pub(crate) kv_usage: Vec<f32>,
+    pub(crate) utilization: Vec<f32>,
+    pub(crate) decode_tps: Vec<f32>,
+    pub(crate) prefill_tps: Vec<f32>,
+    pub(crate) engine_occupancy: Vec<f32>,
+    pub(crate) validity: Vec<Validity>,
+    pub(crate) reported: Vec<Fields>,
+    pub(crate) observed_at: Vec<Nanos>,
+    pub(crate) generation: Vec<u64>,
+    pub(crate) worker: Vec<Option<WorkerId>>,
+    pub(crate) engine_index: Vec<u32>,
+    pub(crate) engines: Vec<EngineLoad>,
+    pub(crate) stats: LoadStats,
+}
+
+impl LoadSnapshot {
+    /// An empty snapshot (every slot vacant) for `slots` slots, lanes allocated and padded.
+    pub fn empty(slots: usize) -> Self {
+        let n = padded_len(slots);
+        Self {
+            seq: 0,
+            published_at: Nanos::ZERO,
+            slots,
+            running: vec![0; n],
+            waiting: vec![0; n],
+            max_running: vec![0; n],
+            waiting_prefill_tokens: vec![0; n],
+            active_decode_tokens: vec![0; n],
+            kv_usage: vec![0.0; n],
+            utilization: vec![0.0; n],
+            decode_tps: vec![0.0; n],
+            prefill_tps: vec![0.0; n],
+            engine_occupancy: vec![0.0; n],
+            validity: vec![Validity::Vacant; n],
+            reported: vec![Fields::NONE; n],
+            observed_at: vec![Nanos::ZERO; n],
+            generation: vec![0; n],
+            worker: vec![None; n],
+            engine_index: vec![NO_ENGINE; n],
+            engines: Vec::new(),
+            stats: LoadStats::default(),
+        }
+    }
+
+    /// Publication number (0 for the initial empty snapshot).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+    /// The caller's time passed to the publication that made this snapshot.
+    pub fn published_at(&self) -> Nanos {
+        self.published_at
+    }
+    /// Number of slots (unpadded).
+    pub fn len(&self) -> usize {
+        self.slots
+    }
+    /// Whether the snapshot has no slot.
+    pub fn is_empty(&self) -> bool {
+        self.slots == 0
+    }
+    /// Length of every lane (slots rounded up to [`LANE_PAD`](crate::LANE_PAD)).
+    pub fn lane_len(&self) -> usize {
+        self.running.len()
+    }
+    /// Running requests per slot (requests).
+    pub fn running(&self) -> &[u32] {
+        &self.running
+    }
+    /// Waiting requests per slot (requests).
+    pub fn waiting(&self) -> &[u32] {
+        &self.waiting
+    }
+    /// Scheduler cap per slot (requests; 0 when unknown).
+    pub fn max_running(&self) -> &[u32] {
+        &self.max_running
+    }
+    /// Waiting uncached prefill tokens per slot (tokens; 0 when not reported).
+    pub fn waiting_prefill_tokens(&self) -> &[u32] {
+        &self.waiting_prefill_tokens
+    }
+    /// Active decode tokens per slot (tokens; 0 when not reported).
+    pub fn active_decode_tokens(&self) -> &[u32] {
+        &self.active_decode_tokens
+    }
+    /// KV usage per slot (`0.0..=1.0`).
+    pub fn kv_usage(&self) -> &[f32] {
+        &self.kv_usage
+    }
+    /// Scheduler utilisation per slot (ratio; 0 when not reported).
+    pub fn utilization(&self) -> &[f32] {
+        &self.utilization
+    }
+    /// Decode throughput per slot (tokens/s; telemetry, else the engine's configured value,
+    /// else 0).
+    pub fn decode_tps(&self) -> &[f32] {
+        &self.decode_tps
+    }
+    /// Prefill throughput per slot (tokens/s; telemetry, else configured, else 0).
+    pub fn prefill_tps(&self) -> &[f32] {
+        &self.prefill_tps
+    }
+    /// The slot's engine occupancy `(Σ running + Σ waiting) / Σ max_running` over all DP
+    /// ranks of its engine (ratio), or 0 where [`EngineLoad::occupancy`] is `None`.
+    pub fn engine_occupancy(&self) -> &[f32] {
+        &self.engine_occupancy
+    }
+    /// Validity per slot.
+    pub fn validity(&self) -> &[Validity] {
+        &self.validity
+    }
+    /// Fields supplied per slot.
+    pub fn reported(&self) -> &[Fields] {
+        &self.reported
+    }
+    /// Observation time per slot (caller's clock; zero when none).
+    pub fn observed_at(&self) -> &[Nanos] {
+        &self.observed_at
+    }
+    /// Index into [`engines`](Self::engines) per slot ([`NO_ENGINE`] for vacant slots).
+    pub fn engine_index(&self) -> &[u32] {
+        &self.engine_index
+    }
+    /// Every engine with at least one registered rank, by ascending `worker_id`.
+    pub fn engines(&self) -> &[EngineLoad] {
+        &self.engines
+    }
+    /// The publisher's counters at publication time.
+    pub fn stats(&self) -> LoadStats {
+        self.stats
+    }
+
+    /// The worker in `slot` and its tenancy, if the slot is occupied.
+    pub fn tenant(&self, slot: Slot) -> Option<(WorkerId, SlotGeneration)> {
+        let i = slot.index();
+        if i >= self.slots {
+            return None;
+        }
+        self.worker[i].map(|w| (w, SlotGeneration(self.generation[i])))
+    }
+
+    /// The engine of the worker in `slot`.
+    pub fn engine_of(&self, slot: Slot) -> Option<&EngineLoad> {
+        let e = *self.engine_index.get(slot.index())?;
+        self.engines.get(e as usize)
+    }
+
+    /// One slot's figures, or `None` for a vacant or out-of-range slot.
+    pub fn slot(&self, slot: Slot) -> Option<SlotLoad> {
+        let (worker, generation) = self.tenant(slot)?;
+        let i = slot.index();
+        Some(SlotLoad {
+            worker,
+            generation,
+            validity: self.validity[i],
+            reported: self.reported[i],
+            running: self.running[i],
+            waiting: self.waiting[i],
+            max_running: self.max_running[i],
+            kv_usage: self.kv_usage[i],
+            waiting_prefill_tokens: self.waiting_prefill_tokens[i],
+            active_decode_tokens: self.active_decode_tokens[i],
+            decode_tps: self.decode_tps[i],
+            prefill_tps: self.prefill_tps[i],
+            utilization: self.utilization[i],
+            observed_at: self.observed_at[i],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_snapshot_is_padded_and_vacant() {
+        let s = LoadSnapshot::empty(20);
+        assert_eq!(s.len(), 20);
+        assert_eq!(s.lane_len(), 32);
+        assert!(s.validity().iter().all(|v| *v == Validity::Vacant));
+        assert_eq!(s.slot(Slot(3)), None);
+        assert_eq!(s.slot(Slot(40)), None);
+        assert_eq!(s.engine_of(Slot(0)), None);
+    }
+
+    #[test]
+    fn engine_occupancy_needs_every_rank() {
+        let mut e = EngineLoad {
+            worker_id: 1,
+            dp_size: 2,
+            ranks_registered: 2,
+            ranks_current: 2,
+            running: 30,
+            waiting: 44,
+            max_running: 74,
+        };
+        // (30 + 44) / 74 = 1.0
+        assert_eq!(e.occupancy(), Some(1.0));
+        e.ranks_current = 1;
+        assert_eq!(e.occupancy(), None);
+        e.ranks_current = 1;
+        e.ranks_registered = 1;
+        assert_eq!(e.occupancy(), None, "a rank not yet registered");
+    }
+}

@@ -1,0 +1,196 @@
+//! loom models of reservations. Run with `RUSTFLAGS="--cfg kvroute_loom"` (see
+//! `scripts/loom.sh`); built normally, each model runs once as a smoke test.
+//!
+//! Counters are unsigned, so "never negative" is checked as: no subtraction ever needed
+//! clamping (`underflow_clamped == 0`) and every counter is back to exactly zero at the end.
+
+use kvroute_index::{Slot, SlotGeneration};
+use kvroute_load::{Nanos, ReservationTable, ReserveError, Reserved, Work};
+use kvroute_sync::{model, thread};
+
+const G1: SlotGeneration = SlotGeneration(1);
+const G2: SlotGeneration = SlotGeneration(2);
+
+fn work(prefill_tokens: u32, decode_tokens: u32) -> Work {
+    Work {
+        prefill_tokens,
+        decode_tokens,
+    }
+}
+
+#[test]
+fn loom_reserve_first_token_commit_drop_two_threads() {
+    model(|| {
+        let t = ReservationTable::new(1, Nanos(10)).unwrap();
+        t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+        let t1 = t.clone();
+        let a = thread::spawn(move || {
+            let mut g = t1.reserve(Slot(0), G1, work(3, 2), Nanos(0)).unwrap();
+            let prior = g.prior();
+            // The sibling's reservation is either not there yet, or whole (it reserves
+            // requests first), or partly there (its token fields not yet added).
+            assert!(prior.requests <= 1);
+            assert!(g.first_token());
+            assert_eq!(
+                g.held(),
+                Reserved {
+                    requests: 1,
+                    prefill_tokens: 0,
+                    decode_tokens: 5
+                }
+            );
+            drop(g);
+        });
+        let t2 = t.clone();
+        let b = thread::spawn(move || {
+            let g = t2.reserve(Slot(0), G1, work(5, 1), Nanos(0)).unwrap();
+            let released = g.commit();
+            assert_eq!(
+                released,
+                Reserved {
+                    requests: 1,
+                    prefill_tokens: 5,
+                    decode_tokens: 1
+                }
+            );
+        });
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(t.reserved(Slot(0)), Reserved::default());
+        assert_eq!(t.stats().underflow_clamped, 0);
+    });
+}
+
+#[test]
+fn loom_reservations_race_with_sweep_and_reconcile() {
+    model(|| {
+        let t = ReservationTable::new(1, Nanos(10)).unwrap();
+        t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+        let t1 = t.clone();
+        let a = thread::spawn(move || {
+            let mut g = t1.reserve(Slot(0), G1, work(3, 2), Nanos(0)).unwrap();
+            g.first_token();
+            drop(g);
+        });
+        // The control path ages the slot and reconciles requests meanwhile.
+        t.sweep(Nanos(10));
+        t.reconcile(Slot(0), G1, kvroute_load::Fields::REQUESTS);
+        a.join().unwrap();
+        assert_eq!(t.reserved(Slot(0)), Reserved::default());
+        assert_eq!(t.stats().underflow_clamped, 0);
+    });
+}
+
+#[test]
+fn loom_two_threads_reserve_the_last_idle_slot() {
+    model(|| {
+        let t = ReservationTable::new(1, Nanos(10)).unwrap();
+        t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+        let spawn = |t: &ReservationTable| {
+            let t = t.clone();
+            // The winner's guard is returned, so it stays held until both have finished.
+            thread::spawn(move || t.reserve_at_most(Slot(0), G1, work(1, 1), Nanos(0), 0))
+        };
+        let (a, b) = (spawn(&t), spawn(&t));
+        let results = [a.join().unwrap(), b.join().unwrap()];
+        let winners = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(winners, 1, "exactly one decision gets the idle slot");
+        for r in &results {
+            match r {
+                Ok(g) => assert_eq!(g.prior().requests, 0),
+                Err(e) => assert_eq!(
+                    *e,
+                    ReserveError::Contended {
+                        slot: Slot(0),
+                        prior_requests: 1
+                    }
+                ),
+            }
+        }
+        assert_eq!(t.reserved(Slot(0)).requests, 1);
+        drop(results);
+        assert_eq!(t.reserved(Slot(0)), Reserved::default());
+    });
+}
+
+#[test]
+fn loom_two_threads_reserve_the_same_slot_detect_each_other() {
+    model(|| {
+        let t = ReservationTable::new(1, Nanos(10)).unwrap();
+        t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+        let spawn = |t: &ReservationTable| {
+            let t = t.clone();
+            // Each decision keeps its guard (returns it) so both are held at once.
+            thread::spawn(move || t.reserve(Slot(0), G1, work(0, 0), Nanos(0)).unwrap())
+        };
+        let (a, b) = (spawn(&t), spawn(&t));
+        let guards = [a.join().unwrap(), b.join().unwrap()];
+        let mut priors = guards.each_ref().map(|g| g.prior().requests);
+        priors.sort_unstable();
+        // Both read the slot as idle; one of them learns that the other got there first.
+        assert_eq!(priors, [0, 1]);
+        drop(guards);
+        assert_eq!(t.reserved(Slot(0)), Reserved::default());
+    });
+}
+
+#[test]
+fn loom_stale_guard_vs_removal_and_readd() {
+    model(|| {
+        let t = ReservationTable::new(1, Nanos(10)).unwrap();
+        t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+        let old = t.reserve(Slot(0), G1, work(4, 4), Nanos(0)).unwrap();
+        // The old tenancy's guard finishes its lifecycle while the worker is removed and
+        // re-added and the new tenant reserves.
+        let stale_guard = thread::spawn(move || {
+            let mut old = old;
+            old.first_token();
+            drop(old);
+        });
+        t.remove_worker(Slot(0), G1).unwrap();
+        t.add_worker(Slot(0), G2, Nanos(0)).unwrap();
+        let new = t.reserve(Slot(0), G2, work(7, 3), Nanos(0)).unwrap();
+        stale_guard.join().unwrap();
+        // Only the new tenant's own reservation remains.
+        assert_eq!(
+            t.reserved(Slot(0)),
+            Reserved {
+                requests: 1,
+                prefill_tokens: 7,
+                decode_tokens: 3
+            }
+        );
+        drop(new);
+        assert_eq!(t.reserved(Slot(0)), Reserved::default());
+        assert_eq!(t.stats().underflow_clamped, 0);
+    });
+}
+
+#[test]
+fn loom_late_reserve_vs_removal_and_readd() {
+    model(|| {
+        let t = ReservationTable::new(1, Nanos(10)).unwrap();
+        t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+        // A decision that read the old tenancy reserves while the worker is removed and
+        // re-added: it either succeeds before the removal (and the removal drops its
+        // counts) or is refused; in no case does the new tenant keep any of it.
+        let t2 = t.clone();
+        let late = thread::spawn(move || t2.reserve(Slot(0), G1, work(2, 2), Nanos(0)));
+        t.remove_worker(Slot(0), G1).unwrap();
+        t.add_worker(Slot(0), G2, Nanos(0)).unwrap();
+        let result = late.join().unwrap();
+        assert!(matches!(
+            result,
+            Ok(_) | Err(ReserveError::StaleSlot { .. })
+        ));
+        drop(result);
+        assert_eq!(t.reserved(Slot(0)), Reserved::default());
+        let new = t.reserve(Slot(0), G2, work(7, 3), Nanos(0)).unwrap();
+        assert_eq!(
+            new.prior(),
+            Reserved::default(),
+            "the new tenant starts at zero"
+        );
+        assert_eq!(t.stats().underflow_clamped, 0);
+    });
+}

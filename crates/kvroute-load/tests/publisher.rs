@@ -1,0 +1,515 @@
+//! Load publisher: updates, validity, engine grouping and lanes. Expected values are
+//! computed by hand in the comments.
+#![cfg(not(kvroute_loom))]
+
+use kvroute_index::{Slot, SlotGeneration, WorkerId, WorkerRegistry};
+use kvroute_load::{
+    ConfigError, EngineConfig, Fields, LoadConfig, LoadPublisher, LoadReader, LoadSample,
+    NO_ENGINE, Nanos, PublishError, SglangRankLoad, UpdateError, Validity, VllmLoadUpdate,
+    VllmRankLoad, WorkerError,
+};
+
+const S: u64 = 1_000_000_000;
+
+fn publisher(capacity: usize) -> (LoadPublisher, LoadReader) {
+    LoadPublisher::new(LoadConfig {
+        capacity,
+        max_age: Nanos::from_secs(2),
+        buffers: 3,
+    })
+    .unwrap()
+}
+
+fn sample(running: u32, waiting: u32, cap: u32) -> LoadSample {
+    LoadSample {
+        running,
+        waiting,
+        max_running: cap,
+        kv_usage: 0.5,
+        waiting_prefill_tokens: Some(100),
+        active_decode_tokens: Some(2000),
+        decode_tps: Some(900.0),
+        prefill_tps: Some(9000.0),
+        utilization: Some(0.75),
+    }
+}
+
+fn sglang(worker_id: u64, dp_rank: u32, ts: f64) -> SglangRankLoad {
+    SglangRankLoad {
+        worker_id,
+        dp_rank,
+        num_running_reqs: 10,
+        num_waiting_reqs: 4,
+        num_waiting_uncached_tokens: 512,
+        num_used_tokens: 6000,
+        max_total_num_tokens: 24000,
+        token_usage: 0.25,
+        gen_throughput: 1500.0,
+        utilization: 0.5,
+        max_running_requests: 32,
+        timestamp: ts,
+    }
+}
+
+#[test]
+fn config_knobs_are_rejected_not_clamped() {
+    let bad = |c: LoadConfig| LoadPublisher::new(c).err();
+    let ok = LoadConfig::new(4);
+    assert_eq!(
+        bad(LoadConfig { capacity: 0, ..ok }),
+        Some(ConfigError::Capacity)
+    );
+    assert_eq!(
+        bad(LoadConfig {
+            max_age: Nanos::ZERO,
+            ..ok
+        }),
+        Some(ConfigError::MaxAge)
+    );
+    assert_eq!(
+        bad(LoadConfig { buffers: 1, ..ok }),
+        Some(ConfigError::Buffers)
+    );
+    let (mut p, _) = LoadPublisher::new(ok).unwrap();
+    let cfg = EngineConfig::default();
+    assert_eq!(
+        p.configure_engine(
+            1,
+            EngineConfig {
+                dp_size: Some(0),
+                ..cfg
+            }
+        ),
+        Err(ConfigError::DpSize)
+    );
+    assert_eq!(
+        p.configure_engine(
+            1,
+            EngineConfig {
+                max_running_per_rank: Some(0),
+                ..cfg
+            }
+        ),
+        Err(ConfigError::Cap)
+    );
+    assert_eq!(
+        p.configure_engine(
+            1,
+            EngineConfig {
+                decode_tps: Some(f32::NAN),
+                ..cfg
+            }
+        ),
+        Err(ConfigError::Throughput)
+    );
+    assert_eq!(
+        p.configure_engine(
+            1,
+            EngineConfig {
+                prefill_tps: Some(-1.0),
+                ..cfg
+            }
+        ),
+        Err(ConfigError::Throughput)
+    );
+}
+
+#[test]
+fn initial_snapshot_is_empty_and_padded() {
+    let (_p, r) = publisher(20);
+    let s = r.load();
+    assert_eq!(s.seq(), 0);
+    assert_eq!(s.len(), 20);
+    assert_eq!(s.lane_len(), 32);
+    assert_eq!(s.running().len(), 32);
+    assert_eq!(s.kv_usage().len(), 32);
+    assert!(s.validity().iter().all(|v| *v == Validity::Vacant));
+    assert!(s.engines().is_empty());
+}
+
+#[test]
+fn registration_errors() {
+    let (mut p, _) = publisher(2);
+    let a = WorkerId::new(1, 0);
+    let b = WorkerId::new(2, 0);
+    assert_eq!(
+        p.add_worker(Slot(5), a, SlotGeneration(1)),
+        Err(WorkerError::UnknownSlot(Slot(5)))
+    );
+    p.add_worker(Slot(0), a, SlotGeneration(1)).unwrap();
+    assert_eq!(
+        p.add_worker(Slot(0), b, SlotGeneration(1)),
+        Err(WorkerError::Occupied(Slot(0)))
+    );
+    assert_eq!(
+        p.add_worker(Slot(1), a, SlotGeneration(1)),
+        Err(WorkerError::AlreadyRegistered(a, Slot(0)))
+    );
+    assert_eq!(p.remove_worker(b), Err(WorkerError::UnknownWorker(b)));
+    assert_eq!(p.remove_worker(a), Ok((Slot(0), SlotGeneration(1))));
+}
+
+#[test]
+fn figures_reach_the_lanes_of_their_slot() {
+    let (mut p, r) = publisher(4);
+    let w = WorkerId::new(7, 0);
+    p.add_worker(Slot(2), w, SlotGeneration(3)).unwrap();
+    p.apply_sample(w, sample(5, 6, 16), Nanos(10 * S)).unwrap();
+    assert_eq!(p.publish(Nanos(10 * S)), Ok(1));
+    let s = r.load();
+    assert_eq!(s.seq(), 1);
+    assert_eq!(s.published_at(), Nanos(10 * S));
+    assert_eq!(s.running()[2], 5);
+    assert_eq!(s.waiting()[2], 6);
+    assert_eq!(s.max_running()[2], 16);
+    assert_eq!(s.kv_usage()[2], 0.5);
+    assert_eq!(s.waiting_prefill_tokens()[2], 100);
+    assert_eq!(s.active_decode_tokens()[2], 2000);
+    assert_eq!(s.decode_tps()[2], 900.0);
+    assert_eq!(s.prefill_tps()[2], 9000.0);
+    assert_eq!(s.utilization()[2], 0.75);
+    assert_eq!(s.observed_at()[2], Nanos(10 * S));
+    assert_eq!(s.validity()[2], Validity::Fresh);
+    assert_eq!(s.tenant(Slot(2)), Some((w, SlotGeneration(3))));
+    // One engine of one rank: occupancy (5 + 6) / 16 = 0.6875.
+    assert_eq!(s.engine_occupancy()[2], 0.6875);
+    assert_eq!(s.engine_index()[2], 0);
+    // Other slots untouched.
+    for i in [0, 1, 3] {
+        assert_eq!(s.validity()[i], Validity::Vacant);
+        assert_eq!(s.running()[i], 0);
+        assert_eq!(s.engine_index()[i], NO_ENGINE);
+    }
+    assert_eq!(s.stats().samples_applied, 1);
+    assert_eq!(s.stats().publications, 1);
+}
+
+#[test]
+fn validity_missing_stale_invalid_fresh() {
+    let (mut p, r) = publisher(4);
+    let (a, b, c) = (
+        WorkerId::new(1, 0),
+        WorkerId::new(2, 0),
+        WorkerId::new(3, 0),
+    );
+    for (i, w) in [a, b, c].into_iter().enumerate() {
+        p.add_worker(Slot(i as u32), w, SlotGeneration(1)).unwrap();
+    }
+    p.apply_sample(a, sample(1, 0, 8), Nanos(0)).unwrap();
+    p.apply_sample(b, sample(1, 0, 8), Nanos(S)).unwrap();
+    p.publish(Nanos(3 * S)).unwrap();
+    {
+        let s = r.load();
+        // a observed 3 s ago > 2 s max age; b 2 s ago (not older than max age); c never.
+        assert_eq!(s.validity()[0], Validity::Stale);
+        assert_eq!(s.validity()[1], Validity::Fresh);
+        assert_eq!(s.validity()[2], Validity::Missing);
+    }
+    // A bad report for b: rejected, counted, b's figures stay but b is Invalid.
+    let bad = LoadSample {
+        kv_usage: 1.5,
+        ..sample(99, 99, 8)
+    };
+    assert!(matches!(
+        p.apply_sample(b, bad, Nanos(3 * S)),
+        Err(UpdateError::AboveOne { .. })
+    ));
+    // A bad first report for c: Invalid rather than Missing.
+    assert!(matches!(
+        p.apply_sample(c, LoadSample::idle(0), Nanos(3 * S)),
+        Err(UpdateError::ZeroCap { .. })
+    ));
+    p.publish(Nanos(3 * S)).unwrap();
+    {
+        let s = r.load();
+        assert_eq!(s.validity()[1], Validity::Invalid);
+        assert_eq!(s.running()[1], 1, "the good figures were not overwritten");
+        assert_eq!(s.validity()[2], Validity::Invalid);
+        assert_eq!(s.stats().rejected_invalid, 2);
+    }
+    // A good report clears Invalid.
+    p.apply_sample(b, sample(2, 0, 8), Nanos(4 * S)).unwrap();
+    p.publish(Nanos(4 * S)).unwrap();
+    assert_eq!(r.load().validity()[1], Validity::Fresh);
+    assert_eq!(r.load().running()[1], 2);
+}
+
+#[test]
+fn out_of_order_reports_are_superseded() {
+    let (mut p, r) = publisher(2);
+    let w = WorkerId::new(4, 0);
+    p.add_worker(Slot(0), w, SlotGeneration(1)).unwrap();
+    p.apply_sglang(&sglang(4, 0, 100.0), Nanos(5 * S)).unwrap();
+    // Older by the router's clock.
+    assert_eq!(
+        p.apply_sglang(&sglang(4, 0, 101.0), Nanos(4 * S)),
+        Err(UpdateError::Superseded(w))
+    );
+    // Older by the engine's timestamp.
+    let mut old = sglang(4, 0, 99.0);
+    old.num_running_reqs = 30;
+    assert_eq!(
+        p.apply_sglang(&old, Nanos(6 * S)),
+        Err(UpdateError::Superseded(w))
+    );
+    p.publish(Nanos(6 * S)).unwrap();
+    let s = r.load();
+    assert_eq!(s.running()[0], 10);
+    assert_eq!(
+        s.validity()[0],
+        Validity::Fresh,
+        "superseded is not invalid"
+    );
+    assert_eq!(s.stats().rejected_superseded, 2);
+}
+
+#[test]
+fn sglang_lanes_and_reported_fields() {
+    let (mut p, r) = publisher(1);
+    p.add_worker(Slot(0), WorkerId::new(9, 0), SlotGeneration(1))
+        .unwrap();
+    p.configure_engine(
+        9,
+        EngineConfig {
+            prefill_tps: Some(12_000.0),
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    p.apply_sglang(&sglang(9, 0, 1.0), Nanos(S)).unwrap();
+    p.publish(Nanos(S)).unwrap();
+    let s = r.load();
+    let l = s.slot(Slot(0)).unwrap();
+    assert_eq!((l.running, l.waiting, l.max_running), (10, 4, 32));
+    assert_eq!(l.waiting_prefill_tokens, 512);
+    assert_eq!(l.active_decode_tokens, 6000);
+    assert_eq!(l.kv_usage, 0.25);
+    assert_eq!(l.decode_tps, 1500.0);
+    assert_eq!(l.prefill_tps, 12_000.0, "from the engine config");
+    assert_eq!(l.utilization, 0.5);
+    assert_eq!(
+        l.reported,
+        Fields::REQUESTS
+            | Fields::PREFILL_TOKENS
+            | Fields::DECODE_TOKENS
+            | Fields::DECODE_TPS
+            | Fields::PREFILL_TPS
+            | Fields::UTILIZATION
+    );
+}
+
+#[test]
+fn vllm_whole_update_needs_a_configured_cap() {
+    let (mut p, r) = publisher(4);
+    let ranks = [WorkerId::new(5, 0), WorkerId::new(5, 1)];
+    for (i, w) in ranks.into_iter().enumerate() {
+        p.add_worker(Slot(i as u32), w, SlotGeneration(1)).unwrap();
+    }
+    let update = VllmLoadUpdate {
+        worker_id: 5,
+        ranks: vec![
+            VllmRankLoad {
+                dp_rank: 0,
+                num_requests_running: 3.0,
+                num_requests_waiting: 1.0,
+                kv_cache_usage: 0.2,
+            },
+            VllmRankLoad {
+                dp_rank: 1,
+                num_requests_running: 7.0,
+                num_requests_waiting: 0.0,
+                kv_cache_usage: 0.4,
+            },
+        ],
+    };
+    assert_eq!(
+        p.apply_vllm(&update, Nanos(S)),
+        Err(UpdateError::MissingCap(ranks[0]))
+    );
+    p.publish(Nanos(S)).unwrap();
+    assert_eq!(r.load().validity()[0], Validity::Invalid);
+    assert_eq!(r.load().validity()[1], Validity::Invalid);
+    assert_eq!(r.load().stats().rejected_invalid, 2);
+
+    p.configure_engine(
+        5,
+        EngineConfig {
+            max_running_per_rank: Some(8),
+            decode_tps: Some(700.0),
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    p.apply_vllm(&update, Nanos(2 * S)).unwrap();
+    p.publish(Nanos(2 * S)).unwrap();
+    let s = r.load();
+    assert_eq!(&s.running()[..2], &[3, 7]);
+    assert_eq!(&s.waiting()[..2], &[1, 0]);
+    assert_eq!(&s.max_running()[..2], &[8, 8]);
+    assert_eq!(&s.kv_usage()[..2], &[0.2, 0.4]);
+    assert_eq!(&s.decode_tps()[..2], &[700.0, 700.0]);
+    assert_eq!(s.reported()[0], Fields::REQUESTS | Fields::DECODE_TPS);
+    assert_eq!(&s.validity()[..2], &[Validity::Fresh, Validity::Fresh]);
+    // Engine 5: (3 + 1 + 7 + 0) / (8 + 8) = 11 / 16 = 0.6875 on both ranks.
+    let e = s.engines()[0];
+    assert_eq!(
+        (e.worker_id, e.running, e.waiting, e.max_running),
+        (5, 10, 1, 16)
+    );
+    assert_eq!(&s.engine_occupancy()[..2], &[0.6875, 0.6875]);
+}
+
+#[test]
+fn vllm_structural_errors() {
+    let (mut p, _r) = publisher(2);
+    p.add_worker(Slot(0), WorkerId::new(5, 0), SlotGeneration(1))
+        .unwrap();
+    assert_eq!(
+        p.apply_vllm(
+            &VllmLoadUpdate {
+                worker_id: 5,
+                ranks: vec![]
+            },
+            Nanos(0)
+        ),
+        Err(UpdateError::EmptyUpdate { worker_id: 5 })
+    );
+    let r = VllmRankLoad {
+        dp_rank: 0,
+        num_requests_running: 1.0,
+        num_requests_waiting: 0.0,
+        kv_cache_usage: 0.0,
+    };
+    assert_eq!(
+        p.apply_vllm(
+            &VllmLoadUpdate {
+                worker_id: 5,
+                ranks: vec![r, r]
+            },
+            Nanos(0)
+        ),
+        Err(UpdateError::DuplicateRank(WorkerId::new(5, 0)))
+    );
+    assert_eq!(
+        p.apply_sample(WorkerId::new(6, 0), LoadSample::idle(1), Nanos(0)),
+        Err(UpdateError::UnknownWorker(WorkerId::new(6, 0)))
+    );
+    let st = p.stats();
+    assert_eq!((st.rejected_unknown, st.rejected_invalid), (2, 1));
+}
+
+#[test]
+fn dp_ranks_group_into_engines_and_partial_engines_are_flagged() {
+    let (mut p, r) = publisher(8);
+    // Engine 20 has DP 2 (both registered), engine 10 is configured for DP 3 but only two
+    // ranks are registered; engine 30 has one rank.
+    let regs = [
+        (Slot(0), WorkerId::new(20, 0)),
+        (Slot(1), WorkerId::new(10, 0)),
+        (Slot(2), WorkerId::new(20, 1)),
+        (Slot(3), WorkerId::new(30, 0)),
+        (Slot(4), WorkerId::new(10, 1)),
+    ];
+    for (slot, w) in regs {
+        p.add_worker(slot, w, SlotGeneration(1)).unwrap();
+    }
+    p.configure_engine(
+        10,
+        EngineConfig {
+            dp_size: Some(3),
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    // Incident B shape: engine 20 rank 0 is full (37 cap, 37 running, 116 waiting).
+    p.apply_sample(regs[0].1, sample(37, 116, 37), Nanos(S))
+        .unwrap();
+    p.apply_sample(regs[2].1, sample(0, 0, 37), Nanos(S))
+        .unwrap();
+    p.apply_sample(regs[1].1, sample(1, 0, 4), Nanos(S))
+        .unwrap();
+    p.apply_sample(regs[4].1, sample(1, 0, 4), Nanos(S))
+        .unwrap();
+    // Engine 30 gets no report.
+    p.publish(Nanos(S)).unwrap();
+    let s = r.load();
+    let ids: Vec<u64> = s.engines().iter().map(|e| e.worker_id).collect();
+    assert_eq!(ids, vec![10, 20, 30], "ascending worker_id");
+    assert_eq!(&s.engine_index()[..5], &[1, 0, 1, 2, 0]);
+    let e20 = s.engine_of(Slot(2)).unwrap();
+    // (37 + 116 + 0 + 0) / (37 + 37) = 153 / 74
+    assert_eq!(e20.occupancy(), Some((153.0f64 / 74.0) as f32));
+    assert_eq!(s.engine_occupancy()[0], (153.0f64 / 74.0) as f32);
+    assert_eq!(s.validity()[0], Validity::Fresh);
+    assert_eq!(s.validity()[2], Validity::Fresh);
+    // Engine 10: 2 of 3 ranks registered → Partial, no occupancy.
+    let e10 = s.engine_of(Slot(1)).unwrap();
+    assert_eq!(
+        (e10.dp_size, e10.ranks_registered, e10.ranks_current),
+        (3, 2, 2)
+    );
+    assert_eq!(e10.occupancy(), None);
+    assert_eq!(s.validity()[1], Validity::Partial);
+    assert_eq!(s.validity()[4], Validity::Partial);
+    assert_eq!(s.engine_occupancy()[1], 0.0);
+    // Engine 30 is Missing.
+    assert_eq!(s.validity()[3], Validity::Missing);
+    drop(s);
+
+    // Rank 1 of engine 20 goes stale → rank 0 becomes Partial, occupancy withdrawn.
+    p.apply_sample(regs[0].1, sample(37, 116, 37), Nanos(4 * S))
+        .unwrap();
+    p.publish(Nanos(4 * S)).unwrap();
+    let s = r.load();
+    assert_eq!(s.validity()[2], Validity::Stale);
+    assert_eq!(s.validity()[0], Validity::Partial);
+    assert_eq!(s.engine_of(Slot(0)).unwrap().occupancy(), None);
+    let e20 = s.engine_of(Slot(0)).unwrap();
+    assert_eq!((e20.running, e20.waiting, e20.max_running), (37, 116, 37));
+}
+
+#[test]
+fn removal_vacates_the_slot_and_a_new_tenant_starts_missing() {
+    let reg = WorkerRegistry::new(2);
+    let (mut p, r) = publisher(2);
+    let w = WorkerId::new(1, 0);
+    let (slot, generation, _) = reg.get_or_add(w).unwrap();
+    p.add_worker(slot, w, generation).unwrap();
+    p.apply_sample(w, sample(3, 3, 8), Nanos(S)).unwrap();
+    p.publish(Nanos(S)).unwrap();
+    let retired = reg.remove(w).unwrap();
+    p.remove_worker(w).unwrap();
+    reg.release(retired).unwrap();
+    p.publish(Nanos(S)).unwrap();
+    assert_eq!(r.load().validity()[0], Validity::Vacant);
+    assert_eq!(r.load().running()[0], 0);
+    let (slot2, gen2, _) = reg.get_or_add(w).unwrap();
+    assert_eq!((slot2, gen2), (slot, SlotGeneration(2)));
+    p.add_worker(slot2, w, gen2).unwrap();
+    p.publish(Nanos(S)).unwrap();
+    let s = r.load();
+    assert_eq!(s.validity()[0], Validity::Missing);
+    assert_eq!(s.running()[0], 0, "the new tenant inherits nothing");
+    assert_eq!(s.tenant(Slot(0)), Some((w, SlotGeneration(2))));
+}
+
+#[test]
+fn pinned_readers_skip_a_publication_without_losing_updates() {
+    let (mut p, r) = LoadPublisher::new(LoadConfig {
+        buffers: 2,
+        ..LoadConfig::new(1)
+    })
+    .unwrap();
+    let w = WorkerId::new(1, 0);
+    p.add_worker(Slot(0), w, SlotGeneration(1)).unwrap();
+    p.publish(Nanos(0)).unwrap(); // buffer 1 current
+    let pin = r.load(); // pins buffer 1
+    p.publish(Nanos(0)).unwrap(); // buffer 0 current, 1 retired but pinned
+    p.apply_sample(w, sample(4, 0, 8), Nanos(S)).unwrap();
+    assert_eq!(p.publish(Nanos(S)), Err(PublishError::AllBuffersPinned));
+    assert_eq!(p.stats().publish_pinned, 1);
+    assert_eq!(pin.seq(), 1);
+    drop(pin);
+    assert_eq!(p.publish(Nanos(S)), Ok(3));
+    assert_eq!(r.load().running()[0], 4);
+}

@@ -1,0 +1,469 @@
+//! Reservations: lifecycle, tenancy, sweeper and reconciliation with telemetry. Expected
+//! values are hand-computed in the comments.
+#![cfg(not(kvroute_loom))]
+
+use kvroute_index::{Slot, SlotGeneration, WorkerId, WorkerRegistry};
+use kvroute_load::{
+    Fields, LoadConfig, LoadPublisher, LoadSample, Nanos, Reservation, ReservationTable,
+    ReserveError, Reserved, SglangRankLoad, TableError, VllmLoadUpdate, VllmRankLoad, Work,
+    effective_load,
+};
+
+const G1: SlotGeneration = SlotGeneration(1);
+const S: u64 = 1_000_000_000;
+
+fn table(capacity: usize) -> ReservationTable {
+    ReservationTable::new(capacity, Nanos::from_secs(10)).unwrap()
+}
+
+fn r(requests: u64, prefill_tokens: u64, decode_tokens: u64) -> Reserved {
+    Reserved {
+        requests,
+        prefill_tokens,
+        decode_tokens,
+    }
+}
+
+fn work(prefill_tokens: u32, decode_tokens: u32) -> Work {
+    Work {
+        prefill_tokens,
+        decode_tokens,
+    }
+}
+
+#[test]
+fn guards_are_send_and_sync() {
+    fn check<T: Send + Sync + 'static>() {}
+    check::<Reservation>();
+    check::<ReservationTable>();
+}
+
+#[test]
+fn config_and_admin_errors() {
+    assert!(matches!(
+        ReservationTable::new(0, Nanos::from_secs(1)),
+        Err(TableError::BadConfig(_))
+    ));
+    assert!(matches!(
+        ReservationTable::new(4, Nanos::ZERO),
+        Err(TableError::BadConfig(_))
+    ));
+    let t = table(2);
+    assert_eq!(
+        t.add_worker(Slot(2), G1, Nanos(0)),
+        Err(TableError::UnknownSlot(Slot(2)))
+    );
+    assert_eq!(
+        t.add_worker(Slot(0), SlotGeneration(0), Nanos(0)),
+        Err(TableError::ZeroGeneration)
+    );
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    assert_eq!(
+        t.add_worker(Slot(0), SlotGeneration(2), Nanos(0)),
+        Err(TableError::Occupied(Slot(0)))
+    );
+    assert_eq!(
+        t.remove_worker(Slot(0), SlotGeneration(2)),
+        Err(TableError::NotTenant {
+            slot: Slot(0),
+            generation: SlotGeneration(2)
+        })
+    );
+    assert_eq!(t.tenancy(Slot(0)), Some(G1));
+    assert_eq!(t.tenancy(Slot(1)), None);
+}
+
+#[test]
+fn reserve_adds_and_drop_releases_exactly_once() {
+    let t = table(2);
+    t.add_worker(Slot(1), G1, Nanos(0)).unwrap();
+    let a = t.reserve(Slot(1), G1, work(1000, 200), Nanos(5)).unwrap();
+    assert_eq!(a.prior(), r(0, 0, 0));
+    assert_eq!(a.reserved_at(), Nanos(5));
+    let b = t.reserve(Slot(1), G1, work(300, 50), Nanos(6)).unwrap();
+    // b sees a: 1 request, 1000 prefill, 200 decode.
+    assert_eq!(b.prior(), r(1, 1000, 200));
+    assert_eq!(t.reserved(Slot(1)), r(2, 1300, 250));
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+    drop(a);
+    assert_eq!(t.reserved(Slot(1)), r(1, 300, 50));
+    assert_eq!(b.release(), r(1, 300, 50));
+    assert_eq!(t.reserved(Slot(1)), r(0, 0, 0));
+    assert_eq!(t.stats().underflow_clamped, 0);
+}
+
+#[test]
+fn first_token_moves_prefill_to_decode_and_commit_hands_over() {
+    let t = table(1);
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let mut a = t.reserve(Slot(0), G1, work(800, 100), Nanos(0)).unwrap();
+    assert!(a.first_token());
+    // Prefill 800 moved onto decode 100 → 900.
+    assert_eq!(t.reserved(Slot(0)), r(1, 0, 900));
+    assert_eq!(a.held(), r(1, 0, 900));
+    assert!(a.is_decoding());
+    assert!(!a.first_token(), "second call is a no-op");
+    assert_eq!(t.reserved(Slot(0)), r(1, 0, 900));
+    assert_eq!(a.commit(), r(1, 0, 900));
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+}
+
+#[test]
+fn panic_unwinding_releases() {
+    let t = table(1);
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let t2 = t.clone();
+    let result = std::panic::catch_unwind(move || {
+        let _g = t2.reserve(Slot(0), G1, work(10, 10), Nanos(0)).unwrap();
+        assert_eq!(t2.reserved(Slot(0)), r(1, 10, 10));
+        panic!("request handler failed");
+    });
+    assert!(result.is_err());
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+}
+
+#[test]
+fn stale_and_unknown_slots_are_refused_and_counted() {
+    let t = table(2);
+    assert_eq!(
+        t.reserve(Slot(9), G1, work(1, 1), Nanos(0)).err(),
+        Some(ReserveError::UnknownSlot(Slot(9)))
+    );
+    assert_eq!(
+        t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).err(),
+        Some(ReserveError::StaleSlot {
+            slot: Slot(0),
+            generation: G1
+        }),
+        "vacant slot"
+    );
+    t.add_worker(Slot(0), SlotGeneration(2), Nanos(0)).unwrap();
+    assert!(matches!(
+        t.reserve(Slot(0), G1, work(1, 1), Nanos(0)),
+        Err(ReserveError::StaleSlot { .. })
+    ));
+    assert_eq!(t.stats().rejected_stale, 2);
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0), "refusals hold nothing");
+}
+
+#[test]
+fn saturation_is_refused_without_residue() {
+    let t = table(1);
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let big = t.reserve(Slot(0), G1, work(u32::MAX, 0), Nanos(0)).unwrap();
+    assert_eq!(
+        t.reserve(Slot(0), G1, work(1, 7), Nanos(0)).err(),
+        Some(ReserveError::Saturated {
+            slot: Slot(0),
+            field: "prefill_tokens"
+        })
+    );
+    // The refused reservation's request was taken back.
+    assert_eq!(t.reserved(Slot(0)), r(1, u64::from(u32::MAX), 0));
+    assert_eq!(t.stats().rejected_saturated, 1);
+    drop(big);
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+}
+
+#[test]
+fn reserve_at_most_lets_only_one_sibling_take_an_idle_slot() {
+    let t = table(2);
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    t.add_worker(Slot(1), G1, Nanos(0)).unwrap();
+    let first = t
+        .reserve_at_most(Slot(0), G1, work(100, 10), Nanos(0), 0)
+        .unwrap();
+    assert_eq!(
+        t.reserve_at_most(Slot(0), G1, work(100, 10), Nanos(0), 0)
+            .err(),
+        Some(ReserveError::Contended {
+            slot: Slot(0),
+            prior_requests: 1
+        })
+    );
+    // The loser goes to the other idle slot.
+    let second = t
+        .reserve_at_most(Slot(1), G1, work(100, 10), Nanos(0), 0)
+        .unwrap();
+    assert_eq!(t.reserved(Slot(0)), r(1, 100, 10));
+    assert_eq!(t.reserved(Slot(1)), r(1, 100, 10));
+    assert_eq!(t.stats().rejected_contended, 1);
+    drop((first, second));
+}
+
+#[test]
+fn a_burst_of_identical_decisions_sees_its_siblings() {
+    // Eight decisions all read slot 0 as idle (0 reserved) and reserve it; each sees how
+    // many siblings got there first: priors 0, 1, ..., 7.
+    let t = table(1);
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let guards: Vec<_> = (0..8)
+        .map(|_| t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).unwrap())
+        .collect();
+    let priors: Vec<u64> = guards.iter().map(|g| g.prior().requests).collect();
+    assert_eq!(priors, vec![0, 1, 2, 3, 4, 5, 6, 7]);
+}
+
+#[test]
+fn removal_releases_and_a_stale_guard_never_touches_the_new_tenant() {
+    let reg = WorkerRegistry::new(1);
+    let t = table(1);
+    let w = WorkerId::new(3, 0);
+    let (slot, g1, _) = reg.get_or_add(w).unwrap();
+    t.add_worker(slot, g1, Nanos(0)).unwrap();
+    let mut old = t.reserve(slot, g1, work(500, 40), Nanos(0)).unwrap();
+    let old2 = t.reserve(slot, g1, work(60, 4), Nanos(0)).unwrap();
+    // Removal: registry retires, table releases everything, registry frees the slot.
+    let retired = reg.remove(w).unwrap();
+    assert_eq!(t.remove_worker(slot, g1), Ok(r(2, 560, 44)));
+    reg.release(retired).unwrap();
+    assert_eq!(t.stats().removed, r(2, 560, 44));
+    // Re-added: same slot, new generation, counters at zero.
+    let (slot2, g2, _) = reg.get_or_add(w).unwrap();
+    assert_eq!((slot2, g2), (slot, SlotGeneration(2)));
+    t.add_worker(slot2, g2, Nanos(0)).unwrap();
+    assert_eq!(t.reserved(slot2), r(0, 0, 0));
+    let new = t.reserve(slot2, g2, work(7, 3), Nanos(0)).unwrap();
+    assert_eq!(new.prior(), r(0, 0, 0));
+    // The old guards' lifecycle must not touch the new tenant's counters.
+    assert!(
+        !old.first_token(),
+        "its prefill was released by the removal"
+    );
+    assert_eq!(old.release(), r(0, 0, 0));
+    drop(old2);
+    assert_eq!(t.reserved(slot2), r(1, 7, 3));
+    // And reserving with the old generation is refused.
+    assert!(matches!(
+        t.reserve(slot2, g1, work(1, 1), Nanos(0)),
+        Err(ReserveError::StaleSlot { .. })
+    ));
+    drop(new);
+    assert_eq!(t.reserved(slot2), r(0, 0, 0));
+    assert_eq!(t.stats().underflow_clamped, 0);
+}
+
+#[test]
+fn sweeper_drops_reservations_older_than_the_ttl_and_counts_them() {
+    // TTL 10 s. Slot added at t = 0.
+    let t = table(1);
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let a = t.reserve(Slot(0), G1, work(100, 10), Nanos(S)).unwrap(); // t = 1 s
+    // t = 5 s: not yet 10 s since the slot was last aged → nothing happens.
+    assert_eq!(t.sweep(Nanos(5 * S)).slots_aged, 0);
+    // t = 10 s: first ageing; a (9 s old) survives in the old cohort.
+    let rep = t.sweep(Nanos(10 * S));
+    assert_eq!((rep.slots_aged, rep.released), (1, r(0, 0, 0)));
+    let b = t.reserve(Slot(0), G1, work(7, 1), Nanos(12 * S)).unwrap(); // t = 12 s
+    assert_eq!(t.reserved(Slot(0)), r(2, 107, 11));
+    // t = 15 s: only 5 s since the last ageing → nothing.
+    assert_eq!(t.sweep(Nanos(15 * S)).slots_aged, 0);
+    // t = 20 s: second ageing drops a (19 s old); b (8 s old) survives.
+    let rep = t.sweep(Nanos(20 * S));
+    assert_eq!(rep.released, r(1, 100, 10));
+    assert_eq!(t.reserved(Slot(0)), r(1, 7, 1));
+    assert_eq!(t.stats().swept, r(1, 100, 10));
+    // a's own release is now a no-op; b's is live.
+    assert_eq!(a.release(), r(0, 0, 0));
+    assert_eq!(b.release(), r(1, 7, 1));
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+}
+
+#[test]
+fn a_leaked_guard_is_cleaned_by_the_sweeper() {
+    let t = table(1);
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    std::mem::forget(t.reserve(Slot(0), G1, work(3, 3), Nanos(0)).unwrap());
+    t.sweep(Nanos(10 * S));
+    t.sweep(Nanos(20 * S));
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+    assert_eq!(t.stats().swept, r(1, 3, 3));
+}
+
+fn sglang(running: i64, waiting: i64, uncached: i64, used: i64, ts: f64) -> SglangRankLoad {
+    SglangRankLoad {
+        worker_id: 1,
+        dp_rank: 0,
+        num_running_reqs: running,
+        num_waiting_reqs: waiting,
+        num_waiting_uncached_tokens: uncached,
+        num_used_tokens: used,
+        max_total_num_tokens: 100_000,
+        token_usage: used as f64 / 100_000.0,
+        gen_throughput: 1000.0,
+        utilization: 0.5,
+        max_running_requests: 16,
+        timestamp: ts,
+    }
+}
+
+#[test]
+fn reconciliation_never_counts_a_request_twice() {
+    let w = WorkerId::new(1, 0);
+    let t = table(1);
+    let (mut p, reader) = LoadPublisher::new(LoadConfig::new(1)).unwrap();
+    p.attach_reservations(t.clone()).unwrap();
+    p.add_worker(Slot(0), w, G1).unwrap();
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+
+    // t = 1 s: the engine reports 3 running + 2 waiting, 400 uncached, 3000 used.
+    p.apply_sglang(&sglang(3, 2, 400, 3000, 1.0), Nanos(S))
+        .unwrap();
+    p.publish(Nanos(S)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (5, 400, 3000)
+    );
+
+    // Two new requests are routed there: +2 requests, +1000 prefill, +100 decode.
+    let a = t.reserve(Slot(0), G1, work(600, 60), Nanos(S + 1)).unwrap();
+    let mut b = t.reserve(Slot(0), G1, work(400, 40), Nanos(S + 2)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    // 5 + 2 = 7 requests, 400 + 1000 prefill, 3000 + 100 decode.
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (7, 1400, 3100)
+    );
+
+    // t = 2 s: the engine's next report counts both (5 running + 2 waiting, 1400 uncached,
+    // 3100 used). Publishing it reconciles: the reservations are dropped, so the total
+    // stays 7, not 9.
+    p.apply_sglang(&sglang(5, 2, 1400, 3100, 2.0), Nanos(2 * S))
+        .unwrap();
+    p.publish(Nanos(2 * S)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (7, 1400, 3100)
+    );
+    assert_eq!(e.reserved, r(0, 0, 0));
+    assert_eq!(t.stats().reconciled, r(2, 1000, 100));
+
+    // A reservation made after that publication is counted on top.
+    let c = t
+        .reserve(Slot(0), G1, work(50, 5), Nanos(2 * S + 1))
+        .unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (8, 1450, 3105)
+    );
+
+    // The absorbed guards' lifecycle is a no-op: never below what telemetry says.
+    assert!(!b.first_token());
+    drop((a, b));
+    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    assert_eq!(e.requests, 8);
+    drop(c);
+    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (7, 1400, 3100)
+    );
+
+    // A publication with no new report reconciles nothing.
+    let d = t.reserve(Slot(0), G1, work(1, 1), Nanos(3 * S)).unwrap();
+    p.publish(Nanos(3 * S)).unwrap();
+    assert_eq!(t.reserved(Slot(0)), r(1, 1, 1));
+    drop(d);
+    assert_eq!(t.stats().underflow_clamped, 0);
+}
+
+#[test]
+fn reconciliation_is_per_field_vllm_reports_no_tokens() {
+    let w = WorkerId::new(1, 0);
+    let t = table(1);
+    let (mut p, reader) = LoadPublisher::new(LoadConfig::new(1)).unwrap();
+    p.attach_reservations(t.clone()).unwrap();
+    p.configure_engine(
+        1,
+        kvroute_load::EngineConfig {
+            max_running_per_rank: Some(16),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    p.add_worker(Slot(0), w, G1).unwrap();
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let mut a = t.reserve(Slot(0), G1, work(700, 30), Nanos(0)).unwrap();
+    p.apply_vllm(
+        &VllmLoadUpdate {
+            worker_id: 1,
+            ranks: vec![VllmRankLoad {
+                dp_rank: 0,
+                num_requests_running: 0.0,
+                num_requests_waiting: 1.0,
+                kv_cache_usage: 0.1,
+            }],
+        },
+        Nanos(S),
+    )
+    .unwrap();
+    p.publish(Nanos(S)).unwrap();
+    // Requests are reported (1 waiting) → the reserved request is dropped; tokens are not
+    // reported → the reserved tokens remain the only source.
+    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (1, 700, 30)
+    );
+    assert!(a.first_token());
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 730));
+    drop(a);
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+    assert_eq!(t.stats().reconciled, r(1, 0, 0));
+}
+
+#[test]
+fn effective_load_ignores_reservations_of_another_tenancy() {
+    let w = WorkerId::new(1, 0);
+    let t = table(1);
+    let (mut p, reader) = LoadPublisher::new(LoadConfig::new(1)).unwrap();
+    p.add_worker(Slot(0), w, G1).unwrap();
+    p.apply_sample(w, LoadSample::idle(8), Nanos(0)).unwrap();
+    p.publish(Nanos(0)).unwrap();
+    // The table already holds generation 2 (the snapshot is older).
+    t.add_worker(Slot(0), SlotGeneration(2), Nanos(0)).unwrap();
+    let _g = t
+        .reserve(Slot(0), SlotGeneration(2), work(5, 5), Nanos(0))
+        .unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    assert_eq!(e.reserved, r(0, 0, 0));
+    assert_eq!(e.requests, 0);
+    assert_eq!(Fields::RESERVABLE, Fields(0b111));
+}
+
+#[test]
+fn concurrent_reserve_and_release_return_to_zero() {
+    let t = table(2);
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|k| {
+            let t = t.clone();
+            kvroute_sync::thread::spawn(move || {
+                for i in 0..5_000u32 {
+                    let mut g = t
+                        .reserve(Slot(0), G1, work(i % 100, k), Nanos(u64::from(i)))
+                        .unwrap();
+                    if i % 3 == 0 {
+                        g.first_token();
+                    }
+                    if i % 5 == 0 {
+                        let _ = g.commit();
+                    }
+                }
+            })
+        })
+        .collect();
+    // The control path sweeps and reconciles meanwhile.
+    for i in 0..200u64 {
+        t.sweep(Nanos(i * 20 * S));
+        t.reconcile(Slot(0), G1, Fields::REQUESTS);
+    }
+    for th in threads {
+        th.join().unwrap();
+    }
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+    assert_eq!(t.stats().underflow_clamped, 0);
+}
