@@ -6,8 +6,12 @@
 //! It stops when no worker is alive or a hash has no node. Cost: O(depth × words + workers
 //! written); no per-worker hash set, no allocation.
 
+use kvroute_sync::atomic::Ordering;
+
 use super::PrefixIndex;
+use super::node::Node;
 use super::reclaim;
+use super::table::prefetch_read;
 use crate::hash::SequenceHash;
 use crate::registry::Slot;
 
@@ -77,39 +81,73 @@ impl PrefixIndex {
         let slots = self.config.worker_slots;
         out.reset(slots);
         let words = self.active_words().min(MAX_WORDS);
-        if words == 0 || hashes.is_empty() {
+        let n = hashes.len();
+        if words == 0 || n == 0 {
             return;
         }
         let guard = reclaim::pin();
-        let mut alive = [0u64; MAX_WORDS];
-        alive[..words].fill(u64::MAX);
+        let view = self.table.view(&guard);
+        let mut next: Option<&Node> = view.find(hashes[0].0);
+        // Alive bits per word, and the list of words that still have any.
+        let mut alive = [u64::MAX; MAX_WORDS];
+        let mut live = [0u16; MAX_WORDS];
+        for (w, l) in live[..words].iter_mut().enumerate() {
+            *l = w as u16;
+        }
+        let mut live_count = words;
         let mut depth = 0usize;
-        for h in hashes {
-            let Some(node) = self.table.find(h.0, &guard) else {
+        while depth < n {
+            let Some(node) = next else {
                 break;
             };
-            let mut any = 0u64;
-            for (w, a) in alive[..words].iter_mut().enumerate() {
-                let kept = *a & node.word(w);
-                let mut dropped = *a & !kept;
+            let (word0, ext) = node.words();
+            let mut kept_count = 0;
+            for i in 0..live_count {
+                let w = live[i] as usize;
+                let bits = if w == 0 {
+                    word0
+                } else {
+                    ext.map_or(0, |e| e[w - 1].load(Ordering::Acquire))
+                };
+                let a = alive[w];
+                let kept = a & bits;
                 if depth > 0 {
+                    let mut dropped = a & !kept;
                     while dropped != 0 {
                         let bit = dropped.trailing_zeros() as usize;
                         out.blocks[w * 64 + bit] = depth as u32;
                         dropped &= dropped - 1;
                     }
                 }
-                *a = kept;
-                any |= kept;
+                alive[w] = kept;
+                if kept != 0 {
+                    live[kept_count] = w as u16;
+                    kept_count += 1;
+                }
             }
-            if any == 0 {
+            live_count = kept_count;
+            if live_count == 0 {
                 break;
             }
             depth += 1;
+            // Step to the next level: through the successor link when it is the next
+            // requested block (no table lookup), else through the table.
+            next = hashes
+                .get(depth)
+                .and_then(|h| node.succ_for(h.0).or_else(|| view.find(h.0)));
+            if let Some(n) = next {
+                // Start loading what the level after will need: the next node's extension
+                // words and its successor.
+                if live_count > 1 || live[0] != 0 {
+                    prefetch_read(n.ext_addr());
+                }
+                prefetch_read(n.succ_addr());
+            }
         }
         if depth > 0 {
-            for (w, &a) in alive[..words].iter().enumerate() {
-                let mut left = a;
+            for &w in &live[..live_count] {
+                let w = w as usize;
+                let mut left = alive[w];
                 while left != 0 {
                     let bit = left.trailing_zeros() as usize;
                     out.blocks[w * 64 + bit] = depth as u32;

@@ -168,10 +168,14 @@ impl PrefixIndex {
             });
         }
         let mut state = self.worker(slot)?;
+        let mut parent_node = None;
         let mut prev = match event.parent {
             None => None,
             Some(p) => match state.entries.get(&p.0) {
-                Some(e) => Some(SequenceHash(e.node().key)),
+                Some(e) => {
+                    parent_node = Some(e.node);
+                    Some(SequenceHash(e.node().key))
+                }
                 None => {
                     IndexCounters::bump(&self.counters.unknown_parent_stores, 1);
                     return Err(IndexError::UnknownParent {
@@ -194,7 +198,7 @@ impl PrefixIndex {
             prev = Some(seq);
             (*eh, seq)
         });
-        Ok(self.store_locked(slot, &mut state, blocks))
+        Ok(self.store_locked(slot, &mut state, parent_node, blocks))
     }
 
     /// Applies a store whose chained hashes the caller computed already: each pair is
@@ -209,20 +213,29 @@ impl PrefixIndex {
         blocks: &[(EngineHash, SequenceHash)],
     ) -> Result<StoreOutcome, IndexError> {
         let mut state = self.worker(slot)?;
-        Ok(self.store_locked(slot, &mut state, blocks.iter().copied()))
+        Ok(self.store_locked(slot, &mut state, None, blocks.iter().copied()))
     }
 
+    /// Applies one event's blocks under the worker's lock. `parent` is the node of the block
+    /// before the first one, if known; each block's node becomes the successor of the one
+    /// before it (see `node`), so matches can walk the event's blocks without lookups.
     fn store_locked(
         &self,
         slot: Slot,
         state: &mut WorkerState,
+        parent: Option<*const Node>,
         blocks: impl Iterator<Item = (EngineHash, SequenceHash)>,
     ) -> StoreOutcome {
         let s = slot.index();
         self.active_words.fetch_max(s / 64 + 1, Ordering::Relaxed);
         let guard = reclaim::pin();
         let mut w = self.table.writer(s);
+        let ext_len = self.table.ext_len as usize;
         let mut out = StoreOutcome::default();
+        // The previous block's node. Every node seen in this call stays allocated until
+        // `guard` is dropped (a node released meanwhile is freed only after the grace
+        // period), so the pointer stays valid even if eviction releases that block.
+        let mut prev: Option<*const Node> = parent;
         for (eh, seq) in blocks {
             let stamp = state.tick();
             if let Some(e) = state.entries.get_mut(&eh.0) {
@@ -230,6 +243,7 @@ impl PrefixIndex {
                     e.copies = e.copies.saturating_add(1);
                     e.stamp = stamp;
                     out.extra_copies += 1;
+                    prev = Some(e.node);
                     continue;
                 }
                 // Same engine hash, different content: the engine's latest word wins.
@@ -245,7 +259,12 @@ impl PrefixIndex {
             if inserted {
                 self.nodes.fetch_add(1, Ordering::Relaxed);
             }
-            let (already, new_ext) = node.set_bit(s);
+            if let Some(p) = prev {
+                // SAFETY: `p` was reached in this call under `guard` (see `prev`).
+                unsafe { &*p }.link_succ(node);
+            }
+            prev = Some(core::ptr::from_ref(node));
+            let (already, new_ext) = node.set_bit(s, ext_len);
             if new_ext {
                 self.ext_arrays.fetch_add(1, Ordering::Relaxed);
             }
@@ -400,9 +419,10 @@ impl PrefixIndex {
     }
 
     /// Asks the epoch collector to free retired nodes now. Frees happen on their own as
-    /// threads pin and unpin; this is for tests and memory gauges.
+    /// threads pin and unpin; this is for tests and memory gauges. A freed node can release
+    /// its successor, which is then freed a grace period later, so this flushes repeatedly.
     pub fn collect_garbage(&self) {
-        for _ in 0..4 {
+        for _ in 0..256 {
             reclaim::pin().flush();
         }
     }

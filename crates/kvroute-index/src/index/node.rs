@@ -15,6 +15,20 @@
 //! So a retired node has no holder and no bit, no holder can appear on it afterwards, and
 //! exactly one writer unlinks it.
 //!
+//! # Successor links and node lifetime
+//! A node may point to one *successor*: a node a writer stored right after it in one store
+//! event (the next block of the same sequence). The link is set once (CAS from null) and
+//! lets a match step from block `i` to block `i + 1` without a table lookup, after checking
+//! that the successor's key is the next requested hash and that it is not retired (a retired
+//! successor has no bits; the match then looks the hash up in the table instead).
+//!
+//! Memory is owned by reference counts, `refs`: one for the table's link, one for a
+//! predecessor's successor pointer. Unlinking from the table and freeing a predecessor each
+//! drop one; the last drop hands the node to the epoch collector, so a reader that reached
+//! it (through the table before the unlink, or through a predecessor that was still
+//! allocated) finishes before it is freed. A retired node can thus outlive its unlinking
+//! while a live predecessor still points to it: at most one such node per live node.
+//!
 //! # Orderings
 //! * `holders`: acquire and release use `AcqRel` so that a writer that retires a node
 //!   happens-after every earlier holder's release (their bit clears are visible before the
@@ -27,6 +41,12 @@
 //! * `ext` (bit words for slots 64 and above): installed once with a CAS (`AcqRel` success,
 //!   `Acquire` failure) so that readers that load the pointer with `Acquire` see the zeroed
 //!   words; it is freed only when the node itself is freed.
+//! * `succ`: set once with a CAS (`Release`) after the successor's `refs` was raised, so the
+//!   successor cannot be freed while the link exists; readers load it with `Acquire` and
+//!   then read the successor's (immutable) key and atomics.
+//! * `refs`: raised with `Relaxed` (the raiser already holds the node, so it cannot reach
+//!   zero concurrently), dropped with `AcqRel` so that the thread that frees the node
+//!   happens-after every other thread's last use of it.
 
 use core::ptr;
 
@@ -39,24 +59,67 @@ pub(crate) struct Node {
     /// The chained block hash this node stands for.
     pub(crate) key: u64,
     pub(crate) holders: AtomicU32,
-    /// Length of the `ext` array (words for slots 64..capacity).
-    ext_len: u32,
+    /// References keeping the allocation: the table link and a predecessor's `succ`.
+    refs: AtomicU32,
     /// Bits of slots 0..64.
     word0: AtomicU64,
-    /// Bits of slots 64.., allocated on first use: `ext_len` words, or null.
+    /// Bits of slots 64.., allocated on first use, or null. The allocation is `1 + len`
+    /// words: word 0 holds `len`, the rest are the bit words of slots 64 and up.
     ext: AtomicPtr<AtomicU64>,
+    /// The block stored after this one in the same event, or null (see the module docs).
+    succ: AtomicPtr<Node>,
 }
 
 impl Node {
-    /// A node for `key`, already acquired once by its creator (holders = 1).
-    pub(crate) fn new_acquired(key: u64, ext_len: u32) -> Self {
+    /// A node for `key`, already acquired once by its creator (holders = 1), with the
+    /// reference its table link will own.
+    pub(crate) fn new_acquired(key: u64) -> Self {
         Self {
             key,
             holders: AtomicU32::new(1),
-            ext_len,
+            refs: AtomicU32::new(1),
             word0: AtomicU64::new(0),
             ext: AtomicPtr::new(ptr::null_mut()),
+            succ: AtomicPtr::new(ptr::null_mut()),
         }
+    }
+
+    /// Makes `next` this node's successor unless it has one. The caller holds a holder
+    /// reference on `next` (so it is linked in the table and `refs >= 1`).
+    pub(crate) fn link_succ(&self, next: &Node) {
+        if !self.succ.load(Ordering::Relaxed).is_null() || ptr::eq(self, next) {
+            return;
+        }
+        next.refs.fetch_add(1, Ordering::Relaxed);
+        let linked = self
+            .succ
+            .compare_exchange(
+                ptr::null_mut(),
+                ptr::from_ref(next).cast_mut(),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if !linked {
+            // The table's reference is still held (the caller holds `next`), so this cannot
+            // be the last reference.
+            let prev = next.refs.fetch_sub(1, Ordering::AcqRel);
+            debug_assert!(prev >= 2);
+        }
+    }
+
+    /// The successor, if it stands for `key` and is not retired.
+    #[inline]
+    pub(crate) fn succ_for(&self, key: u64) -> Option<&Node> {
+        let p = self.succ.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null `succ` holds a reference on its target (`refs`), released
+        // only when this node is freed; this node is borrowed, so it is not freed, and a
+        // target whose last reference goes is freed only after the epoch grace period.
+        let s = unsafe { &*p };
+        (s.key == key && s.holders.load(Ordering::Acquire) != RETIRED).then_some(s)
     }
 
     /// Takes one holder reference unless the node is retired.
@@ -100,12 +163,16 @@ impl Node {
             return None;
         }
         // SAFETY:
-        // - a non-null `ext` was produced by `Box::into_raw` of a boxed slice of exactly
-        //   `ext_len` initialised `AtomicU64`s (see `ext_or_alloc`);
+        // - a non-null `ext` was produced by `Box::into_raw` of a boxed slice of `1 + len`
+        //   initialised `AtomicU64`s whose first word holds `len` (see `ext_or_alloc`);
         // - it is freed only in `Drop for Node`, which needs `&mut self`, so it outlives the
         //   returned borrow of `self`;
         // - atomics are only ever accessed through shared references.
-        Some(unsafe { core::slice::from_raw_parts(p, self.ext_len as usize) })
+        let all = unsafe {
+            let len = (*p).load(Ordering::Relaxed) as usize;
+            core::slice::from_raw_parts(p, len + 1)
+        };
+        Some(&all[1..])
     }
 
     /// Whether the extension words are allocated.
@@ -115,34 +182,35 @@ impl Node {
 
     /// The extension words, allocating them if needed; the flag says whether this call
     /// installed them.
-    fn ext_or_alloc(&self) -> (&[AtomicU64], bool) {
+    fn ext_or_alloc(&self, ext_len: usize) -> (&[AtomicU64], bool) {
         if let Some(words) = self.ext_words() {
             return (words, false);
         }
-        let fresh: Box<[AtomicU64]> = (0..self.ext_len).map(|_| AtomicU64::new(0)).collect();
+        let fresh: Box<[AtomicU64]> = core::iter::once(AtomicU64::new(ext_len as u64))
+            .chain((0..ext_len).map(|_| AtomicU64::new(0)))
+            .collect();
         let fresh = Box::into_raw(fresh).cast::<AtomicU64>();
         let installed = self
             .ext
             .compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if !installed {
-            // SAFETY: `fresh` came from `Box::into_raw` of a slice of `ext_len` words just
-            // above and was never shared (the CAS failed), so we own it and free it once.
-            drop(unsafe {
-                Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, self.ext_len as usize))
-            });
+            // SAFETY: `fresh` came from `Box::into_raw` of a slice of `1 + ext_len` words
+            // just above and was never shared (the CAS failed), so we own it and free it once.
+            drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, ext_len + 1)) });
         }
         (self.ext_words().expect("ext installed above"), installed)
     }
 
-    /// Sets `slot`'s bit. Returns whether it was already set, and whether this call
-    /// allocated the extension words.
-    pub(crate) fn set_bit(&self, slot: usize) -> (bool, bool) {
+    /// Sets `slot`'s bit (`ext_len`: extension words to allocate if needed, at least
+    /// `slot / 64`). Returns whether it was already set, and whether this call allocated
+    /// the extension words.
+    pub(crate) fn set_bit(&self, slot: usize, ext_len: usize) -> (bool, bool) {
         let mask = 1u64 << (slot % 64);
         let (word, new_ext) = if slot < 64 {
             (&self.word0, false)
         } else {
-            let (words, new_ext) = self.ext_or_alloc();
+            let (words, new_ext) = self.ext_or_alloc(ext_len);
             (&words[slot / 64 - 1], new_ext)
         };
         (word.fetch_or(mask, Ordering::Release) & mask != 0, new_ext)
@@ -158,8 +226,27 @@ impl Node {
         }
     }
 
-    /// The bit word `w` (slots `64w..64w+64`).
+    /// The bit words for reading: word 0 and the extension words (`None` while no slot of
+    /// 64 or more has stored on this node), each loaded once.
     #[inline]
+    pub(crate) fn words(&self) -> (u64, Option<&[AtomicU64]>) {
+        (self.word0.load(Ordering::Acquire), self.ext_words())
+    }
+
+    /// Address of the successor (null if none), for prefetching.
+    #[inline]
+    pub(crate) fn succ_addr(&self) -> *const u8 {
+        self.succ.load(Ordering::Relaxed).cast_const().cast()
+    }
+
+    /// Address of the extension words (null if none), for prefetching.
+    #[inline]
+    pub(crate) fn ext_addr(&self) -> *const u8 {
+        self.ext.load(Ordering::Relaxed).cast_const().cast()
+    }
+
+    /// The bit word `w` (slots `64w..64w+64`).
+    #[cfg(test)]
     pub(crate) fn word(&self, w: usize) -> u64 {
         if w == 0 {
             self.word0.load(Ordering::Acquire)
@@ -177,7 +264,7 @@ impl Node {
         if self.ext.load(Ordering::Acquire).is_null() {
             0
         } else {
-            self.ext_len as usize * core::mem::size_of::<AtomicU64>()
+            (self.ext_words().map_or(0, <[AtomicU64]>::len) + 1) * core::mem::size_of::<AtomicU64>()
         }
     }
 }
@@ -186,10 +273,33 @@ impl Drop for Node {
     fn drop(&mut self) {
         let p = self.ext.load(Ordering::Acquire);
         if !p.is_null() {
-            // SAFETY: a non-null `ext` is the `Box::into_raw` of `ext_len` words installed by
-            // `ext_or_alloc`; `&mut self` proves no reader holds it any more.
-            drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(p, self.ext_len as usize)) });
+            // SAFETY: a non-null `ext` is the `Box::into_raw` of `1 + len` words installed by
+            // `ext_or_alloc`, with `len` in word 0; `&mut self` proves no reader holds it.
+            unsafe {
+                let len = (*p).load(Ordering::Relaxed) as usize;
+                drop(Box::from_raw(ptr::slice_from_raw_parts_mut(p, len + 1)));
+            }
         }
+        let s = self.succ.load(Ordering::Acquire);
+        if !s.is_null() {
+            // SAFETY: the successor link owns one reference on `s`, released exactly once
+            // here as this node is freed.
+            unsafe { drop_ref(s) };
+        }
+    }
+}
+
+/// Drops one reference on `p`; the last one hands it to the epoch collector.
+///
+/// # Safety
+/// `p` came from `Box::<Node>::into_raw`, and the caller owns one of its references (the
+/// table link or a successor link), which it gives up here.
+pub(crate) unsafe fn drop_ref(p: *mut Node) {
+    // SAFETY: the caller's reference keeps `p` allocated until this decrement.
+    if unsafe { &*p }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // SAFETY: no reference is left: the node is unreachable for threads that pin from
+        // now on, and only this call saw the count reach zero.
+        unsafe { super::reclaim::defer_free_node(p) };
     }
 }
 
@@ -199,11 +309,11 @@ mod tests {
 
     #[test]
     fn bits_in_both_word_kinds() {
-        let n = Node::new_acquired(7, 3);
-        assert_eq!(n.set_bit(3), (false, false));
-        assert_eq!(n.set_bit(3), (true, false));
-        assert_eq!(n.set_bit(64 * 3 + 5), (false, true));
-        assert_eq!(n.set_bit(64 + 1), (false, false));
+        let n = Node::new_acquired(7);
+        assert_eq!(n.set_bit(3, 3), (false, false));
+        assert_eq!(n.set_bit(3, 3), (true, false));
+        assert_eq!(n.set_bit(64 * 3 + 5, 3), (false, true));
+        assert_eq!(n.set_bit(64 + 1, 3), (false, false));
         n.clear_bit(64 + 1);
         assert_eq!(n.word(0), 1 << 3);
         assert_eq!(n.word(3), 1 << 5);
@@ -211,12 +321,12 @@ mod tests {
         n.clear_bit(3);
         n.clear_bit(64 * 3 + 5);
         assert_eq!(n.word(0) | n.word(3), 0);
-        assert_eq!(n.ext_bytes(), 24);
+        assert_eq!(n.ext_bytes(), 32, "3 words and the length header");
     }
 
     #[test]
     fn holder_protocol_retires_exactly_once() {
-        let n = Node::new_acquired(1, 0);
+        let n = Node::new_acquired(1);
         assert!(n.try_acquire());
         assert!(!n.release());
         assert!(n.release(), "the last release retires");
@@ -236,15 +346,15 @@ mod loom_tests {
     #[test]
     fn loom_add_vs_last_remove_on_one_node() {
         loom::model(|| {
-            let n = Arc::new(Node::new_acquired(9, 1));
-            n.set_bit(0);
+            let n = Arc::new(Node::new_acquired(9));
+            n.set_bit(0, 1);
             let n2 = n.clone();
             let remover = thread::spawn(move || {
                 n2.clear_bit(0);
                 n2.release()
             });
             let added = if n.try_acquire() {
-                n.set_bit(70);
+                n.set_bit(70, 1);
                 true
             } else {
                 false
@@ -270,14 +380,14 @@ mod loom_tests {
     #[test]
     fn loom_concurrent_bit_updates_do_not_lose_bits() {
         loom::model(|| {
-            let n = Arc::new(Node::new_acquired(9, 1));
-            n.set_bit(1);
+            let n = Arc::new(Node::new_acquired(9));
+            n.set_bit(1, 1);
             let n2 = n.clone();
             let t = thread::spawn(move || {
-                n2.set_bit(65);
+                n2.set_bit(65, 1);
                 n2.clear_bit(1);
             });
-            n.set_bit(2);
+            n.set_bit(2, 1);
             t.join().unwrap();
             assert_eq!(n.word(0), 1 << 2);
             assert_eq!(n.word(1), 1 << 1);

@@ -109,14 +109,14 @@ pub(crate) struct Table {
     min_capacity: usize,
     gates: Box<[RwLock<()>]>,
     mix: u64,
-    ext_len: u32,
+    pub(crate) ext_len: u32,
     resizes: AtomicU64,
     parked: Parked,
 }
 
 impl Table {
     /// A table sized for `expected` nodes (never shrinking below that), whose nodes carry
-    /// `ext_len` extra bit words.
+    /// up to `ext_len` extra bit words.
     pub(crate) fn new(expected: usize, ext_len: u32, mix: u64) -> Self {
         Self::with_floor(expected, 16, ext_len, mix)
     }
@@ -151,28 +151,18 @@ impl Table {
     }
 
     /// The live node for `key`, if any. The reference is valid while `guard` is pinned.
+    #[cfg(all(test, kvroute_loom))]
+    pub(crate) fn find<'g>(&'g self, key: u64, guard: &'g Guard) -> Option<&'g Node> {
+        self.view(guard).find(key)
+    }
+
+    /// A read-only view of the current array, for many lookups under one guard.
     #[inline]
-    pub(crate) fn find<'g>(&self, key: u64, guard: &'g Guard) -> Option<&'g Node> {
-        let arr = self.current(guard);
-        let want = slot_key(key);
-        let mut i = self.home(want, arr.mask);
-        for _ in 0..arr.slots.len() {
-            let slot = &arr.slots[i];
-            let k = slot.key.load(Ordering::Acquire);
-            if k == want {
-                let p = slot.node.load(Ordering::Acquire);
-                // SAFETY: a non-null node pointer was published by CAS after the node was
-                // initialised and is freed only through the epoch collector after being
-                // unlinked; `guard` was pinned before this load.
-                return (!p.is_null()).then(|| unsafe { &*p });
-            }
-            if k == EMPTY {
-                return None;
-            }
-            i = (i + 1) & arr.mask;
+    pub(crate) fn view<'g>(&'g self, guard: &'g Guard) -> View<'g> {
+        View {
+            table: self,
+            arr: self.current(guard),
         }
-        // Every slot probed: the array is full (possible only transiently, see `Writer`).
-        None
     }
 
     /// Shared access for one writer's event; `gate_hint` spreads writers over gates.
@@ -248,6 +238,53 @@ impl Table {
     }
 }
 
+/// Lookups in one array under one pinned guard.
+pub(crate) struct View<'g> {
+    table: &'g Table,
+    arr: &'g Array,
+}
+
+impl<'g> View<'g> {
+    /// The live node for `key`, if any; see [`Table::find`].
+    #[inline]
+    pub(crate) fn find(&self, key: u64) -> Option<&'g Node> {
+        let arr = self.arr;
+        let want = slot_key(key);
+        let mut i = self.table.home(want, arr.mask);
+        for _ in 0..arr.slots.len() {
+            let slot = &arr.slots[i];
+            let k = slot.key.load(Ordering::Acquire);
+            if k == want {
+                let p = slot.node.load(Ordering::Acquire);
+                // SAFETY: a non-null node pointer was published by CAS after the node was
+                // initialised and is freed only through the epoch collector after being
+                // unlinked; the guard this view borrows was pinned before this load.
+                return (!p.is_null()).then(|| unsafe { &*p });
+            }
+            if k == EMPTY {
+                return None;
+            }
+            i = (i + 1) & arr.mask;
+        }
+        // Every slot probed: the array is full (possible only transiently, see `Writer`).
+        None
+    }
+}
+
+/// A prefetch hint for the cache line at `p`; a no-op where no hint instruction is used.
+#[inline(always)]
+pub(crate) fn prefetch_read(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(kvroute_loom)))]
+    {
+        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: `_mm_prefetch` is a hint: it never faults, whatever the address, and
+        // reads nothing architecturally; SSE is part of the x86_64 baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(kvroute_loom))))]
+    let _ = p;
+}
+
 /// Why a writer asks for a resize (rechecked once every gate is held).
 #[derive(Clone, Copy)]
 enum Resize {
@@ -303,7 +340,7 @@ impl Writer<'_> {
             }
             // Empty, or a retired node whose retirer has not unlinked it yet: replace it.
             if fresh.is_null() {
-                fresh = Box::into_raw(Box::new(Node::new_acquired(key, t.ext_len)));
+                fresh = Box::into_raw(Box::new(Node::new_acquired(key)));
             }
             if slot
                 .node
@@ -388,10 +425,12 @@ impl Writer<'_> {
             }
             i = (i + 1) & arr.mask;
         }
-        // SAFETY: allocated by `acquire_or_insert` with `Box::into_raw`; no slot of the
-        // current array points to it any more, older arrays are only reachable by readers
-        // pinned before now, and the caller guarantees this is its only unlink.
-        unsafe { guard.retire(target, &t.parked) };
+        let _ = guard;
+        // SAFETY: allocated by `acquire_or_insert` with `Box::into_raw`; the table's link
+        // owned one reference, and no slot of the current array points to it any more
+        // (older arrays are only reachable by readers pinned before now); the caller
+        // guarantees this is its only unlink, so the table's reference is dropped once.
+        unsafe { super::node::drop_ref(target) };
     }
 }
 
@@ -411,14 +450,15 @@ impl Drop for Writer<'_> {
 impl Drop for Table {
     fn drop(&mut self) {
         let arr = self.array.load(Ordering::Acquire);
-        // SAFETY: `&mut self`: no reader or writer remains. The current array and every
-        // node it links were allocated with `Box::into_raw` and are freed exactly once
-        // here; retired ones belong to the epoch collector (or `parked`).
+        // SAFETY: `&mut self`: no reader or writer remains. The current array was
+        // allocated with `Box::into_raw` and is freed once here; each node it links owns
+        // one table reference, dropped once here (nodes whose last reference goes are
+        // freed through the epoch collector).
         unsafe {
             for slot in (*arr).slots.iter() {
                 let p = slot.node.load(Ordering::Acquire);
                 if !p.is_null() {
-                    drop(Box::from_raw(p));
+                    super::node::drop_ref(p);
                 }
             }
             drop(Box::from_raw(arr));
