@@ -63,6 +63,29 @@ use reclaim::Guard;
 use table::{Table, Writer};
 use worker::{Entry, WorkerState};
 
+/// Gauge changes of one event, applied to the shared gauges once at its end.
+#[derive(Default)]
+struct Delta {
+    nodes: i64,
+    ext_arrays: i64,
+    residencies: i64,
+}
+
+impl Delta {
+    fn apply(self, index: &PrefixIndex) {
+        let add = |g: &AtomicU64, d: i64| {
+            if d > 0 {
+                g.fetch_add(d as u64, Ordering::Relaxed);
+            } else if d < 0 {
+                g.fetch_sub(d.unsigned_abs(), Ordering::Relaxed);
+            }
+        };
+        add(&index.nodes, self.nodes);
+        add(&index.ext_arrays, self.ext_arrays);
+        add(&index.residencies, self.residencies);
+    }
+}
+
 /// The concurrent block-hash prefix index; see the module docs.
 pub struct PrefixIndex {
     config: IndexConfig,
@@ -232,6 +255,7 @@ impl PrefixIndex {
         let mut w = self.table.writer(s);
         let ext_len = self.table.ext_len as usize;
         let mut out = StoreOutcome::default();
+        let mut d = Delta::default();
         // The previous block's node. Every node seen in this call stays allocated until
         // `guard` is dropped (a node released meanwhile is freed only after the grace
         // period), so the pointer stays valid even if eviction releases that block.
@@ -248,16 +272,16 @@ impl PrefixIndex {
                 }
                 // Same engine hash, different content: the engine's latest word wins.
                 let old = state.entries.remove(&eh.0).expect("entry present");
-                self.release_entry(s, state, old, &mut w, &guard);
+                self.release_entry(s, state, old, &mut w, &guard, &mut d);
                 out.conflicts += 1;
                 IndexCounters::bump(&self.counters.hash_conflicts, 1);
             }
             if state.entries.len() >= self.config.max_blocks_per_worker {
-                out.evicted += self.evict(s, state, &mut w, &guard);
+                out.evicted += self.evict(s, state, &mut w, &guard, &mut d);
             }
             let (node, inserted) = w.acquire_or_insert(seq.0, &guard);
             if inserted {
-                self.nodes.fetch_add(1, Ordering::Relaxed);
+                d.nodes += 1;
             }
             if let Some(p) = prev {
                 // SAFETY: `p` was reached in this call under `guard` (see `prev`).
@@ -266,7 +290,7 @@ impl PrefixIndex {
             prev = Some(core::ptr::from_ref(node));
             let (already, new_ext) = node.set_bit(s, ext_len);
             if new_ext {
-                self.ext_arrays.fetch_add(1, Ordering::Relaxed);
+                d.ext_arrays += 1;
             }
             if already {
                 // This worker already holds the node under another engine hash: keep one
@@ -278,7 +302,7 @@ impl PrefixIndex {
                     .entry(core::ptr::from_ref(node) as usize)
                     .or_insert(0) += 1;
             } else {
-                self.residencies.fetch_add(1, Ordering::Relaxed);
+                d.residencies += 1;
             }
             state.entries.insert(
                 eh.0,
@@ -290,6 +314,7 @@ impl PrefixIndex {
             );
             out.new_blocks += 1;
         }
+        d.apply(self);
         out
     }
 
@@ -301,6 +326,7 @@ impl PrefixIndex {
         entry: Entry,
         w: &mut Writer<'_>,
         guard: &Guard,
+        d: &mut Delta,
     ) {
         let key = entry.node as usize;
         if let Some(n) = state.aliases.get_mut(&key) {
@@ -312,25 +338,32 @@ impl PrefixIndex {
         }
         let node: &Node = entry.node();
         node.clear_bit(s);
-        self.residencies.fetch_sub(1, Ordering::Relaxed);
+        d.residencies -= 1;
         if node.release() {
             // SAFETY: `release` returned true, so this thread retired the node (under the
             // writer `w`, with no resize since) and is the only one that will unlink it; it
             // belongs to `self.table`.
             unsafe { w.unlink(node, guard) };
-            self.nodes.fetch_sub(1, Ordering::Relaxed);
+            d.nodes -= 1;
             if node.has_ext() {
-                self.ext_arrays.fetch_sub(1, Ordering::Relaxed);
+                d.ext_arrays -= 1;
             }
         }
     }
 
-    fn evict(&self, s: usize, state: &mut WorkerState, w: &mut Writer<'_>, guard: &Guard) -> usize {
+    fn evict(
+        &self,
+        s: usize,
+        state: &mut WorkerState,
+        w: &mut Writer<'_>,
+        guard: &Guard,
+        d: &mut Delta,
+    ) -> usize {
         let n = (self.config.max_blocks_per_worker / 16).max(1);
         let victims = state.coldest(n);
         for eh in &victims {
             if let Some(e) = state.entries.remove(eh) {
-                self.release_entry(s, state, e, w, guard);
+                self.release_entry(s, state, e, w, guard, d);
             }
         }
         IndexCounters::bump(&self.counters.evicted_blocks, victims.len() as u64);
@@ -352,6 +385,7 @@ impl PrefixIndex {
         let guard = reclaim::pin();
         let mut w = self.table.writer(s);
         let mut out = RemoveOutcome::default();
+        let mut d = Delta::default();
         for eh in block_hashes {
             match state.entries.get_mut(&eh.0) {
                 None => out.unknown += 1,
@@ -361,12 +395,13 @@ impl PrefixIndex {
                 }
                 Some(_) => {
                     let e = state.entries.remove(&eh.0).expect("entry present");
-                    self.release_entry(s, &mut state, e, &mut w, &guard);
+                    self.release_entry(s, &mut state, e, &mut w, &guard, &mut d);
                     out.removed += 1;
                 }
             }
         }
         state.shrink_if_sparse();
+        d.apply(self);
         IndexCounters::bump(&self.counters.unknown_removes, out.unknown as u64);
         Ok(out)
     }
@@ -400,13 +435,15 @@ impl PrefixIndex {
         let s = slot.index();
         let guard = reclaim::pin();
         let mut w = self.table.writer(s);
+        let mut d = Delta::default();
         let entries = core::mem::take(&mut state.entries);
         let n = entries.len();
         for (_, e) in entries {
-            self.release_entry(s, state, e, &mut w, &guard);
+            self.release_entry(s, state, e, &mut w, &guard, &mut d);
         }
         debug_assert!(state.aliases.is_empty());
         state.aliases = Default::default();
+        d.apply(self);
         n
     }
 
