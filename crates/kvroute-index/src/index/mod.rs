@@ -63,6 +63,9 @@ use reclaim::Guard;
 use table::{Table, Writer};
 use worker::{Entry, WorkerState};
 
+/// Blocks of one event whose table slots are prefetched together.
+const BATCH: usize = 16;
+
 /// Gauge changes of one event, applied to the shared gauges once at its end.
 #[derive(Default)]
 struct Delta {
@@ -260,59 +263,76 @@ impl PrefixIndex {
         // `guard` is dropped (a node released meanwhile is freed only after the grace
         // period), so the pointer stays valid even if eviction releases that block.
         let mut prev: Option<*const Node> = parent;
-        for (eh, seq) in blocks {
-            let stamp = state.tick();
-            if let Some(e) = state.entries.get_mut(&eh.0) {
-                if e.node().key == seq.0 {
-                    e.copies = e.copies.saturating_add(1);
-                    e.stamp = stamp;
-                    out.extra_copies += 1;
-                    prev = Some(e.node);
-                    continue;
+        let mut blocks = blocks;
+        let mut batch = [(EngineHash(0), SequenceHash(0)); BATCH];
+        loop {
+            // Take up to BATCH blocks and start loading their table slots together, so
+            // their cache misses overlap instead of being paid one after another.
+            let mut n = 0;
+            for b in blocks.by_ref().take(BATCH) {
+                batch[n] = b;
+                n += 1;
+            }
+            if n == 0 {
+                break;
+            }
+            for (_, seq) in &batch[..n] {
+                w.prefetch(seq.0, &guard);
+            }
+            for &(eh, seq) in &batch[..n] {
+                let stamp = state.tick();
+                if let Some(e) = state.entries.get_mut(&eh.0) {
+                    if e.node().key == seq.0 {
+                        e.copies = e.copies.saturating_add(1);
+                        e.stamp = stamp;
+                        out.extra_copies += 1;
+                        prev = Some(e.node);
+                        continue;
+                    }
+                    // Same engine hash, different content: the engine's latest word wins.
+                    let old = state.entries.remove(&eh.0).expect("entry present");
+                    self.release_entry(s, state, old, &mut w, &guard, &mut d);
+                    out.conflicts += 1;
+                    IndexCounters::bump(&self.counters.hash_conflicts, 1);
                 }
-                // Same engine hash, different content: the engine's latest word wins.
-                let old = state.entries.remove(&eh.0).expect("entry present");
-                self.release_entry(s, state, old, &mut w, &guard, &mut d);
-                out.conflicts += 1;
-                IndexCounters::bump(&self.counters.hash_conflicts, 1);
+                if state.entries.len() >= self.config.max_blocks_per_worker {
+                    out.evicted += self.evict(s, state, &mut w, &guard, &mut d);
+                }
+                let (node, inserted) = w.acquire_or_insert(seq.0, &guard);
+                if inserted {
+                    d.nodes += 1;
+                }
+                if let Some(p) = prev {
+                    // SAFETY: `p` was reached in this call under `guard` (see `prev`).
+                    unsafe { &*p }.link_succ(node);
+                }
+                prev = Some(core::ptr::from_ref(node));
+                let (already, new_ext) = node.set_bit(s, ext_len);
+                if new_ext {
+                    d.ext_arrays += 1;
+                }
+                if already {
+                    // This worker already holds the node under another engine hash: keep one
+                    // holder reference per worker and count the alias instead.
+                    let retired = node.release();
+                    debug_assert!(!retired, "the worker's own reference keeps the node");
+                    *state
+                        .aliases
+                        .entry(core::ptr::from_ref(node) as usize)
+                        .or_insert(0) += 1;
+                } else {
+                    d.residencies += 1;
+                }
+                state.entries.insert(
+                    eh.0,
+                    Entry {
+                        node: core::ptr::from_ref(node),
+                        copies: 1,
+                        stamp,
+                    },
+                );
+                out.new_blocks += 1;
             }
-            if state.entries.len() >= self.config.max_blocks_per_worker {
-                out.evicted += self.evict(s, state, &mut w, &guard, &mut d);
-            }
-            let (node, inserted) = w.acquire_or_insert(seq.0, &guard);
-            if inserted {
-                d.nodes += 1;
-            }
-            if let Some(p) = prev {
-                // SAFETY: `p` was reached in this call under `guard` (see `prev`).
-                unsafe { &*p }.link_succ(node);
-            }
-            prev = Some(core::ptr::from_ref(node));
-            let (already, new_ext) = node.set_bit(s, ext_len);
-            if new_ext {
-                d.ext_arrays += 1;
-            }
-            if already {
-                // This worker already holds the node under another engine hash: keep one
-                // holder reference per worker and count the alias instead.
-                let retired = node.release();
-                debug_assert!(!retired, "the worker's own reference keeps the node");
-                *state
-                    .aliases
-                    .entry(core::ptr::from_ref(node) as usize)
-                    .or_insert(0) += 1;
-            } else {
-                d.residencies += 1;
-            }
-            state.entries.insert(
-                eh.0,
-                Entry {
-                    node: core::ptr::from_ref(node),
-                    copies: 1,
-                    stamp,
-                },
-            );
-            out.new_blocks += 1;
         }
         d.apply(self);
         out

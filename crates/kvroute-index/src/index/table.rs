@@ -357,6 +357,14 @@ impl Writer<'_> {
         }
     }
 
+    /// Asks the CPU to start loading `key`'s home slot (a hint; no effect on results).
+    #[inline]
+    pub(crate) fn prefetch(&self, key: u64, guard: &Guard) {
+        let arr = self.table.current(guard);
+        let i = self.table.home(slot_key(key), arr.mask);
+        prefetch_read(ptr::from_ref(&arr.slots[i]).cast());
+    }
+
     fn resize(&mut self, why: Resize) {
         self.lock = None;
         self.table.resize(why);
