@@ -1,0 +1,329 @@
+//! The scorer's one configuration type, its defaults and bounds, and the cell that lets
+//! knobs change while routing.
+//!
+//! Every knob has one default and one valid range; [`ScoreConfig::validate`] rejects an
+//! out-of-range value with a [`ConfigError`] naming the knob and its range (incident A,
+//! acceptance item 9: knobs are bounded, never clamped silently).
+//!
+//! [`SharedConfig`] holds the current configuration as an immutable `Arc`: a decision loads
+//! it once and uses that one value throughout, so no decision sees half of an update, and
+//! new decisions see a new value as soon as [`SharedConfig::set`] returns.
+
+use core::fmt;
+
+use kvroute_sync::{Arc, RwLock};
+
+/// `projected_time`'s mode (incident A).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ProjectedMode {
+    /// Dispatch exactly as `least_load`.
+    Off,
+    /// Dispatch as `least_load`; compute what `enforce` would have chosen and record it as
+    /// the decision's counterfactual.
+    Shadow,
+    /// Dispatch by projected seconds, with the hard load escape.
+    #[default]
+    Enforce,
+}
+
+/// A routing policy: each is one configuration of the same scoring pass. The formulas are
+/// in the docs of [`crate::cost`] and of [`crate::decide`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Policy {
+    /// Rotate over occupied slots; ignores cache and load (baseline).
+    RoundRobin,
+    /// The gateway's load-only cost (field notes, "Cost models of the peers"): seconds of
+    /// queued and in-flight tokens plus the KV barrier.
+    LeastLoad,
+    /// Pure affinity, kept as the control (incident C): deepest overlap, then least load.
+    KvAware,
+    /// Incident C's score `matched/prompt − beta·(load − mean)/max(1, mean)`, higher wins.
+    LoadAware {
+        /// Weight of the load term (dimensionless), `0.0..=100.0`; incident C: 1.0 default,
+        /// 0.5 measured better, 0 disables balancing.
+        beta: f32,
+    },
+    /// Incident B: cache-aware with scheduler occupancy in the owner's pressure.
+    OwnerPressure,
+    /// Incident A: projected seconds per worker (the flagship).
+    ProjectedTime {
+        /// off, shadow or enforce.
+        mode: ProjectedMode,
+    },
+    /// Dynamo-style blocks cost (peer model).
+    DynamoCost,
+    /// LMetric `(prompt − matched)·(load + 1)` (peer model).
+    LMetric,
+    /// The gateway's imbalance-gated `cache_aware` (peer model).
+    CacheAware,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::ProjectedTime {
+            mode: ProjectedMode::Enforce,
+        }
+    }
+}
+
+impl Policy {
+    /// A short stable name (`"projected_time"`, …) for counters and tables.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Policy::RoundRobin => "round_robin",
+            Policy::LeastLoad => "least_load",
+            Policy::KvAware => "kv_aware",
+            Policy::LoadAware { .. } => "load_aware",
+            Policy::OwnerPressure => "owner_pressure",
+            Policy::ProjectedTime { .. } => "projected_time",
+            Policy::DynamoCost => "dynamo_cost",
+            Policy::LMetric => "lmetric",
+            Policy::CacheAware => "cache_aware",
+        }
+    }
+}
+
+/// Every runtime knob of the scorer. Construct with [`Default`] and change fields; the
+/// scorer only accepts values that pass [`validate`](Self::validate).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScoreConfig {
+    /// The policy.
+    pub policy: Policy,
+    /// Relative tie band: costs `c <= min + tie_epsilon·|min|` tie (dimensionless),
+    /// `0.0..=0.5`, default 0.001.
+    pub tie_epsilon: f32,
+    /// Optional near-tie randomisation (failure kind 10): when positive and the decision is
+    /// given a random draw, the pick is uniform among costs within
+    /// `max(tie_epsilon, near_tie_band)·|min|` of the minimum (dimensionless), `0.0..=1.0`,
+    /// default 0 (off).
+    pub near_tie_band: f32,
+    /// Throughput `least_load` divides tokens by when the lane reports no prefill
+    /// throughput (tokens/s), `1.0..=1e9`, default 2,000 (the gateway's constant).
+    pub least_load_tps: f32,
+    /// Prefill throughput assumed when a lane reports none (tokens/s), `1.0..=1e9`,
+    /// default 8,000.
+    pub default_prefill_tps: f32,
+    /// Decode throughput assumed when a lane reports none (tokens/s), `1.0..=1e9`, default
+    /// 1,000.
+    pub default_decode_tps: f32,
+    /// Coefficient of the KV-pressure barrier `kv_barrier_s · k/(1−k)` (seconds),
+    /// `0.0..=60.0`, default 0.15 (the gateway's).
+    pub kv_barrier_s: f32,
+    /// Tokens assumed per request when telemetry reports request counts but no token
+    /// figures (tokens), `1..=1_048_576`, default 512.
+    pub tokens_per_request: u32,
+    /// Owner pressure high watermark (ratio), `0.0..=2.0`, default 0.9 (incident B).
+    pub watermark: f32,
+    /// Owner slack: a spill target must be at least this much less pressured than the best
+    /// owner (ratio), `0.0..=1.0`, default 0.1 (incident B).
+    pub owner_slack: f32,
+    /// `projected_time` hard load escape: when the projected winner's load-only seconds
+    /// exceed the load-only winner's by more than this, the load-only winner is taken
+    /// (seconds), `0.0..=3600.0`, default 2.0.
+    pub escape_margin_s: f32,
+    /// `cache_aware` imbalance gate, absolute part (requests), `0.0..=1e6`, default 64.
+    pub imbalance_abs: f32,
+    /// `cache_aware` imbalance gate, relative part (ratio), `1.0..=1000.0`, default 1.5.
+    pub imbalance_rel: f32,
+    /// `cache_aware` match-rate threshold (ratio), `0.0..=1.0`, default 0.3.
+    pub cache_threshold: f32,
+    /// Dynamo-style cost: weight of the prefill blocks (dimensionless), `0.0..=100.0`,
+    /// default 1.0.
+    pub dynamo_overlap_weight: f32,
+}
+
+impl Default for ScoreConfig {
+    fn default() -> Self {
+        Self {
+            policy: Policy::default(),
+            tie_epsilon: 1e-3,
+            near_tie_band: 0.0,
+            least_load_tps: 2_000.0,
+            default_prefill_tps: 8_000.0,
+            default_decode_tps: 1_000.0,
+            kv_barrier_s: 0.15,
+            tokens_per_request: 512,
+            watermark: 0.9,
+            owner_slack: 0.1,
+            escape_margin_s: 2.0,
+            imbalance_abs: 64.0,
+            imbalance_rel: 1.5,
+            cache_threshold: 0.3,
+            dynamo_overlap_weight: 1.0,
+        }
+    }
+}
+
+/// A knob outside its range. Nothing is changed when this is returned.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ConfigError {
+    /// The knob (`"tie_epsilon"`, `"beta"`, …).
+    pub knob: &'static str,
+    /// Its valid range, in words.
+    pub range: &'static str,
+    /// The value given.
+    pub value: f64,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} = {} is out of range {}",
+            self.knob, self.value, self.range
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn check(
+    knob: &'static str,
+    range: &'static str,
+    v: f32,
+    lo: f32,
+    hi: f32,
+) -> Result<(), ConfigError> {
+    // NaN fails both comparisons' negation: `!(lo <= v && v <= hi)`.
+    if lo <= v && v <= hi {
+        Ok(())
+    } else {
+        Err(ConfigError {
+            knob,
+            range,
+            value: f64::from(v),
+        })
+    }
+}
+
+impl ScoreConfig {
+    /// Checks every knob against its range.
+    ///
+    /// # Errors
+    /// The first knob out of range (NaN is out of every range), as a [`ConfigError`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Policy::LoadAware { beta } = self.policy {
+            check("beta", "0.0..=100.0", beta, 0.0, 100.0)?;
+        }
+        check("tie_epsilon", "0.0..=0.5", self.tie_epsilon, 0.0, 0.5)?;
+        check("near_tie_band", "0.0..=1.0", self.near_tie_band, 0.0, 1.0)?;
+        check(
+            "least_load_tps",
+            "1.0..=1e9 tokens/s",
+            self.least_load_tps,
+            1.0,
+            1e9,
+        )?;
+        check(
+            "default_prefill_tps",
+            "1.0..=1e9 tokens/s",
+            self.default_prefill_tps,
+            1.0,
+            1e9,
+        )?;
+        check(
+            "default_decode_tps",
+            "1.0..=1e9 tokens/s",
+            self.default_decode_tps,
+            1.0,
+            1e9,
+        )?;
+        check("kv_barrier_s", "0.0..=60.0 s", self.kv_barrier_s, 0.0, 60.0)?;
+        if !(1..=1 << 20).contains(&self.tokens_per_request) {
+            return Err(ConfigError {
+                knob: "tokens_per_request",
+                range: "1..=1048576 tokens",
+                value: f64::from(self.tokens_per_request),
+            });
+        }
+        check("watermark", "0.0..=2.0", self.watermark, 0.0, 2.0)?;
+        check("owner_slack", "0.0..=1.0", self.owner_slack, 0.0, 1.0)?;
+        check(
+            "escape_margin_s",
+            "0.0..=3600.0 s",
+            self.escape_margin_s,
+            0.0,
+            3600.0,
+        )?;
+        check(
+            "imbalance_abs",
+            "0.0..=1e6 requests",
+            self.imbalance_abs,
+            0.0,
+            1e6,
+        )?;
+        check(
+            "imbalance_rel",
+            "1.0..=1000.0",
+            self.imbalance_rel,
+            1.0,
+            1000.0,
+        )?;
+        check(
+            "cache_threshold",
+            "0.0..=1.0",
+            self.cache_threshold,
+            0.0,
+            1.0,
+        )?;
+        check(
+            "dynamo_overlap_weight",
+            "0.0..=100.0",
+            self.dynamo_overlap_weight,
+            0.0,
+            100.0,
+        )
+    }
+}
+
+/// The current configuration, replaceable while routing (see the module docs).
+///
+/// Readers take a read lock only long enough to clone an `Arc`; writers validate before
+/// taking the write lock, so an invalid value never becomes visible.
+#[derive(Debug)]
+pub struct SharedConfig {
+    current: RwLock<Arc<ScoreConfig>>,
+}
+
+impl SharedConfig {
+    /// A cell holding `config`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] when `config` does not [`validate`](ScoreConfig::validate).
+    pub fn new(config: ScoreConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            current: RwLock::new(Arc::new(config)),
+        })
+    }
+
+    /// The configuration new decisions use; one decision uses one loaded value throughout.
+    pub fn load(&self) -> Arc<ScoreConfig> {
+        // A poisoned lock still holds a whole, validated `Arc` (replaced in one store).
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the whole configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for an out-of-range knob; the current value is kept.
+    pub fn set(&self, config: ScoreConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        Ok(())
+    }
+
+    /// Applies `change` to a copy of the current configuration and installs it if valid.
+    /// Concurrent `update`s may interleave (last writer wins); each installs a whole value.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for an out-of-range knob; the current value is kept.
+    pub fn update(&self, change: impl FnOnce(&mut ScoreConfig)) -> Result<(), ConfigError> {
+        let mut next = *self.load();
+        change(&mut next);
+        self.set(next)
+    }
+}

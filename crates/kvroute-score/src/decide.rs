@@ -1,0 +1,346 @@
+//! The policies: each one a configuration of the pass (cost kind, mask, tie rule) plus the
+//! few scalar rules around it. Formulas of the cost kinds are in [`crate::cost`].
+//!
+//! * `round_robin`: cost 0, ties broken by the rotating cursor only.
+//! * `least_load` (peers, the gateway): least `(queued + decode)/tps + barrier` seconds.
+//! * `kv_aware` (incident C's control): deepest overlap exactly, then fewest requests, then
+//!   the cursor. Pure affinity: never falls back.
+//! * `load_aware { beta }` (incident C): least negated score.
+//! * `owner_pressure` (incident B): owners are the slots holding the deepest prefix.
+//!   pressure = `max(k, util, occ)`, `occ` summed over DP ranks. The least-pressured owner
+//!   keeps the request while its pressure is below `watermark` (0.9) ([`Reason::CacheHold`]);
+//!   otherwise the least-pressured slot fleet-wide takes it if its pressure is below the
+//!   watermark and at least `owner_slack` (0.1) below the owner's ([`Reason::Spill`]);
+//!   otherwise the owner holds ([`Reason::NoSafeSpillHold`]). No owner: least pressure
+//!   ([`Reason::CacheMiss`]). If any occupied slot's occupancy is unknown (caps missing,
+//!   partial or stale), every slot uses the old pressure `max(k, util)` and the choice
+//!   records the fallback cause.
+//! * `projected_time` (incident A): `off` = `least_load`; `shadow` = `least_load` with the
+//!   enforce choice as counterfactual; `enforce` = least projected seconds, unless that
+//!   winner's `least_load` seconds exceed the `least_load` winner's by more than
+//!   `escape_margin_s` (then the latter, [`Reason::LoadEscape`]).
+//! * `dynamo_cost`, `lmetric`: least cost of their formulas.
+//! * `cache_aware` (the gateway): if `max − min > imbalance_abs` and
+//!   `max > min · imbalance_rel` (requests), the fewest requests ([`Reason::LoadEscape`]);
+//!   else if the best match rate `min(deepest·bs, prompt)/prompt` exceeds
+//!   `cache_threshold`, the deepest holder with fewest requests ([`Reason::CacheHold`]);
+//!   else the fewest requests.
+//!
+//! Telemetry fallback: every policy that weighs load against cache (`load_aware`,
+//! `projected_time` enforce, the peers' models) falls back to `least_load` with
+//! [`Reason::Fallback`] naming the worst validity when any occupied slot is not fresh.
+
+use kvroute_index::Slot;
+
+use crate::config::{Policy, ProjectedMode, ScoreConfig};
+use crate::cost::{CostKind, Params};
+use crate::fleet::Fleet;
+use crate::reason::{Choice, Counterfactual, FallbackCause, Reason};
+use crate::select::{Engine, Mask, Scalar, Simd, TieRule};
+
+/// The request as the scorer sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScoreRequest {
+    /// Prompt length (tokens).
+    pub prompt_tokens: u32,
+    /// Block size of the overlaps (tokens per block, > 0; 0 is treated as 1).
+    pub block_size: u32,
+}
+
+/// The per-decision tie-breaking inputs the caller owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TieInput {
+    /// The rotating cursor (the caller advances it per decision).
+    pub cursor: u32,
+    /// A fresh random draw, used only when `near_tie_band > 0` (see [`crate::NearTieRng`]).
+    pub random: Option<u64>,
+}
+
+/// Reusable scratch of the pass (cost lanes); one per thread. Never allocates once sized.
+#[derive(Clone, Debug, Default)]
+pub struct Scorer {
+    costs: Vec<f32>,
+    aux: Vec<f32>,
+}
+
+struct Ctx<'a> {
+    fleet: &'a Fleet,
+    cfg: &'a ScoreConfig,
+    p: Params,
+    rule: TieRule,
+}
+
+impl Scorer {
+    /// Empty scratch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Decides with the SIMD pass. Never panics; an empty or all-ineligible fleet yields
+    /// [`Reason::NoEligibleWorker`].
+    pub fn score(
+        &mut self,
+        fleet: &Fleet,
+        req: ScoreRequest,
+        cfg: &ScoreConfig,
+        tie: TieInput,
+    ) -> Choice {
+        decide::<Simd>(self, fleet, req, cfg, tie)
+    }
+
+    /// Decides with the scalar reference; the same decision as [`score`](Self::score).
+    pub fn score_reference(
+        &mut self,
+        fleet: &Fleet,
+        req: ScoreRequest,
+        cfg: &ScoreConfig,
+        tie: TieInput,
+    ) -> Choice {
+        decide::<Scalar>(self, fleet, req, cfg, tie)
+    }
+}
+
+fn none() -> Choice {
+    Choice {
+        slot: None,
+        reason: Reason::NoEligibleWorker,
+        cost: f32::NAN,
+        overlap_blocks: 0.0,
+        fallback: None,
+        shadow: None,
+    }
+}
+
+impl Ctx<'_> {
+    fn choice(&self, i: usize, reason: Reason, cost: f32) -> Choice {
+        Choice {
+            slot: Some(Slot(i as u32)),
+            reason,
+            cost,
+            overlap_blocks: self.fleet.overlap(i),
+            fallback: None,
+            shadow: None,
+        }
+    }
+
+    fn classify(&self, i: usize) -> Reason {
+        let deepest = self.fleet.aggregates().deepest;
+        if deepest <= 0.0 {
+            Reason::CacheMiss
+        } else if self.fleet.overlap(i) >= deepest {
+            Reason::CacheHold
+        } else {
+            Reason::Spill
+        }
+    }
+
+    fn run<E: Engine>(
+        &self,
+        buf: &mut Vec<f32>,
+        kind: CostKind,
+        mask: Mask,
+        rule: &TieRule,
+    ) -> Option<(usize, f32)> {
+        E::costs(kind, &self.p, self.fleet, buf);
+        E::select(self.fleet, buf, mask, rule).map(|i| (i, buf[i]))
+    }
+
+    fn least_load<E: Engine>(&self, s: &mut Scorer, reason: Reason) -> Choice {
+        match self.run::<E>(&mut s.costs, CostKind::LeastLoad, Mask::ALL, &self.rule) {
+            Some((i, c)) => self.choice(i, reason, c),
+            None => none(),
+        }
+    }
+
+    fn fallback_cause(&self) -> Option<FallbackCause> {
+        FallbackCause::from_validity(self.fleet.aggregates().worst_validity)
+    }
+
+    /// A cost model with the telemetry fallback.
+    fn model<E: Engine>(&self, s: &mut Scorer, kind: CostKind) -> Choice {
+        if let Some(cause) = self.fallback_cause() {
+            let mut c = self.least_load::<E>(s, Reason::Fallback(cause));
+            c.fallback = Some(cause);
+            return c;
+        }
+        match self.run::<E>(&mut s.costs, kind, Mask::ALL, &self.rule) {
+            Some((i, c)) => self.choice(i, self.classify(i), c),
+            None => none(),
+        }
+    }
+
+    fn enforce<E: Engine>(&self, s: &mut Scorer) -> Choice {
+        if self.fallback_cause().is_some() {
+            return self.model::<E>(s, CostKind::Projected);
+        }
+        let Some((p, pc)) = self.run::<E>(&mut s.costs, CostKind::Projected, Mask::ALL, &self.rule)
+        else {
+            return none();
+        };
+        let Some((l, lc)) = self.run::<E>(&mut s.aux, CostKind::LeastLoad, Mask::ALL, &self.rule)
+        else {
+            return none();
+        };
+        if s.aux[p] - lc > self.cfg.escape_margin_s {
+            self.choice(l, Reason::LoadEscape, s.costs[l])
+        } else {
+            self.choice(p, self.classify(p), pc)
+        }
+    }
+
+    fn owner_pressure<E: Engine>(&self, s: &mut Scorer) -> Choice {
+        let agg = self.fleet.aggregates();
+        let (kind, fallback) = match agg.occupancy_unknown {
+            Some(v) => (
+                CostKind::OldPressure,
+                Some(FallbackCause::from_validity(v).unwrap_or(FallbackCause::Partial)),
+            ),
+            None => (CostKind::Pressure, None),
+        };
+        let mut c = self.pressure_rule::<E>(s, kind, agg.deepest);
+        c.fallback = fallback;
+        c
+    }
+
+    fn pressure_rule<E: Engine>(&self, s: &mut Scorer, kind: CostKind, deepest: f32) -> Choice {
+        let Some((best, bc)) = self.run::<E>(&mut s.costs, kind, Mask::ALL, &self.rule) else {
+            return none();
+        };
+        if deepest.is_nan() || deepest <= 0.0 {
+            return self.choice(best, Reason::CacheMiss, bc);
+        }
+        let owners = Mask {
+            min_overlap: Some(deepest),
+        };
+        let Some(o) = E::select(self.fleet, &s.costs, owners, &self.rule) else {
+            return self.choice(best, Reason::CacheMiss, bc);
+        };
+        let oc = s.costs[o];
+        let wm = self.cfg.watermark;
+        if oc < wm {
+            self.choice(o, Reason::CacheHold, oc)
+        } else if bc < wm && bc + self.cfg.owner_slack <= oc {
+            self.choice(best, Reason::Spill, bc)
+        } else {
+            self.choice(o, Reason::NoSafeSpillHold, oc)
+        }
+    }
+
+    fn cache_aware<E: Engine>(&self, s: &mut Scorer) -> Choice {
+        if self.fallback_cause().is_some() {
+            return self.model::<E>(s, CostKind::Requests);
+        }
+        let agg = self.fleet.aggregates();
+        let cfg = self.cfg;
+        let imbalanced = agg.max_load - agg.min_load > cfg.imbalance_abs
+            && agg.max_load > agg.min_load * cfg.imbalance_rel;
+        let (mask, reason) = if imbalanced {
+            (Mask::ALL, Some(Reason::LoadEscape))
+        } else {
+            let rate =
+                (agg.deepest * self.p.block_size).min(self.p.prompt) / self.p.prompt.max(1.0);
+            if rate > cfg.cache_threshold {
+                (
+                    Mask {
+                        min_overlap: Some(agg.deepest),
+                    },
+                    Some(Reason::CacheHold),
+                )
+            } else {
+                (Mask::ALL, None)
+            }
+        };
+        match self.run::<E>(&mut s.costs, CostKind::Requests, mask, &self.rule) {
+            Some((i, c)) => self.choice(i, reason.unwrap_or_else(|| self.classify(i)), c),
+            None => none(),
+        }
+    }
+}
+
+fn decide<E: Engine>(
+    s: &mut Scorer,
+    fleet: &Fleet,
+    req: ScoreRequest,
+    cfg: &ScoreConfig,
+    tie: TieInput,
+) -> Choice {
+    let agg = fleet.aggregates();
+    let beta = match cfg.policy {
+        Policy::LoadAware { beta } => beta,
+        _ => 0.0,
+    };
+    let random = tie.random.filter(|_| cfg.near_tie_band > 0.0);
+    let ctx = Ctx {
+        fleet,
+        cfg,
+        p: Params {
+            prompt: req.prompt_tokens as f32,
+            block_size: req.block_size.max(1) as f32,
+            mean_load: agg.mean_load,
+            beta,
+            least_load_tps: cfg.least_load_tps,
+            default_prefill_tps: cfg.default_prefill_tps,
+            default_decode_tps: cfg.default_decode_tps,
+            kv_barrier_s: cfg.kv_barrier_s,
+            dynamo_weight: cfg.dynamo_overlap_weight,
+        },
+        rule: TieRule {
+            band: if random.is_some() {
+                cfg.tie_epsilon.max(cfg.near_tie_band)
+            } else {
+                cfg.tie_epsilon
+            },
+            load: true,
+            overlap: true,
+            cursor: tie.cursor,
+            random,
+        },
+    };
+    match cfg.policy {
+        Policy::RoundRobin => {
+            let rule = TieRule {
+                band: 0.0,
+                load: false,
+                overlap: false,
+                cursor: tie.cursor,
+                random: None,
+            };
+            match ctx.run::<E>(&mut s.costs, CostKind::Zero, Mask::ALL, &rule) {
+                Some((i, c)) => ctx.choice(i, Reason::RoundRobin, c),
+                None => none(),
+            }
+        }
+        Policy::LeastLoad => ctx.least_load::<E>(s, Reason::LeastLoad),
+        Policy::KvAware => {
+            let rule = TieRule {
+                band: 0.0,
+                overlap: false,
+                random: None,
+                ..ctx.rule
+            };
+            match ctx.run::<E>(&mut s.costs, CostKind::Overlap, Mask::ALL, &rule) {
+                Some((i, c)) => ctx.choice(i, ctx.classify(i), c),
+                None => none(),
+            }
+        }
+        Policy::LoadAware { .. } => ctx.model::<E>(s, CostKind::LoadAware),
+        Policy::OwnerPressure => ctx.owner_pressure::<E>(s),
+        Policy::ProjectedTime { mode } => match mode {
+            ProjectedMode::Off => ctx.least_load::<E>(s, Reason::LeastLoad),
+            ProjectedMode::Enforce => ctx.enforce::<E>(s),
+            ProjectedMode::Shadow => {
+                let cf = ctx.enforce::<E>(s);
+                let mut c = ctx.least_load::<E>(s, Reason::LeastLoad);
+                c.shadow = Some(Counterfactual {
+                    slot: cf.slot,
+                    reason: cf.reason,
+                    cost: cf.cost,
+                });
+                c
+            }
+        },
+        Policy::DynamoCost => ctx.model::<E>(s, CostKind::Dynamo),
+        Policy::LMetric => ctx.model::<E>(s, CostKind::LMetric),
+        Policy::CacheAware => ctx.cache_aware::<E>(s),
+    }
+}

@@ -1,0 +1,42 @@
+//! kvroute's scorer: every worker slot scored in one structure-of-arrays pass, and the
+//! routing policies as configurations of that pass.
+//!
+//! * [`Fleet`] (module `fleet`): the request's view of every slot as padded `f32` lanes,
+//!   filled from a load snapshot, the live reservations and the prefix match.
+//! * `cost`: each policy's per-worker formula, written once over a lane type.
+//! * `select`: the SIMD pass and its scalar reference: costs, masked argmin, tie keys.
+//! * [`Scorer`] (module `decide`): the policies and their reason codes.
+//! * [`ScoreConfig`], [`SharedConfig`] (module `config`): knobs, bounds, live updates.
+//!
+//! # SIMD
+//! The pass uses the `wide` crate's `f32x8`, which picks its implementation at compile
+//! time from the target features. A default `cargo build` for `x86_64` has SSE2 only, so each
+//! `f32x8` is two 128-bit SSE registers (4 lanes each); with `-C target-cpu=native` (or
+//! `-C target-feature=+avx`) on an AVX machine it is one 256-bit register; on `aarch64` it
+//! is two NEON registers; elsewhere a portable array fallback. There is no runtime feature
+//! detection: the binary is as wide as it was built for. Every variant performs the same
+//! IEEE operations per lane, so the result never depends on the build, and
+//! [`Scorer::score_reference`] (plain scalar code) agrees bit for bit on the chosen slot,
+//! its reason and its cost.
+//!
+//! # Tie-breaking
+//! Costs within a relative band `tie_epsilon` of the minimum tie; then fewer requests win;
+//! then the deeper overlap (a conversation stays on its cache owner, failure kind 3); then
+//! the first slot at or after a rotating cursor (never "always the first", failure kind 2).
+//! Optional near-tie randomisation with a per-router seed ([`NearTieRng`]) spreads replicas
+//! (failure kind 10); it is off by default.
+
+mod config;
+mod cost;
+mod decide;
+mod fleet;
+mod lane;
+mod reason;
+mod rng;
+mod select;
+
+pub use config::{ConfigError, Policy, ProjectedMode, ScoreConfig, SharedConfig};
+pub use decide::{ScoreRequest, Scorer, TieInput};
+pub use fleet::{Aggregates, Fleet, SlotFigures};
+pub use reason::{Choice, Counterfactual, FallbackCause, Reason};
+pub use rng::NearTieRng;

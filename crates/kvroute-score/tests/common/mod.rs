@@ -1,0 +1,42 @@
+//! Helpers shared by the scorer's tests.
+#![allow(dead_code)]
+
+use kvroute_index::Slot;
+use kvroute_score::{
+    Choice, Fleet, Policy, ScoreConfig, ScoreRequest, Scorer, SlotFigures, TieInput,
+};
+
+/// A config with `policy` and every other knob at its default.
+pub fn cfg(policy: Policy) -> ScoreConfig {
+    ScoreConfig {
+        policy,
+        ..ScoreConfig::default()
+    }
+}
+
+/// Scores with both paths, asserts they agree, returns the SIMD choice.
+pub fn both(fleet: &Fleet, prompt: u32, cfg: &ScoreConfig, cursor: u32) -> Choice {
+    let req = ScoreRequest {
+        prompt_tokens: prompt,
+        block_size: 16,
+    };
+    let tie = TieInput {
+        cursor,
+        random: None,
+    };
+    let mut s = Scorer::new();
+    let a = s.score(fleet, req, cfg, tie);
+    let b = s.score_reference(fleet, req, cfg, tie);
+    assert!(a.same_as(&b), "simd {a:?} != scalar {b:?}");
+    a
+}
+
+/// The chosen slot index.
+pub fn slot(c: &Choice) -> u32 {
+    c.slot.map(|Slot(s)| s).expect("a slot was chosen")
+}
+
+/// `n` idle fresh workers.
+pub fn idle(n: usize) -> Vec<Option<SlotFigures>> {
+    vec![Some(SlotFigures::idle()); n]
+}

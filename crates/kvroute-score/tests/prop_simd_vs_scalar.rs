@@ -1,0 +1,157 @@
+//! The SIMD pass and the scalar reference choose the same slot, reason and cost on random
+//! fleets of sizes 0, 1, 7, 8, 9, 64, 65, 1000 and 1024, with NaN, ±inf, vacant slots and
+//! every validity, under every policy.
+
+mod common;
+
+use kvroute_load::Validity;
+use kvroute_score::{
+    Fleet, NearTieRng, Policy, ProjectedMode, Reason, ScoreConfig, ScoreRequest, Scorer,
+    SlotFigures, TieInput,
+};
+use proptest::prelude::*;
+
+const SIZES: [usize; 9] = [0, 1, 7, 8, 9, 64, 65, 1000, 1024];
+
+fn policies() -> Vec<Policy> {
+    vec![
+        Policy::RoundRobin,
+        Policy::LeastLoad,
+        Policy::KvAware,
+        Policy::LoadAware { beta: 0.5 },
+        Policy::OwnerPressure,
+        Policy::ProjectedTime {
+            mode: ProjectedMode::Off,
+        },
+        Policy::ProjectedTime {
+            mode: ProjectedMode::Shadow,
+        },
+        Policy::ProjectedTime {
+            mode: ProjectedMode::Enforce,
+        },
+        Policy::DynamoCost,
+        Policy::LMetric,
+        Policy::CacheAware,
+    ]
+}
+
+/// A value drawn from a mix that makes ties and special values common.
+fn val(r: &mut NearTieRng, scale: f32, specials: bool) -> f32 {
+    match r.next_u64() % 16 {
+        0 if specials => f32::NAN,
+        1 if specials => f32::INFINITY,
+        2 if specials => f32::NEG_INFINITY,
+        3..=6 => 0.0,
+        7..=9 => (r.next_u64() % 4) as f32,
+        _ => (r.next_u64() % 10_000) as f32 / 10_000.0 * scale,
+    }
+}
+
+fn fleet(n: usize, seed: u64, specials: bool, vacancy: u64) -> Fleet {
+    let mut r = NearTieRng::new(seed);
+    let validities = [
+        Validity::Fresh,
+        Validity::Fresh,
+        Validity::Fresh,
+        Validity::Partial,
+        Validity::Stale,
+        Validity::Invalid,
+        Validity::Missing,
+    ];
+    let slots: Vec<Option<SlotFigures>> = (0..n)
+        .map(|_| {
+            if r.next_u64() % 100 < vacancy {
+                return None;
+            }
+            let sp = specials && r.next_u64() % 4 == 0;
+            let validity = if r.next_u64() % 3 == 0 {
+                validities[(r.next_u64() % 7) as usize]
+            } else {
+                Validity::Fresh
+            };
+            Some(SlotFigures {
+                validity,
+                overlap_blocks: (r.next_u64() % 5) as f32,
+                requests: val(&mut r, 200.0, sp),
+                queued_tokens: val(&mut r, 50_000.0, sp),
+                decode_tokens: val(&mut r, 50_000.0, sp),
+                kv_usage: val(&mut r, 1.0, sp),
+                utilization: val(&mut r, 1.5, sp),
+                occupancy: (r.next_u64() % 8 != 0).then(|| val(&mut r, 2.0, sp)),
+                prefill_tps: val(&mut r, 20_000.0, sp),
+                decode_tps: val(&mut r, 3_000.0, sp),
+            })
+        })
+        .collect();
+    Fleet::from_slots(&slots)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn simd_and_scalar_choose_the_same(
+        size in 0usize..SIZES.len(),
+        seed in any::<u64>(),
+        specials in any::<bool>(),
+        vacancy in prop_oneof![Just(0u64), Just(30), Just(100)],
+        prompt in prop_oneof![Just(0u32), Just(16), 1u32..5_000],
+        cursor in any::<u32>(),
+        draw in proptest::option::of(any::<u64>()),
+        near in prop_oneof![Just(0.0f32), Just(0.05)],
+        eps in prop_oneof![Just(0.0f32), Just(1e-3), Just(0.2)],
+    ) {
+        let f = fleet(SIZES[size], seed, specials, vacancy);
+        let req = ScoreRequest { prompt_tokens: prompt, block_size: 16 };
+        let tie = TieInput { cursor, random: draw };
+        let mut s = Scorer::new();
+        for policy in policies() {
+            let cfg = ScoreConfig { policy, near_tie_band: near, tie_epsilon: eps, ..ScoreConfig::default() };
+            let a = s.score(&f, req, &cfg, tie);
+            let b = s.score_reference(&f, req, &cfg, tie);
+            prop_assert!(a.same_as(&b), "{policy:?}: simd {a:?} scalar {b:?}");
+            prop_assert_eq!(a.slot.is_none(), a.reason == Reason::NoEligibleWorker);
+            if let Some(sl) = a.slot {
+                prop_assert!(sl.index() < f.len());
+            }
+        }
+    }
+}
+
+#[test]
+fn empty_fleet_has_no_eligible_worker() {
+    let f = Fleet::from_slots(&[]);
+    for policy in policies() {
+        let c = common::both(&f, 100, &common::cfg(policy), 3);
+        assert_eq!(c.reason, Reason::NoEligibleWorker, "{policy:?}");
+        assert_eq!(c.slot, None);
+    }
+}
+
+#[test]
+fn all_vacant_or_all_nan_fleet_has_no_eligible_worker() {
+    let vacant = Fleet::from_slots(&[None; 9]);
+    let nan = SlotFigures {
+        requests: f32::NAN,
+        queued_tokens: f32::NAN,
+        decode_tokens: f32::NAN,
+        kv_usage: f32::NAN,
+        utilization: f32::NAN,
+        occupancy: Some(f32::NAN),
+        ..SlotFigures::idle()
+    };
+    let nans = Fleet::from_slots(&[Some(nan); 9]);
+    for policy in [
+        Policy::LeastLoad,
+        Policy::OwnerPressure,
+        Policy::ProjectedTime {
+            mode: ProjectedMode::Enforce,
+        },
+        Policy::LMetric,
+    ] {
+        for f in [&vacant, &nans] {
+            let c = common::both(f, 100, &common::cfg(policy), 0);
+            assert_eq!(c.reason, Reason::NoEligibleWorker, "{policy:?}");
+        }
+    }
+}
