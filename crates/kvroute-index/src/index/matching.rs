@@ -88,6 +88,40 @@ impl PrefixIndex {
         let guard = reclaim::pin();
         let view = self.table.view(&guard);
         let mut next: Option<&Node> = view.find(hashes[0].0);
+        let ext_len = self.table.ext_len as usize;
+        if words == 1 {
+            // Up to 64 slots in use: one word, no extension words, a tight loop.
+            let mut alive = u64::MAX;
+            let mut depth = 0usize;
+            while let Some(node) = next {
+                let kept = alive & node.word0();
+                if kept != alive && depth > 0 {
+                    let mut dropped = alive & !kept;
+                    while dropped != 0 {
+                        out.blocks[dropped.trailing_zeros() as usize] = depth as u32;
+                        dropped &= dropped - 1;
+                    }
+                }
+                alive = kept;
+                if alive == 0 {
+                    break;
+                }
+                depth += 1;
+                next = match hashes.get(depth) {
+                    Some(h) => node.succ_for(h.0).or_else(|| view.find(h.0)),
+                    None => None,
+                };
+            }
+            if depth > 0 {
+                while alive != 0 {
+                    out.blocks[alive.trailing_zeros() as usize] = depth as u32;
+                    alive &= alive - 1;
+                }
+            }
+            out.deepest = depth as u32;
+            out.dirty = 64.min(slots);
+            return;
+        }
         // Alive bits per word, and the list of words that still have any.
         let mut alive = [u64::MAX; MAX_WORDS];
         let mut live = [0u16; MAX_WORDS];
@@ -100,7 +134,9 @@ impl PrefixIndex {
             let Some(node) = next else {
                 break;
             };
-            let (word0, ext) = node.words();
+            // SAFETY: every node of this index's table gets extension arrays of exactly
+            // `table.ext_len` words (`store_locked` passes it to `set_bit`).
+            let (word0, ext) = unsafe { node.words_unchecked(ext_len) };
             let mut kept_count = 0;
             for i in 0..live_count {
                 let w = live[i] as usize;

@@ -233,10 +233,30 @@ impl Node {
     }
 
     /// The bit words for reading: word 0 and the extension words (`None` while no slot of
-    /// 64 or more has stored on this node), each loaded once.
+    /// 64 or more has stored on this node), each loaded once. Skips reading the extension's
+    /// length header by trusting `ext_len`.
+    ///
+    /// # Safety
+    /// Every extension array of this node was allocated with at least `ext_len` words (true
+    /// for all nodes of one table: `set_bit` is always passed the table's `ext_len`).
     #[inline]
-    pub(crate) fn words(&self) -> (u64, Option<&[AtomicU64]>) {
-        (self.word0.load(Ordering::Acquire), self.ext_words())
+    pub(crate) unsafe fn words_unchecked(&self, ext_len: usize) -> (u64, Option<&[AtomicU64]>) {
+        let word0 = self.word0.load(Ordering::Acquire);
+        let p = self.ext.load(Ordering::Acquire);
+        if p.is_null() {
+            return (word0, None);
+        }
+        // SAFETY: a non-null `ext` points to `1 + len` initialised words (header first) that
+        // live as long as the node (freed only in `Drop`); the caller guarantees
+        // `len >= ext_len`, so `ext_len` words after the header are in bounds.
+        let words = unsafe { core::slice::from_raw_parts(p.add(1), ext_len) };
+        (word0, Some(words))
+    }
+
+    /// The bit word of slots 0..64.
+    #[inline]
+    pub(crate) fn word0(&self) -> u64 {
+        self.word0.load(Ordering::Acquire)
     }
 
     /// Address of the successor (null if none), for prefetching.
