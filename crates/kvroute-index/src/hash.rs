@@ -269,9 +269,17 @@ mod tests {
         assert_eq!(&buf[..], &whole[..3]);
     }
 
+    /// The general XXH3 of `le(parent) ++ le(local)`, the reference `chain_hash` must match.
+    fn chain_reference(parent: u64, local: u64) -> u64 {
+        let mut buf = [0u8; 16];
+        buf[..8].copy_from_slice(&parent.to_le_bytes());
+        buf[8..].copy_from_slice(&local.to_le_bytes());
+        xxh3_64_with_seed(&buf, XXH3_SEED)
+    }
+
     #[test]
     fn chain_hash_matches_xxh3() {
-        // SplitMix64 inputs, compared with the general XXH3 implementation.
+        // SplitMix64 inputs, plus edge values, compared with the general XXH3.
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
             x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -280,23 +288,12 @@ mod tests {
             z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
             z ^ (z >> 31)
         };
-        for _ in 0..10_000 {
-            let (p, l) = (next(), next());
-            let mut buf = [0u8; 16];
-            buf[..8].copy_from_slice(&p.to_le_bytes());
-            buf[8..].copy_from_slice(&l.to_le_bytes());
+        let random: Vec<(u64, u64)> = (0..10_000).map(|_| (next(), next())).collect();
+        let edges = [(0, 0), (u64::MAX, u64::MAX), (0, u64::MAX), (1337, 1)];
+        for &(p, l) in random.iter().chain(edges.iter()) {
             assert_eq!(
                 chain_hash(SequenceHash(p), LocalBlockHash(l)).0,
-                xxh3_64_with_seed(&buf, XXH3_SEED)
-            );
-        }
-        for (p, l) in [(0, 0), (u64::MAX, u64::MAX), (0, u64::MAX), (1337, 1)] {
-            let mut buf = [0u8; 16];
-            buf[..8].copy_from_slice(&p.to_le_bytes());
-            buf[8..].copy_from_slice(&l.to_le_bytes());
-            assert_eq!(
-                chain_hash(SequenceHash(p), LocalBlockHash(l)).0,
-                xxh3_64_with_seed(&buf, XXH3_SEED)
+                chain_reference(p, l)
             );
         }
     }
