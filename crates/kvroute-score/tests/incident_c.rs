@@ -1,0 +1,41 @@
+//! Incident C's score `matched/prompt − beta·(load − mean)/max(1, mean)` on a
+//! hand-computed example.
+
+mod common;
+
+use common::{both, cfg, slot};
+use kvroute_score::{Fleet, Policy, Reason, SlotFigures};
+
+fn w(overlap: f32, load: f32) -> Option<SlotFigures> {
+    Some(SlotFigures {
+        overlap_blocks: overlap,
+        requests: load,
+        ..SlotFigures::idle()
+    })
+}
+
+/// Prompt 2,048 tokens = 128 blocks of 16. A holds 128 blocks (rate 1.0) with load 6, B 64
+/// blocks (0.5) with load 2, C nothing with load 1; mean load 3.
+/// beta 1: A 1 − 3/3 = 0; B 0.5 + 1/3 = 0.8333; C 0 + 2/3 = 0.6667: B wins (cost −0.8333).
+/// beta 0.5: A 0.5; B 0.6667; C 0.3333: B. beta 0: A (1.0) — pure affinity.
+#[test]
+fn incident_c_load_aware_score_hand_computed() {
+    let f = Fleet::from_slots(&[w(128.0, 6.0), w(64.0, 2.0), w(0.0, 1.0)]);
+    let c = both(&f, 2_048, &cfg(Policy::LoadAware { beta: 1.0 }), 0);
+    assert_eq!((slot(&c), c.reason), (1, Reason::Spill));
+    assert!((c.cost + 0.833_333).abs() < 1e-5, "{c:?}");
+    let c = both(&f, 2_048, &cfg(Policy::LoadAware { beta: 0.5 }), 0);
+    assert_eq!(slot(&c), 1);
+    assert!((c.cost + 0.666_667).abs() < 1e-5, "{c:?}");
+    let c = both(&f, 2_048, &cfg(Policy::LoadAware { beta: 0.0 }), 0);
+    assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
+    assert!((c.cost + 1.0).abs() < 1e-6);
+}
+
+/// The control: `kv_aware` sends it to A however busy.
+#[test]
+fn incident_c_kv_aware_control_chases_the_cache() {
+    let f = Fleet::from_slots(&[w(128.0, 600.0), w(64.0, 2.0), w(0.0, 1.0)]);
+    let c = both(&f, 2_048, &cfg(Policy::KvAware), 2);
+    assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
+}
