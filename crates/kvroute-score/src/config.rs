@@ -26,8 +26,8 @@ pub enum ProjectedMode {
     Enforce,
 }
 
-/// A routing policy: each is one configuration of the same scoring pass. The formulas are
-/// in the docs of [`crate::cost`] and of [`crate::decide`].
+/// A routing policy: each is one configuration of the same scoring pass. The formulas and
+/// rules are listed in the crate docs, section *Policies*.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Policy {
     /// Rotate over occupied slots; ignores cache and load (baseline).

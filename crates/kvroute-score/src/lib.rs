@@ -19,6 +19,23 @@
 //! [`Scorer::score_reference`] (plain scalar code) agrees bit for bit on the chosen slot,
 //! its reason and its cost.
 //!
+//! # Policies
+//! Lower cost wins. Per worker: `overlap` (blocks held), `requests` (running + waiting +
+//! reserved), `queued`/`decode` (tokens, telemetry + reservations), `k` (KV usage),
+//! `barrier = kv_barrier_s·k'/(1−k')`, `k' = clamp(k, 0, 0.999)` (seconds).
+//! * `round_robin`: 0; the cursor decides.
+//! * `least_load` (peers, the gateway): `(queued + decode)/tps + barrier` seconds.
+//! * `kv_aware` (incident C control): `−overlap`, exact ties, then fewer requests.
+//! * `load_aware{beta}` (incident C): `−(matched/prompt − beta·(requests − mean)/max(1, mean))`.
+//! * `owner_pressure` (incident B): `max(k, util, occupancy)` with DP-summed occupancy, 0.9
+//!   watermark, 0.1 slack, hold on the least-pressured owner, old-pressure fallback.
+//! * `projected_time` (incident A): `queued/prefill_tps + decode/decode_tps +
+//!   uncached/prefill_tps + barrier` seconds; off | shadow | enforce with the hard escape.
+//! * `dynamo_cost`, `lmetric`, `cache_aware`: the peers' models (field notes).
+//!
+//! Policies that weigh load against cache fall back to `least_load` when any occupied
+//! slot's telemetry is not fresh, with [`Reason::Fallback`] naming the worst cause.
+//!
 //! # Tie-breaking
 //! Costs within a relative band `tie_epsilon` of the minimum tie; then fewer requests win;
 //! then the deeper overlap (a conversation stays on its cache owner, failure kind 3); then
