@@ -37,6 +37,18 @@ impl Overlaps {
         }
     }
 
+    /// Overlaps given directly, one per slot in blocks (for tests, simulators and callers
+    /// that compute overlaps elsewhere). `deepest` is their maximum.
+    pub fn from_blocks(blocks: Vec<u32>) -> Self {
+        let deepest = blocks.iter().copied().max().unwrap_or(0);
+        let dirty = blocks.len();
+        Self {
+            blocks,
+            dirty,
+            deepest,
+        }
+    }
+
     /// Overlap of `slot` in blocks (0 for a slot outside the array).
     #[inline]
     pub fn get(&self, slot: Slot) -> u32 {
@@ -56,6 +68,7 @@ impl Overlaps {
     }
 
     fn reset(&mut self, worker_slots: usize) {
+        self.dirty = self.dirty.min(self.blocks.len());
         if self.blocks.len() != worker_slots {
             self.blocks.clear();
             self.blocks.resize(worker_slots, 0);
@@ -194,5 +207,26 @@ impl PrefixIndex {
         // `depth` counts the levels at which some worker was still alive: the deepest overlap.
         out.deepest = depth as u32;
         out.dirty = (words * 64).min(slots);
+    }
+}
+
+#[cfg(all(test, not(kvroute_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_blocks_then_reuse_for_a_match_clears_every_entry() {
+        let mut o = Overlaps::from_blocks(vec![3, 0, 7]);
+        assert_eq!((o.get(Slot(0)), o.get(Slot(2)), o.deepest()), (3, 7, 7));
+        assert_eq!(o.get(Slot(9)), 0);
+        // A match into it on an index of the same size starts from zeros.
+        let index = PrefixIndex::new(crate::index::IndexConfig {
+            worker_slots: 3,
+            ..Default::default()
+        })
+        .unwrap();
+        index.match_prefix(&[SequenceHash(1)], &mut o);
+        assert_eq!(o.as_slice(), &[0, 0, 0]);
+        assert_eq!(o.deepest(), 0);
     }
 }
