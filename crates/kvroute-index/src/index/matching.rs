@@ -83,6 +83,29 @@ impl Overlaps {
 /// Words of the `alive` set kept on the stack (4,096 slots).
 const MAX_WORDS: usize = super::types::MAX_WORKER_SLOTS / 64;
 
+/// Writes `depth` into the overlaps of word `w`'s slots whose bit is set in `dropped`.
+/// Few bits: one store each. Many bits (a shared prefix ending for most of the fleet at
+/// once): one branch-free pass over the word's 64 entries, which the compiler vectorises.
+#[inline]
+fn record(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
+    if dropped == 0 {
+        return;
+    }
+    let base = w * 64;
+    if dropped.count_ones() <= 8 || base + 64 > blocks.len() {
+        let mut left = dropped;
+        while left != 0 {
+            blocks[base + left.trailing_zeros() as usize] = depth;
+            left &= left - 1;
+        }
+    } else {
+        for (b, entry) in blocks[base..base + 64].iter_mut().enumerate() {
+            let set = (dropped >> b) & 1 != 0;
+            *entry = if set { depth } else { *entry };
+        }
+    }
+}
+
 impl PrefixIndex {
     /// Writes, for every worker slot, how many leading blocks of `hashes` the worker holds
     /// contiguously from block 0 (see the module docs of `matching`), into `out`.
@@ -109,11 +132,7 @@ impl PrefixIndex {
             while let Some(node) = next {
                 let kept = alive & node.word0();
                 if kept != alive && depth > 0 {
-                    let mut dropped = alive & !kept;
-                    while dropped != 0 {
-                        out.blocks[dropped.trailing_zeros() as usize] = depth as u32;
-                        dropped &= dropped - 1;
-                    }
+                    record(&mut out.blocks, 0, alive & !kept, depth as u32);
                 }
                 alive = kept;
                 if alive == 0 {
@@ -161,12 +180,7 @@ impl PrefixIndex {
                 let a = alive[w];
                 let kept = a & bits;
                 if depth > 0 {
-                    let mut dropped = a & !kept;
-                    while dropped != 0 {
-                        let bit = dropped.trailing_zeros() as usize;
-                        out.blocks[w * 64 + bit] = depth as u32;
-                        dropped &= dropped - 1;
-                    }
+                    record(&mut out.blocks, w, a & !kept, depth as u32);
                 }
                 alive[w] = kept;
                 if kept != 0 {
