@@ -1,0 +1,184 @@
+//! Payload decoding: msgpack bytes to a validated [`KvEventBatch`].
+//!
+//! Accepted shapes (`shared/docs/kv-events.md`, "Batch", "vLLM events", "SGLang events"):
+//! * batch: `[ts, events, dp_rank]`, `[ts, events]`, or a map with `ts`, `events` and
+//!   `data_parallel_rank` or `attn_dp_rank` (other keys ignored);
+//! * `BlockStored` arrays of 6 to 12 elements (tag included; position 7 may be SGLang's
+//!   trailing metadata map instead of vLLM's `lora_name`), `BlockRemoved` arrays of 2 to 4,
+//!   `AllBlocksCleared` arrays of 1; named maps with a `type` key, unknown keys ignored.
+//!
+//! Validation is whole-batch: the first bad event rejects the batch.
+
+use std::io::Cursor;
+
+use kvroute_index::index::EngineHash;
+use serde::Deserialize;
+
+use crate::error::WireError;
+use crate::event::{BlockRemoved, BlockStored, EventEncoding, KvEvent, KvEventBatch, Medium};
+use crate::hash::WireHash;
+use crate::raw::{RawBatch, RawEvent};
+
+/// Deepest msgpack nesting accepted (a batch needs 5 levels; extra keys a few more).
+pub const MAX_DEPTH: usize = 32;
+
+/// Deserializes one msgpack value that must span all of `bytes`.
+pub(crate) fn from_msgpack<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, WireError> {
+    let mut de = rmp_serde::Deserializer::new(Cursor::new(bytes));
+    de.set_max_depth(MAX_DEPTH);
+    let value = T::deserialize(&mut de).map_err(WireError::malformed)?;
+    let used = usize::try_from(de.position()).unwrap_or(usize::MAX);
+    match bytes.len().checked_sub(used) {
+        Some(0) => Ok(value),
+        Some(len) => Err(WireError::TrailingBytes { len }),
+        None => Err(WireError::malformed("read past the end")),
+    }
+}
+
+/// Decodes one msgpack KV event batch payload (the last ZMQ frame).
+///
+/// # Errors
+/// [`WireError::Malformed`] for msgpack that does not have a batch's shape,
+/// [`WireError::TrailingBytes`], and the validation errors of [`WireError`] for a
+/// batch or event that breaks the documented shapes; nothing is returned for a batch
+/// with any bad event.
+pub fn decode_payload(bytes: &[u8]) -> Result<KvEventBatch, WireError> {
+    let raw: RawBatch = from_msgpack(bytes)?;
+    validate_batch(raw)
+}
+
+fn validate_batch(raw: RawBatch) -> Result<KvEventBatch, WireError> {
+    const RECORD: &str = "batch";
+    if let Some(got) = raw.len {
+        if got < 2 {
+            return Err(WireError::TooFewFields {
+                record: RECORD,
+                got,
+                min: 2,
+            });
+        }
+        if got > 3 {
+            return Err(WireError::TooManyFields {
+                record: RECORD,
+                got,
+                max: 3,
+            });
+        }
+    }
+    let ts = raw.ts.ok_or(WireError::MissingField {
+        record: RECORD,
+        field: "ts",
+    })?;
+    let raw_events = raw.events.ok_or(WireError::MissingField {
+        record: RECORD,
+        field: "events",
+    })?;
+    let dp_rank = raw
+        .dp_rank
+        .map(|r| u32_field("data_parallel_rank", r))
+        .transpose()?;
+    let events = raw_events
+        .into_iter()
+        .map(validate_event)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(KvEventBatch {
+        ts,
+        events,
+        dp_rank,
+    })
+}
+
+fn u32_field(field: &'static str, v: i64) -> Result<u32, WireError> {
+    u32::try_from(v).map_err(|_| WireError::OutOfRange { field, value: v })
+}
+
+fn hashes(raw: Vec<WireHash>) -> Result<Vec<EngineHash>, WireError> {
+    raw.into_iter().map(WireHash::to_engine_hash).collect()
+}
+
+fn check_len(
+    record: &'static str,
+    len: Option<usize>,
+    min: usize,
+    max: usize,
+) -> Result<(), WireError> {
+    match len {
+        Some(got) if got < min => Err(WireError::TooFewFields { record, got, min }),
+        Some(got) if got > max => Err(WireError::TooManyFields { record, got, max }),
+        _ => Ok(()),
+    }
+}
+
+fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
+    let encoding = match e.len {
+        Some(n) => EventEncoding::Positional(n),
+        None => EventEncoding::Named,
+    };
+    let Some(tag) = e.tag else {
+        return Err(WireError::UnexpectedTag { tag: String::new() });
+    };
+    match tag.as_str() {
+        "BlockStored" => {
+            const R: &str = "BlockStored";
+            check_len(R, e.len, 6, 12)?;
+            let missing = |field| WireError::MissingField { record: R, field };
+            let block_hashes = hashes(e.block_hashes.ok_or(missing("block_hashes"))?)?;
+            let token_ids = e.token_ids.ok_or(missing("token_ids"))?;
+            let bs = e.block_size.ok_or(missing("block_size"))?;
+            let block_size = match u32::try_from(bs) {
+                Ok(v) if v > 0 => v,
+                _ => {
+                    return Err(WireError::OutOfRange {
+                        field: "block_size",
+                        value: bs,
+                    });
+                }
+            };
+            let expected = (block_size as usize).checked_mul(block_hashes.len());
+            if expected != Some(token_ids.len()) {
+                return Err(WireError::TokenCount {
+                    blocks: block_hashes.len(),
+                    block_size,
+                    tokens: token_ids.len(),
+                });
+            }
+            Ok(KvEvent::BlockStored(BlockStored {
+                block_hashes,
+                parent_block_hash: e.parent.map(WireHash::to_engine_hash).transpose()?,
+                token_ids,
+                block_size,
+                lora_id: e.lora_id,
+                medium: Medium::from_wire(e.medium.as_deref()),
+                lora_name: e.lora_name,
+                cache_salt: e.cache_salt,
+                extra_keys: e.extra_keys,
+                group_idx: e.group_idx.map(|g| u32_field("group_idx", g)).transpose()?,
+                kv_cache_spec_kind: e.spec_kind,
+                kv_cache_spec_sliding_window: e
+                    .sliding_window
+                    .map(|w| u32_field("kv_cache_spec_sliding_window", w))
+                    .transpose()?,
+                encoding,
+            }))
+        }
+        "BlockRemoved" => {
+            const R: &str = "BlockRemoved";
+            check_len(R, e.len, 2, 4)?;
+            let raw = e.block_hashes.ok_or(WireError::MissingField {
+                record: R,
+                field: "block_hashes",
+            })?;
+            Ok(KvEvent::BlockRemoved(BlockRemoved {
+                block_hashes: hashes(raw)?,
+                medium: Medium::from_wire(e.medium.as_deref()),
+                group_idx: e.group_idx.map(|g| u32_field("group_idx", g)).transpose()?,
+                encoding,
+            }))
+        }
+        "AllBlocksCleared" => {
+            check_len("AllBlocksCleared", e.len, 1, 1)?;
+            Ok(KvEvent::AllBlocksCleared)
+        }
+        _ => Ok(KvEvent::Unknown { tag }),
+    }
+}

@@ -1,0 +1,39 @@
+//! Decoding of what inference engines send a KV-aware router: bytes in, typed values out.
+//! No I/O, no sockets, no clock: the caller receives ZMQ frames and HTTP bodies and hands
+//! them here. Wire formats: `shared/docs/kv-events.md` (vLLM 0.33 and SGLang 0.5.23 as
+//! their own message classes encode them, and the older generations).
+//!
+//! * [`frame`]: ZMQ multipart messages `[topic, seq, payload]`, replay messages with or
+//!   without a topic, the replay end marker ([`decode_message`]).
+//! * [`decode_payload`]: a msgpack event batch (`[ts, events, dp_rank]`, `[ts, events]`,
+//!   map form) to a [`KvEventBatch`] of typed [`KvEvent`]s; every positional generation of
+//!   vLLM's events, named maps, SGLang's events with their metadata.
+//! * [`hash`]: unsigned, signed and 32-byte binary block hashes to
+//!   [`EngineHash`](kvroute_index::index::EngineHash), and the documented rule for each.
+//! * [`load`]: vLLM Prometheus text, SGLang `/v1/loads` JSON and `LoadStat` frames to the
+//!   typed updates of `kvroute-load`.
+//! * [`WireCounters`]: counts of decoded batches, events, blocks and of every
+//!   [`WireError`] kind.
+//!
+//! msgpack is read with serde and `rmp-serde` (custom visitors where shapes vary), never a
+//! hand-written msgpack parser. Malformed input of any kind is a typed [`WireError`]; no
+//! input panics (a fuzz target, `fuzz/fuzz_targets/wire_decode.rs`, checks it), and a
+//! batch with one bad event is rejected whole.
+
+mod batch;
+mod counters;
+mod error;
+mod event;
+pub mod frame;
+pub mod hash;
+pub mod load;
+mod raw;
+
+pub use batch::{MAX_DEPTH, decode_payload};
+pub use counters::{WireCounters, WireStats};
+pub use error::{ErrorKind, WireError};
+pub use event::{
+    BlockRemoved, BlockStored, EventEncoding, ExtraKey, KvEvent, KvEventBatch, Medium,
+};
+pub use frame::{END_OF_REPLAY_SEQ, Frames, KvMessage, decode_message, replay_request};
+pub use load::{SglangLoadStat, decode_load_stat, parse_sglang_loads, parse_vllm_metrics};

@@ -1,0 +1,100 @@
+//! Helpers of kvroute-wire's data-driven tests: where the shared data lives, hex, and an
+//! independent implementation of kvroute's block hashing to check against.
+//!
+//! Data files are read from `../shared/data` beside the checkout (or `$KVROUTE_DATA_DIR`);
+//! a missing file skips the test with a printed notice, except under `CI`, where it fails.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// The data folder: `$KVROUTE_DATA_DIR`, else `<checkout>/../shared/data`.
+pub fn data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("KVROUTE_DATA_DIR") {
+        return PathBuf::from(dir);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data")
+}
+
+/// The path of `relative` in the data folder, or `None` after a notice when it is missing
+/// and `CI` is unset.
+///
+/// # Panics
+/// When the file is missing and `CI` is set.
+pub fn data_file(relative: &str) -> Option<PathBuf> {
+    let path = data_dir().join(relative);
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!(
+            "shared data file {} is missing (CI is set, so this is a failure)",
+            path.display()
+        );
+    }
+    eprintln!(
+        "NOTICE: skipping: shared data file {} not found (set KVROUTE_DATA_DIR to run this test)",
+        path.display()
+    );
+    None
+}
+
+/// Lower- or upper-case hex to bytes.
+pub fn unhex(s: &str) -> Vec<u8> {
+    assert!(s.len() % 2 == 0, "odd hex length");
+    let nib = |c: u8| match c {
+        b'0'..=b'9' => c - b'0',
+        b'a'..=b'f' => c - b'a' + 10,
+        b'A'..=b'F' => c - b'A' + 10,
+        _ => panic!("bad hex digit {c}"),
+    };
+    s.as_bytes()
+        .chunks_exact(2)
+        .map(|p| (nib(p[0]) << 4) | nib(p[1]))
+        .collect()
+}
+
+/// The seed of a namespace, written out from the design brief's rule (not the crate's).
+pub fn seed(lora: Option<&str>, salt: Option<&str>) -> u64 {
+    let mut s = 1337u64;
+    if let Some(l) = lora {
+        s = s.wrapping_add(xxh3_64_with_seed(l.as_bytes(), 0));
+    }
+    if let Some(c) = salt {
+        s = s.wrapping_add(xxh3_64_with_seed(c.as_bytes(), 1));
+    }
+    s
+}
+
+/// Local XXH3-64 hashes of each full block of `tokens` (little-endian u32), by the general
+/// XXH3 with `seed`.
+pub fn local_hashes(tokens: &[u32], block_size: usize, seed: u64) -> Vec<u64> {
+    tokens
+        .chunks_exact(block_size)
+        .map(|b| {
+            let bytes: Vec<u8> = b.iter().flat_map(|t| t.to_le_bytes()).collect();
+            xxh3_64_with_seed(&bytes, seed)
+        })
+        .collect()
+}
+
+/// Chained hashes from the local ones: `seq[0] = local[0]`,
+/// `seq[i] = XXH3-64(le(seq[i-1]) ++ le(local[i]), 1337)`.
+pub fn chained(local: &[u64]) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::with_capacity(local.len());
+    for &l in local {
+        let h = match out.last() {
+            None => l,
+            Some(&p) => {
+                let mut buf = [0u8; 16];
+                buf[..8].copy_from_slice(&p.to_le_bytes());
+                buf[8..].copy_from_slice(&l.to_le_bytes());
+                xxh3_64_with_seed(&buf, 1337)
+            }
+        };
+        out.push(h);
+    }
+    out
+}
