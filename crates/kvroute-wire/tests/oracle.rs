@@ -1,0 +1,256 @@
+//! The real engines as oracles: a real vLLM 0.33.0 and a real SGLang 0.5.23 KV event stream
+//! (`shared/data/kv_events/*.jsonl.xz`, format in `shared/data/README.md`) are decoded
+//! batch by batch into one worker of a `PrefixIndex` (block size 16). For every request
+//! record, the index's prefix match over the request's rebuilt prompt, capped as the
+//! engine caps it, must equal the engine's own hit; at the snapshot record, the index's
+//! residency and an independent engine-hash model (copies counted) must equal the engine's
+//! cached-hash count, and the model's sorted hashes must reproduce the engine's SHA-256.
+//!
+//! Streams are decompressed and decoded line by line (197 MB raw for vLLM). Release-mode
+//! run time and throughput are printed.
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::time::Instant;
+
+use kvroute_index::index::{IndexConfig, PrefixIndex};
+use kvroute_index::{BlockHasher, HashNamespace, Slot};
+use kvroute_wire::{KvEvent, Medium, WireCounters};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use support::{data_file, unhex};
+
+const BLOCK: usize = 16;
+const SLOT: Slot = Slot(0);
+
+#[derive(Deserialize)]
+struct Record {
+    kind: String,
+    seq: Option<u64>,
+    payload_hex: Option<String>,
+    index: Option<u64>,
+    engine_hit_tokens: Option<usize>,
+    hash_ids: Option<Vec<u32>>,
+    input_length: Option<usize>,
+    num_cached_hashes: Option<usize>,
+    cached_hashes_sha256: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Vllm,
+    Sglang,
+}
+
+/// The prompt of a trace request: token `t` of trace block `h` is `h * 512 + t`,
+/// concatenated and cut to `input_length`.
+fn prompt(hash_ids: &[u32], input_length: usize) -> Vec<u32> {
+    let mut t: Vec<u32> = hash_ids
+        .iter()
+        .flat_map(|&h| (0..512).map(move |i| h * 512 + i))
+        .collect();
+    t.truncate(input_length);
+    t
+}
+
+/// The engine's cap on a hit, in tokens: vLLM counts at most `(n - 1) / 16` blocks;
+/// SGLang at most `n - 1` tokens rounded down to a page. For page size 16 both are
+/// `((n - 1) / 16) * 16`, written out per engine all the same.
+fn cap_tokens(engine: Engine, n: usize) -> usize {
+    match engine {
+        Engine::Vllm => (n.saturating_sub(1) / BLOCK) * BLOCK,
+        Engine::Sglang => {
+            let max = n.saturating_sub(1);
+            max - max % BLOCK
+        }
+    }
+}
+
+struct Mismatch {
+    request: u64,
+    input_length: usize,
+    engine_hit: usize,
+    predicted: usize,
+    uncapped_blocks: u32,
+}
+
+fn replay(file: &str, engine: Engine) {
+    let Some(path) = data_file(&format!("kv_events/{file}")) else {
+        return;
+    };
+    let start = Instant::now();
+    let reader = BufReader::with_capacity(
+        1 << 20,
+        xz2::read::XzDecoder::new(std::fs::File::open(path).unwrap()),
+    );
+    let index = PrefixIndex::new(IndexConfig {
+        worker_slots: 1,
+        block_size: BLOCK,
+        expected_blocks: 1 << 19,
+        max_blocks_per_worker: 1 << 22,
+    })
+    .unwrap();
+    let counters = WireCounters::new();
+    let hasher = BlockHasher::new(BLOCK, HashNamespace::DEFAULT);
+    let mut overlaps = index.new_overlaps();
+    let mut keys = Vec::new();
+    // Independent model of the engine's cache: engine hash -> copies.
+    let mut model: HashMap<u64, u32> = HashMap::new();
+    let (mut next_seq, mut requests, mut snapshots, mut ends) = (0u64, 0usize, 0usize, 0usize);
+    let mut mismatches: Vec<Mismatch> = Vec::new();
+    let mut store_errors = Vec::new();
+    let (mut hit_tokens_sum, mut non_device) = (0usize, 0usize);
+    for line in reader.lines() {
+        let line = line.unwrap();
+        let rec: Record = serde_json::from_str(&line).unwrap();
+        match rec.kind.as_str() {
+            "batch" => {
+                assert_eq!(rec.seq, Some(next_seq), "batch sequence not contiguous");
+                next_seq += 1;
+                let payload = unhex(rec.payload_hex.as_deref().unwrap());
+                let batch = counters.decode_payload(&payload).unwrap_or_else(|e| {
+                    panic!("batch {}: {e}", next_seq - 1);
+                });
+                assert_eq!(batch.dp_rank, Some(0));
+                for ev in &batch.events {
+                    match ev {
+                        KvEvent::BlockStored(s) => {
+                            if s.medium != Medium::Gpu || !s.is_main_group() {
+                                non_device += 1;
+                                continue;
+                            }
+                            for h in &s.block_hashes {
+                                *model.entry(h.0).or_default() += 1;
+                            }
+                            if let Err(e) = index.store(SLOT, &s.as_block_store()) {
+                                store_errors.push(format!("batch {}: {e}", next_seq - 1));
+                            }
+                        }
+                        KvEvent::BlockRemoved(r) => {
+                            for h in &r.block_hashes {
+                                match model.get_mut(&h.0) {
+                                    Some(c) if *c > 1 => *c -= 1,
+                                    Some(_) => {
+                                        model.remove(&h.0);
+                                    }
+                                    None => panic!("engine removed unknown hash {:#x}", h.0),
+                                }
+                            }
+                            index.remove(SLOT, &r.block_hashes).unwrap();
+                        }
+                        KvEvent::AllBlocksCleared => {
+                            model.clear();
+                            index.clear(SLOT).unwrap();
+                        }
+                        KvEvent::Unknown { tag } => panic!("unknown event {tag}"),
+                    }
+                }
+            }
+            "request" => {
+                requests += 1;
+                let n = rec.input_length.unwrap();
+                let tokens = prompt(rec.hash_ids.as_deref().unwrap(), n);
+                keys.clear();
+                hasher.sequence_hashes_into(&tokens, None, &mut keys);
+                index.match_prefix(&keys, &mut overlaps);
+                let blocks = overlaps.get(SLOT);
+                let predicted = (blocks as usize * BLOCK).min(cap_tokens(engine, n));
+                let engine_hit = rec.engine_hit_tokens.unwrap();
+                hit_tokens_sum += engine_hit;
+                if predicted != engine_hit {
+                    mismatches.push(Mismatch {
+                        request: rec.index.unwrap(),
+                        input_length: n,
+                        engine_hit,
+                        predicted,
+                        uncapped_blocks: blocks,
+                    });
+                }
+            }
+            "snapshot" => {
+                snapshots += 1;
+                let want = rec.num_cached_hashes.unwrap();
+                assert_eq!(model.len(), want, "model's distinct hashes vs engine");
+                let mut sorted: Vec<u64> = model.keys().copied().collect();
+                match engine {
+                    Engine::Vllm => sorted.sort_unstable(),
+                    Engine::Sglang => sorted.sort_unstable_by_key(|&h| h as i64),
+                }
+                let mut sha = Sha256::new();
+                for h in &sorted {
+                    sha.update(h.to_be_bytes());
+                }
+                let digest: Vec<u8> = sha.finalize().to_vec();
+                assert_eq!(
+                    digest,
+                    unhex(rec.cached_hashes_sha256.as_deref().unwrap()),
+                    "sorted cached hashes digest"
+                );
+                let stats = index.stats();
+                assert_eq!(index.worker_blocks(SLOT), want, "index engine hashes");
+                assert_eq!(stats.residencies as usize, want, "index residencies");
+            }
+            "end" => {
+                ends += 1;
+                assert_eq!(rec.engine_hit_tokens, Some(hit_tokens_sum), "end totals");
+            }
+            _ => {}
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let stats = counters.stats();
+    let blocks = stats.stored_blocks + stats.removed_blocks;
+    eprintln!(
+        "{file}: {requests} requests, {} matched, {} mismatched; {} batches, {} stored + {} \
+         removed blocks, {} clears; engine hit tokens {hit_tokens_sum}; {secs:.1} s total \
+         ({:.0} batches/s, {:.0} blocks/s incl. xz, JSON and hex); index {:?}",
+        requests - mismatches.len(),
+        mismatches.len(),
+        stats.batches,
+        stats.stored_blocks,
+        stats.removed_blocks,
+        stats.clears,
+        stats.batches as f64 / secs,
+        blocks as f64 / secs,
+        index.stats(),
+    );
+    assert_eq!(stats.total_errors(), 0);
+    assert!(store_errors.is_empty(), "store errors: {store_errors:?}");
+    assert_eq!(non_device, 0, "the streams carry device blocks only");
+    assert_eq!((snapshots, ends), (1, 1));
+    assert!(requests > 0);
+    // After the final AllBlocksCleared the index is empty.
+    assert_eq!(index.stats().residencies, 0);
+    if !mismatches.is_empty() {
+        let detail: Vec<String> = mismatches
+            .iter()
+            .take(20)
+            .map(|m| {
+                format!(
+                    "request {} (input {} tokens): engine hit {}, predicted {} (uncapped {} blocks)",
+                    m.request, m.input_length, m.engine_hit, m.predicted, m.uncapped_blocks
+                )
+            })
+            .collect();
+        panic!(
+            "{} of {requests} requests mismatch:\n{}",
+            mismatches.len(),
+            detail.join("\n")
+        );
+    }
+}
+
+#[test]
+fn vllm_0_33_stream_hits_match_the_engine() {
+    replay("vllm_0.33_conversation_first1000.jsonl.xz", Engine::Vllm);
+}
+
+#[test]
+fn sglang_0_5_23_stream_hits_match_the_engine() {
+    replay(
+        "sglang_0.5.23_conversation_first300.jsonl.xz",
+        Engine::Sglang,
+    );
+}
