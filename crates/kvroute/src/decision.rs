@@ -1,0 +1,66 @@
+//! What `route` returns: the chosen worker, why, and the reservation guard.
+
+use kvroute_index::{Slot, SlotGeneration, WorkerId};
+use kvroute_load::Reservation;
+use kvroute_score::{FallbackCause, Policy, Reason};
+
+/// What `projected_time` in enforce mode would have chosen, recorded in shadow mode.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shadow {
+    /// The worker it would have chosen (`None` when it found none).
+    pub worker: Option<WorkerId>,
+    /// Its reason.
+    pub reason: Reason,
+    /// Its projected cost (seconds; NaN when none).
+    pub cost: f32,
+}
+
+/// Admission moved the request off the scorer's pick (see
+/// [`AdmissionConfig`](crate::AdmissionConfig)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdmissionRedirect {
+    /// The scorer's pick, over the bound.
+    pub from: WorkerId,
+    /// Its outstanding requests as scored (requests).
+    pub from_outstanding: u64,
+}
+
+/// A routing decision. Holds the [`Reservation`]: dropping the decision (or the guard
+/// taken out of it) releases the reserved work, so keep it for the request's lifetime.
+#[derive(Debug)]
+#[must_use = "dropping a decision releases its reservation at once"]
+pub struct Decision {
+    /// The chosen worker.
+    pub worker: WorkerId,
+    /// Its slot (scoring lane).
+    pub slot: Slot,
+    /// The tenancy the reservation was made under.
+    pub generation: SlotGeneration,
+    /// Leading blocks of the prompt the worker holds (blocks).
+    pub overlap_blocks: u32,
+    /// The chosen worker's cost under the policy that decided (the policy's unit: seconds
+    /// for `projected_time` and `least_load`, see `kvroute_score`'s policy docs).
+    pub cost: f32,
+    /// The policy in force for this decision.
+    pub policy: Policy,
+    /// Why this worker ([`Reason::LoadEscape`] when admission redirected it).
+    pub reason: Reason,
+    /// Which telemetry forced a fallback, if any.
+    pub fallback: Option<FallbackCause>,
+    /// Shadow mode's counterfactual, if any.
+    pub shadow: Option<Shadow>,
+    /// Set when admission moved the request off the scorer's pick.
+    pub redirect: Option<AdmissionRedirect>,
+    /// Re-scores this decision needed (concurrent siblings or a removed worker).
+    pub rescores: u32,
+    /// The work reserved on the worker (one request, uncached prefill tokens, expected
+    /// output tokens).
+    pub reservation: Reservation,
+}
+
+impl Decision {
+    /// Takes the reservation guard out (to keep it while discarding the rest).
+    pub fn into_reservation(self) -> Reservation {
+        self.reservation
+    }
+}

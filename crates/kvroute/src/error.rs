@@ -1,0 +1,145 @@
+//! Typed errors of the router's operations. None of them leaves partial state behind.
+
+use core::fmt;
+
+use kvroute_index::WorkerId;
+use kvroute_index::index::IndexError;
+
+/// Why `route` produced no decision. Nothing is reserved after any of these.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RouteError {
+    /// [`Prompt::Tokens`](crate::Prompt::Tokens) whose length differs from
+    /// `prompt_tokens`.
+    PromptLengthMismatch {
+        /// `prompt_tokens` as given (tokens).
+        prompt_tokens: u32,
+        /// Token ids given.
+        token_ids: usize,
+    },
+    /// [`Prompt::Hashes`](crate::Prompt::Hashes) with more hashes than the prompt has
+    /// full blocks.
+    TooManyHashes {
+        /// Hashes given.
+        hashes: usize,
+        /// `prompt_tokens / block_size`.
+        full_blocks: usize,
+    },
+    /// No occupied worker slot with usable figures in the published load snapshot (no
+    /// worker added, none published yet, or every cost non-finite).
+    NoEligibleWorker,
+    /// Admission is enabled and no worker, cached or not, can take the request within the
+    /// bound.
+    Rejected {
+        /// The configured bound (outstanding requests per worker).
+        bound: u32,
+        /// The fewest outstanding requests of any occupied worker (requests).
+        least_outstanding: u64,
+    },
+    /// Every attempt lost its slot: the chosen workers were removed, or (with admission)
+    /// concurrent decisions filled them, through all the allowed re-scores.
+    Contended {
+        /// Re-scores made.
+        rescores: u32,
+    },
+    /// A reservation counter of the chosen worker would pass `u32::MAX`.
+    Saturated {
+        /// The chosen worker.
+        worker: WorkerId,
+    },
+}
+
+impl fmt::Display for RouteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PromptLengthMismatch {
+                prompt_tokens,
+                token_ids,
+            } => write!(
+                f,
+                "prompt_tokens is {prompt_tokens} but {token_ids} token ids were given"
+            ),
+            Self::TooManyHashes {
+                hashes,
+                full_blocks,
+            } => write!(
+                f,
+                "{hashes} block hashes for a prompt of {full_blocks} full blocks"
+            ),
+            Self::NoEligibleWorker => f.write_str("no eligible worker"),
+            Self::Rejected {
+                bound,
+                least_outstanding,
+            } => write!(
+                f,
+                "admission: every worker has at least {least_outstanding} outstanding \
+                 requests, bound {bound}"
+            ),
+            Self::Contended { rescores } => {
+                write!(
+                    f,
+                    "chosen workers kept changing through {rescores} re-scores"
+                )
+            }
+            Self::Saturated { worker } => write!(f, "reservations of {worker} saturated"),
+        }
+    }
+}
+
+impl std::error::Error for RouteError {}
+
+/// Errors of adding and removing workers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkerError {
+    /// Every slot is taken (or retired and not yet released).
+    Full {
+        /// The router's `worker_slots`.
+        capacity: usize,
+    },
+    /// The worker is already registered.
+    AlreadyRegistered(WorkerId),
+    /// The worker is not registered.
+    UnknownWorker(WorkerId),
+    /// The router's parts disagreed about the worker (a bug; the operation was undone as
+    /// far as possible). Names the part.
+    Inconsistent(&'static str),
+}
+
+impl fmt::Display for WorkerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Full { capacity } => write!(f, "all {capacity} worker slots are in use"),
+            Self::AlreadyRegistered(w) => write!(f, "worker {w} is already registered"),
+            Self::UnknownWorker(w) => write!(f, "worker {w} is not registered"),
+            Self::Inconsistent(part) => write!(f, "router parts disagree: {part}"),
+        }
+    }
+}
+
+impl std::error::Error for WorkerError {}
+
+/// Errors of applying a KV event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventError {
+    /// The event's worker is not registered (the event is dropped).
+    UnknownWorker(WorkerId),
+    /// The index rejected the event (block-size or token-count mismatch, unknown parent);
+    /// counted in the index's stats, index unchanged.
+    Index(IndexError),
+}
+
+impl fmt::Display for EventError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownWorker(w) => write!(f, "worker {w} is not registered"),
+            Self::Index(e) => write!(f, "index: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EventError {}
+
+impl From<IndexError> for EventError {
+    fn from(e: IndexError) -> Self {
+        Self::Index(e)
+    }
+}

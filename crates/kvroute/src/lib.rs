@@ -1,0 +1,106 @@
+//! kvroute's [`Router`]: the facade an LLM gateway embeds to choose, for every request,
+//! which inference engine (worker) serves it.
+//!
+//! ```text
+//! KV events ──► Router::store / remove_blocks / clear_blocks ──► prefix index
+//! telemetry ──► Router::update_load … ──► Router::publish(now) ──► load snapshot
+//! request  ──► Router::route: hash → match → snapshot → score → reserve ──► Decision
+//! request done / cancelled ──► drop the Decision (its Reservation guard)
+//! ```
+//!
+//! * Workers are DP ranks ([`WorkerId`]); [`Router::add_worker`] / [`Router::remove_worker`]
+//!   manage them (a re-added worker inherits no residency and no reservation).
+//! * [`Router::route`] returns a [`Decision`]: the worker, its overlap, the cost, the
+//!   [`Reason`], the shadow counterfactual and the [`Reservation`] guard. Concurrent identical
+//!   requests spread through the reservations (module `route`), admission is coupled to the
+//!   decision ([`AdmissionConfig`]), and every outcome is counted ([`Router::stats`]).
+//! * Time is the caller's ([`Nanos`]); kvroute reads no clock, does no I/O and needs no
+//!   async runtime.
+//!
+//! The `metrics` crate integration is not provided; export [`RouterStats`] yourself.
+//!
+//! # Embedding in an afternoon
+//! ```
+//! use kvroute::{
+//!     BlockStore, EngineHash, HashNamespace, LoadSample, Nanos, RouteRequest, Router,
+//!     RouterConfig, WorkerId,
+//! };
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // 8 worker slots, engines paging their KV cache in blocks of 4 tokens.
+//! let router = Router::new(RouterConfig::new(8, 4))?;
+//! let (a, b) = (WorkerId::new(1, 0), WorkerId::new(2, 0));
+//! router.add_worker(a)?;
+//! router.add_worker(b)?;
+//!
+//! // Engine `a` reports it stored an 8-token prompt (2 blocks; its own block hashes are
+//! // opaque to kvroute, which re-hashes the token ids).
+//! let prompt: Vec<u32> = (100..108).collect();
+//! router.store(
+//!     a,
+//!     &BlockStore {
+//!         parent: None,
+//!         block_hashes: &[EngineHash(0xa1), EngineHash(0xa2)],
+//!         token_ids: &prompt,
+//!         block_size: 4,
+//!         namespace: HashNamespace::DEFAULT,
+//!     },
+//! )?;
+//!
+//! // The telemetry thread: both engines idle (cap 32 running), published at t = 1 s.
+//! let now = Nanos::from_secs(1);
+//! for w in [a, b] {
+//!     router.update_load(w, LoadSample::idle(32), now)?;
+//! }
+//! router.publish(now)?;
+//!
+//! // A request continuing that prompt goes to its cache owner: projected prefill of the
+//! // 2 uncached tokens on `a` (2/8,000 s) beats all 10 tokens on `b` (10/8,000 s).
+//! let mut tokens = prompt.clone();
+//! tokens.extend([7, 8]);
+//! let decision = router.route(&RouteRequest::tokens(&tokens, 64, now))?;
+//! assert_eq!(decision.worker, a);
+//! assert_eq!(decision.overlap_blocks, 2);
+//! assert_eq!(router.reserved(a).map(|r| r.requests), Some(1));
+//!
+//! // The request completes (or is cancelled): dropping the decision releases its work.
+//! drop(decision);
+//! assert_eq!(router.reserved(a).map(|r| r.requests), Some(0));
+//! assert_eq!(router.stats().total_decisions(), 1);
+//! # Ok(())
+//! # }
+//! ```
+
+mod admission;
+mod config;
+mod decision;
+mod error;
+mod request;
+mod route;
+mod router;
+mod scratch;
+mod stats;
+
+pub use config::{AdmissionConfig, RouterConfig, RouterConfigError};
+pub use decision::{AdmissionRedirect, Decision, Shadow};
+pub use error::{EventError, RouteError, WorkerError};
+pub use request::{Prompt, RouteRequest};
+pub use router::Router;
+pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats};
+
+pub use kvroute_index::index::{
+    BlockStore, EngineHash, IndexConfig, IndexStats, RemoveOutcome, StoreOutcome,
+};
+pub use kvroute_index::{BlockHasher, HashNamespace, SequenceHash, Slot, SlotGeneration, WorkerId};
+pub use kvroute_load::{
+    EngineConfig, LoadConfig, LoadSample, Nanos, PublishError, Reservation, Reserved,
+    SglangRankLoad, SweepReport, UpdateError, VllmLoadUpdate, VllmRankLoad,
+};
+pub use kvroute_score::{FallbackCause, Policy, ProjectedMode, Reason, ScoreConfig};
+
+/// The crates the router is built from, for what the facade does not re-export.
+pub mod parts {
+    pub use kvroute_index as index;
+    pub use kvroute_load as load;
+    pub use kvroute_score as score;
+}

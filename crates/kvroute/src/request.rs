@@ -1,0 +1,62 @@
+//! What a gateway asks the router: one request's prompt, lengths and the caller's time.
+
+use kvroute_index::{HashNamespace, SequenceHash};
+use kvroute_load::Nanos;
+
+/// The request's prompt as the router receives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prompt<'a> {
+    /// The prompt's token ids; the router hashes its full blocks (a trailing partial block
+    /// is not hashed). Its length must equal [`RouteRequest::prompt_tokens`].
+    Tokens(&'a [u32]),
+    /// Chained hashes of the prompt's full blocks, computed by the caller with kvroute's
+    /// scheme ([`kvroute_index::BlockHasher`]) and the router's block size. There may be at
+    /// most `prompt_tokens / block_size` of them.
+    Hashes(&'a [SequenceHash]),
+}
+
+/// One routing request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteRequest<'a> {
+    /// The prompt.
+    pub prompt: Prompt<'a>,
+    /// Prompt length (tokens).
+    pub prompt_tokens: u32,
+    /// Expected output length (tokens); reserved as decode work on the chosen worker.
+    pub expected_output_tokens: u32,
+    /// Namespace (LoRA adapter / cache salt) of the prompt's tokens; `None` uses the
+    /// router's. Ignored for [`Prompt::Hashes`].
+    pub namespace: Option<HashNamespace>,
+    /// The caller's clock (monotonic), recorded in the reservation; kvroute reads no clock.
+    pub now: Nanos,
+}
+
+impl<'a> RouteRequest<'a> {
+    /// A request for `tokens` (prompt length = `tokens.len()`, saturating at `u32::MAX`)
+    /// in the router's namespace.
+    pub fn tokens(tokens: &'a [u32], expected_output_tokens: u32, now: Nanos) -> Self {
+        Self {
+            prompt: Prompt::Tokens(tokens),
+            prompt_tokens: u32::try_from(tokens.len()).unwrap_or(u32::MAX),
+            expected_output_tokens,
+            namespace: None,
+            now,
+        }
+    }
+
+    /// A request given by precomputed chained hashes and its prompt length (tokens).
+    pub fn hashes(
+        hashes: &'a [SequenceHash],
+        prompt_tokens: u32,
+        expected_output_tokens: u32,
+        now: Nanos,
+    ) -> Self {
+        Self {
+            prompt: Prompt::Hashes(hashes),
+            prompt_tokens,
+            expected_output_tokens,
+            namespace: None,
+            now,
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! `route` = hash → match → load snapshot → score → reserve, with the sibling check.
+//!
+//! # Concurrent siblings (incident A item 3, failure kind 6)
+//! A decision fills its fleet view from the published snapshot and the live reservation
+//! counters, scores it, and then reserves on the chosen slot with
+//! [`ReservationTable::reserve_at_most`](kvroute_load::ReservationTable::reserve_at_most),
+//! allowing no more reserved requests than the fleet view showed for that slot. If a
+//! concurrent decision reserved the slot in between, the reservation is refused (nothing is
+//! held) and the decision re-reads the counters and re-scores, up to `max_rescores` times;
+//! the last attempt reserves unconditionally (counted as an unchecked reserve), or, with
+//! admission enabled, only within the admission bound.
+//!
+//! Why this spreads siblings: a checked reservation succeeds only if the slot still holds
+//! what the decision read, and counters only grow while siblings are in flight, so at the
+//! moment a slot goes from `r` to `r + 1` reservations every other slot the decision
+//! compared it with held at least what was read, and the chosen slot was the cheapest. On
+//! an idle fleet of identical workers, N simultaneous identical requests therefore end at
+//! most `ceil(N/W)` per worker, plus what unchecked last attempts add.
+
+use kvroute_load::{ReserveError, Work};
+use kvroute_score::{ScoreRequest, TieInput};
+use kvroute_sync::atomic::Ordering::Relaxed;
+
+use crate::admission::{admit, outstanding};
+use crate::decision::{Decision, Shadow};
+use crate::error::RouteError;
+use crate::request::{Prompt, RouteRequest};
+use crate::router::Router;
+use crate::scratch::Scratch;
+
+impl Router {
+    /// Routes one request: hashes its prompt (or takes its hashes), matches it against the
+    /// prefix index, loads the latest load snapshot, scores every worker with the current
+    /// policy, and reserves the request's work (one request, its uncached prefill tokens,
+    /// its expected output tokens as decode) on the chosen worker, re-scoring if a
+    /// concurrent decision took that worker meanwhile (see the module docs of `route`).
+    ///
+    /// Lock-free apart from a pool of scratch buffers (one short mutex hold at each end);
+    /// allocates nothing once warm. Never panics on bad input.
+    ///
+    /// # Errors
+    /// [`RouteError::PromptLengthMismatch`] and [`RouteError::TooManyHashes`] for a
+    /// malformed request; [`RouteError::NoEligibleWorker`] when no worker is published;
+    /// [`RouteError::Rejected`] when admission is enabled and every worker is at its bound;
+    /// [`RouteError::Contended`] when every attempt lost its slot;
+    /// [`RouteError::Saturated`]. Each is counted in [`RouterStats::rejections`](crate::RouterStats).
+    pub fn route(&self, req: &RouteRequest<'_>) -> Result<Decision, RouteError> {
+        let mut scratch = self.scratch.take();
+        let result = self.route_in(&mut scratch, req, &mut |_, _| {});
+        self.scratch.give(scratch);
+        if let Err(e) = &result {
+            self.counters.rejection(e);
+        }
+        result
+    }
+
+    /// `route`, calling `between(self, slot)` after each scoring and before the matching
+    /// reservation (tests use it to play a concurrent sibling deterministically).
+    pub(crate) fn route_in(
+        &self,
+        s: &mut Scratch,
+        req: &RouteRequest<'_>,
+        between: &mut dyn FnMut(&Router, kvroute_index::Slot),
+    ) -> Result<Decision, RouteError> {
+        let Scratch {
+            hashes: hash_buf,
+            overlaps,
+            fleet,
+            scorer,
+        } = s;
+        let bs = self.block_size;
+        let hashes = match req.prompt {
+            Prompt::Tokens(tokens) => {
+                if tokens.len() != req.prompt_tokens as usize {
+                    return Err(RouteError::PromptLengthMismatch {
+                        prompt_tokens: req.prompt_tokens,
+                        token_ids: tokens.len(),
+                    });
+                }
+                hash_buf.clear();
+                let hasher = match req.namespace {
+                    Some(ns) => kvroute_index::BlockHasher::new(bs, ns),
+                    None => self.hasher,
+                };
+                hasher.sequence_hashes_into(tokens, None, hash_buf);
+                &hash_buf[..]
+            }
+            Prompt::Hashes(h) => {
+                let full_blocks = req.prompt_tokens as usize / bs;
+                if h.len() > full_blocks {
+                    return Err(RouteError::TooManyHashes {
+                        hashes: h.len(),
+                        full_blocks,
+                    });
+                }
+                h
+            }
+        };
+        self.index.match_prefix(hashes, overlaps);
+
+        let cfg = self.score.load();
+        let cursor = self.cursor.fetch_add(1, Relaxed);
+        let random = (cfg.near_tie_band > 0.0).then(|| self.draw());
+        let sreq = ScoreRequest {
+            prompt_tokens: req.prompt_tokens,
+            block_size: u32::try_from(bs).unwrap_or(u32::MAX),
+        };
+        let max = self.max_rescores;
+        for attempt in 0..=max {
+            let last = attempt == max;
+            // The snapshot is loaded before the counters are read (reconciliation rule).
+            let snap = self.reader.load();
+            fleet.fill(&snap, &self.table, overlaps, cfg.tokens_per_request);
+            let tie = TieInput {
+                cursor: cursor.wrapping_add(attempt),
+                random,
+            };
+            let choice = scorer.score(fleet, sreq, &cfg, tie);
+            let Some(picked) = choice.slot else {
+                return Err(RouteError::NoEligibleWorker);
+            };
+            let Some((picked_worker, _)) = snap.tenant(picked) else {
+                return Err(RouteError::NoEligibleWorker);
+            };
+            let (slot, redirect) = match self.admission {
+                None => (picked, None),
+                Some(a) => admit(
+                    &snap,
+                    fleet,
+                    picked,
+                    picked_worker,
+                    a.max_outstanding_requests,
+                    cursor,
+                )?,
+            };
+            let Some((worker, generation)) = snap.tenant(slot) else {
+                return Err(RouteError::NoEligibleWorker);
+            };
+            let i = slot.index();
+            let reported = u64::from(snap.running()[i]) + u64::from(snap.waiting()[i]);
+            let seen = outstanding(fleet, i).saturating_sub(reported);
+            let overlap = overlaps.get(slot);
+            let cached = (u64::from(overlap) * bs as u64).min(u64::from(req.prompt_tokens));
+            let work = Work {
+                prefill_tokens: req.prompt_tokens - cached as u32,
+                decode_tokens: req.expected_output_tokens,
+            };
+            let limit = match (last, self.admission) {
+                (false, _) => Some(seen),
+                (true, Some(a)) => Some(
+                    u64::from(a.max_outstanding_requests.saturating_sub(1))
+                        .saturating_sub(reported),
+                ),
+                (true, None) => None,
+            };
+            between(self, slot);
+            let reserved = match limit {
+                Some(l) => self
+                    .table
+                    .reserve_at_most(slot, generation, work, req.now, l),
+                None => self.table.reserve(slot, generation, work, req.now),
+            };
+            let reservation = match reserved {
+                Ok(r) => r,
+                Err(ReserveError::Saturated { .. }) => {
+                    self.counters.rescores(attempt);
+                    return Err(RouteError::Saturated { worker });
+                }
+                Err(
+                    ReserveError::Contended { .. }
+                    | ReserveError::StaleSlot { .. }
+                    | ReserveError::UnknownSlot(_),
+                ) => continue,
+            };
+            if limit.is_none() {
+                self.counters.unchecked();
+            }
+            self.counters.rescores(attempt);
+            let shadow = choice.shadow.map(|cf| Shadow {
+                worker: cf.slot.and_then(|s| snap.tenant(s)).map(|t| t.0),
+                reason: cf.reason,
+                cost: cf.cost,
+            });
+            let (reason, cost) = match redirect {
+                Some(_) => (kvroute_score::Reason::LoadEscape, f32::NAN),
+                None => (choice.reason, choice.cost),
+            };
+            self.counters.decision(
+                &cfg.policy,
+                &reason,
+                choice.fallback,
+                choice.shadow.is_some_and(|cf| cf.slot != choice.slot),
+                redirect.is_some(),
+            );
+            return Ok(Decision {
+                worker,
+                slot,
+                generation,
+                overlap_blocks: overlap,
+                cost,
+                policy: cfg.policy,
+                reason,
+                fallback: choice.fallback,
+                shadow,
+                redirect,
+                rescores: attempt,
+                reservation,
+            });
+        }
+        self.counters.rescores(max);
+        Err(RouteError::Contended { rescores: max })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kvroute_index::index::{BlockStore, EngineHash};
+    use kvroute_index::{HashNamespace, WorkerId};
+    use kvroute_load::{LoadSample, Nanos, Work};
+
+    use super::*;
+    use crate::config::RouterConfig;
+
+    /// Worker 1 holds 256 of the 260 blocks of a 4,160-token prompt; worker 2 is idle.
+    /// Projected: worker 1 = 64/8,000 = 0.008 s, worker 2 = 4,160/8,000 = 0.52 s. After one
+    /// reservation of 64 prefill + 1,000 decode tokens, worker 1 = 0.008 + 0.008 + 1.0 =
+    /// 1.016 s, so a second decision must go to worker 2.
+    fn fleet(max_rescores: u32) -> (Router, Vec<u32>, [WorkerId; 2]) {
+        let mut cfg = RouterConfig::new(4, 16);
+        cfg.max_rescores = max_rescores;
+        let r = Router::new(cfg).unwrap();
+        let ws = [WorkerId::new(1, 0), WorkerId::new(2, 0)];
+        for w in ws {
+            r.add_worker(w).unwrap();
+        }
+        let prompt: Vec<u32> = (0..4_160u32).map(|i| i * 31 % 152_000).collect();
+        let hashes: Vec<EngineHash> = (0..256).map(EngineHash).collect();
+        r.store(
+            ws[0],
+            &BlockStore {
+                parent: None,
+                block_hashes: &hashes,
+                token_ids: &prompt[..4_096],
+                block_size: 16,
+                namespace: HashNamespace::DEFAULT,
+            },
+        )
+        .unwrap();
+        let now = Nanos::from_secs(1);
+        for w in ws {
+            let s = LoadSample {
+                prefill_tps: Some(8_000.0),
+                decode_tps: Some(1_000.0),
+                waiting_prefill_tokens: Some(0),
+                active_decode_tokens: Some(0),
+                ..LoadSample::idle(64)
+            };
+            r.update_load(w, s, now).unwrap();
+        }
+        r.publish(now).unwrap();
+        (r, prompt, ws)
+    }
+
+    /// A sibling that reserves the chosen slot between this decision's read and its
+    /// reservation (played by the hook) is detected, and the re-score sends this decision
+    /// to the idle peer.
+    #[test]
+    fn a_sibling_between_read_and_reserve_is_detected_and_rescored() {
+        let (r, prompt, ws) = fleet(RouterConfig::DEFAULT_MAX_RESCORES);
+        let req = RouteRequest::tokens(&prompt, 1_000, Nanos::from_secs(1));
+        let mut sibling = None;
+        let mut hook = |router: &Router, slot: kvroute_index::Slot| {
+            if sibling.is_none() {
+                let generation = router.table.tenancy(slot).unwrap();
+                let work = Work {
+                    prefill_tokens: 64,
+                    decode_tokens: 1_000,
+                };
+                sibling = Some(
+                    router
+                        .table
+                        .reserve(slot, generation, work, req.now)
+                        .unwrap(),
+                );
+            }
+        };
+        let mut scratch = Scratch::default();
+        let d = r.route_in(&mut scratch, &req, &mut hook).unwrap();
+        assert_eq!(sibling.as_ref().unwrap().slot(), kvroute_index::Slot(0));
+        assert_eq!((d.worker, d.rescores), (ws[1], 1));
+        assert_eq!(r.stats().rescores, 1);
+        assert_eq!(r.stats().reservations.rejected_contended, 1);
+    }
+
+    /// With no re-score allowed the same race lands both on the owner (unchecked, counted):
+    /// the check above is what spreads them.
+    #[test]
+    fn without_rescores_the_race_is_not_corrected() {
+        let (r, prompt, ws) = fleet(0);
+        let req = RouteRequest::tokens(&prompt, 1_000, Nanos::from_secs(1));
+        let mut sibling = None;
+        let mut hook = |router: &Router, slot: kvroute_index::Slot| {
+            let generation = router.table.tenancy(slot).unwrap();
+            sibling = Some(
+                router
+                    .table
+                    .reserve(slot, generation, Work::default(), req.now),
+            );
+        };
+        let mut scratch = Scratch::default();
+        let d = r.route_in(&mut scratch, &req, &mut hook).unwrap();
+        assert_eq!((d.worker, d.rescores), (ws[0], 0));
+        assert_eq!(r.stats().unchecked_reserves, 1);
+    }
+
+    /// Sequentially, the second request sees the first's reservation and goes to the peer.
+    #[test]
+    fn sequential_siblings_see_each_other() {
+        let (r, prompt, ws) = fleet(8);
+        let req = RouteRequest::tokens(&prompt, 1_000, Nanos::from_secs(1));
+        let a = r.route(&req).unwrap();
+        let b = r.route(&req).unwrap();
+        assert_eq!((a.worker, b.worker), (ws[0], ws[1]));
+        assert!((a.cost - 0.008).abs() < 1e-6 && (b.cost - 0.52).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,401 @@
+//! The [`Router`]: construction, worker lifecycle, KV events, load telemetry, live knobs
+//! and stats. Routing itself is in `route.rs`.
+//!
+//! # Locks
+//! * `membership` (read-write): events take it shared, adding and removing workers take it
+//!   exclusively, so an event of a worker being removed lands wholly before the removal
+//!   (and is cleared by it) or fails with [`EventError::UnknownWorker`]; a re-added worker
+//!   never inherits a late event of its predecessor. `route` never takes it.
+//! * `load` (mutex): the single-writer load publisher. `route` never takes it; it reads
+//!   published snapshots lock-free.
+//! * The registry's, the index's per-worker and the reservation table's admin locks are
+//!   their crates' own.
+
+use kvroute_index::index::{
+    BlockStore, EngineHash, IndexStats, PrefixIndex, RemoveOutcome, StoreOutcome,
+};
+use kvroute_index::{BlockHasher, RegistryError, SequenceHash, Slot, WorkerId, WorkerRegistry};
+use kvroute_load::{
+    EngineConfig, LoadPublisher, LoadReader, LoadSample, Nanos, PublishError, ReservationTable,
+    Reserved, SglangRankLoad, SweepReport, UpdateError, VllmLoadUpdate,
+};
+use kvroute_score::{NearTieRng, ScoreConfig, SharedConfig};
+use kvroute_sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use kvroute_sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::config::{AdmissionConfig, RouterConfig, RouterConfigError};
+use crate::error::{EventError, WorkerError};
+use crate::scratch::ScratchPool;
+use crate::stats::{Counters, RouterStats};
+
+/// The publisher and the latest time it was given.
+pub(crate) struct LoadState {
+    pub publisher: LoadPublisher,
+    /// The `now` of the latest [`Router::publish`] (caller's clock); used when the router
+    /// must republish on its own (worker removal) and to start a new worker's sweep clock.
+    pub last_now: Nanos,
+}
+
+/// The routing core a gateway embeds; see the crate docs for the flow. `Send + Sync`:
+/// share it (`Arc<Router>`) between request threads, the event ingest and the telemetry
+/// thread.
+pub struct Router {
+    pub(crate) hasher: BlockHasher,
+    pub(crate) block_size: usize,
+    pub(crate) max_rescores: u32,
+    pub(crate) admission: Option<AdmissionConfig>,
+    near_tie_seed: u64,
+    registry: WorkerRegistry,
+    pub(crate) index: PrefixIndex,
+    membership: RwLock<()>,
+    load: Mutex<LoadState>,
+    pub(crate) reader: LoadReader,
+    pub(crate) table: ReservationTable,
+    pub(crate) score: SharedConfig,
+    pub(crate) cursor: AtomicU32,
+    draws: AtomicU64,
+    pub(crate) counters: Counters,
+    pub(crate) scratch: ScratchPool,
+}
+
+impl core::fmt::Debug for Router {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Router")
+            .field("block_size", &self.block_size)
+            .field("registry", &self.registry)
+            .field("score", &self.score.load())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every operation under these locks leaves its state whole before it can panic.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Router {
+    /// A router with no worker.
+    ///
+    /// # Errors
+    /// [`RouterConfigError`] naming the first setting out of range or inconsistent.
+    pub fn new(config: RouterConfig) -> Result<Self, RouterConfigError> {
+        config.validate()?;
+        let index = PrefixIndex::new(config.index.clone()).map_err(RouterConfigError::Index)?;
+        let table =
+            ReservationTable::new(config.worker_slots, config.reservation_ttl).map_err(|_| {
+                RouterConfigError::Field {
+                    field: "reservation_ttl",
+                    range: "> 0 ns",
+                    value: config.reservation_ttl.0,
+                }
+            })?;
+        let (mut publisher, reader) =
+            LoadPublisher::new(config.load).map_err(RouterConfigError::Load)?;
+        publisher
+            .attach_reservations(table.clone())
+            .map_err(RouterConfigError::Load)?;
+        let score = SharedConfig::new(config.score).map_err(RouterConfigError::Score)?;
+        Ok(Self {
+            hasher: BlockHasher::new(config.block_size, config.namespace),
+            block_size: config.block_size,
+            max_rescores: config.max_rescores,
+            admission: config.admission,
+            near_tie_seed: config.near_tie_seed,
+            registry: WorkerRegistry::new(config.worker_slots),
+            index,
+            membership: RwLock::new(()),
+            load: Mutex::new(LoadState {
+                publisher,
+                last_now: Nanos::ZERO,
+            }),
+            reader,
+            table,
+            score,
+            cursor: AtomicU32::new(0),
+            draws: AtomicU64::new(0),
+            counters: Counters::new(),
+            scratch: ScratchPool::default(),
+        })
+    }
+
+    // ----- workers -------------------------------------------------------------------
+
+    /// Registers `worker` (one DP rank) in the lowest free slot and returns the slot. It is
+    /// routable from the next [`publish`](Self::publish); until it reports load it is
+    /// `Missing`, which makes load-weighing policies fall back to `least_load` (that is the
+    /// fallback rule, by design).
+    ///
+    /// # Errors
+    /// [`WorkerError::AlreadyRegistered`], [`WorkerError::Full`], or
+    /// [`WorkerError::Inconsistent`] (a bug; undone).
+    pub fn add_worker(&self, worker: WorkerId) -> Result<Slot, WorkerError> {
+        let _m = self.membership.write().unwrap_or_else(|p| p.into_inner());
+        let (slot, generation, added) = self.registry.get_or_add(worker).map_err(|e| match e {
+            RegistryError::Full { capacity } => WorkerError::Full { capacity },
+            _ => WorkerError::Inconsistent("registry"),
+        })?;
+        if !added {
+            return Err(WorkerError::AlreadyRegistered(worker));
+        }
+        let undo_registry = || {
+            if let Ok(retired) = self.registry.remove(worker) {
+                let _ = self.registry.release(retired);
+            }
+        };
+        let mut load = lock(&self.load);
+        if load.publisher.add_worker(slot, worker, generation).is_err() {
+            undo_registry();
+            return Err(WorkerError::Inconsistent("load publisher"));
+        }
+        if self
+            .table
+            .add_worker(slot, generation, load.last_now)
+            .is_err()
+        {
+            let _ = load.publisher.remove_worker(worker);
+            undo_registry();
+            return Err(WorkerError::Inconsistent("reservation table"));
+        }
+        Ok(slot)
+    }
+
+    /// Removes `worker`: unregisters it, drops its index residency, its load lane and every
+    /// reservation on it, republishes the load snapshot (at the latest `now` given to
+    /// [`publish`](Self::publish)) so decisions stop choosing it, and only then frees the
+    /// slot, so a worker re-added later (here or in this slot) inherits nothing.
+    /// Outstanding [`Decision`](crate::Decision) guards of the old tenancy become no-ops.
+    ///
+    /// If every snapshot buffer is pinned by readers the republication is skipped; a
+    /// decision still reading the old snapshot then fails to reserve on the removed slot
+    /// and re-scores.
+    ///
+    /// # Errors
+    /// [`WorkerError::UnknownWorker`]; [`WorkerError::Inconsistent`] (a bug) when a part
+    /// did not hold the worker (the other parts are still cleaned and the slot freed).
+    pub fn remove_worker(&self, worker: WorkerId) -> Result<(), WorkerError> {
+        let _m = self.membership.write().unwrap_or_else(|p| p.into_inner());
+        let retired = self.registry.remove(worker).map_err(|e| match e {
+            RegistryError::UnknownWorker(w) => WorkerError::UnknownWorker(w),
+            _ => WorkerError::Inconsistent("registry"),
+        })?;
+        let (slot, generation) = (retired.slot(), retired.generation());
+        let mut bad = None;
+        if self.index.remove_worker(slot).is_err() {
+            bad = Some("index");
+        }
+        {
+            let mut load = lock(&self.load);
+            if load.publisher.remove_worker(worker).is_err() {
+                bad = Some("load publisher");
+            }
+            if self.table.remove_worker(slot, generation).is_err() {
+                bad = Some("reservation table");
+            }
+            let now = load.last_now;
+            let _ = load.publisher.publish(now);
+        }
+        if self.registry.release(retired).is_err() {
+            bad = Some("registry release");
+        }
+        bad.map_or(Ok(()), |part| Err(WorkerError::Inconsistent(part)))
+    }
+
+    /// Every registered worker with its slot, in slot order.
+    pub fn workers(&self) -> Vec<(Slot, WorkerId)> {
+        self.registry.workers()
+    }
+
+    /// The slot of a registered worker.
+    pub fn slot_of(&self, worker: WorkerId) -> Option<Slot> {
+        self.registry.slot_of(worker)
+    }
+
+    // ----- KV events -----------------------------------------------------------------
+
+    fn with_slot<T>(
+        &self,
+        worker: WorkerId,
+        f: impl FnOnce(Slot) -> Result<T, EventError>,
+    ) -> Result<T, EventError> {
+        let _m = self.membership.read().unwrap_or_else(|p| p.into_inner());
+        let slot = self
+            .registry
+            .slot_of(worker)
+            .ok_or(EventError::UnknownWorker(worker))?;
+        f(slot)
+    }
+
+    /// Applies a `BlockStored` event of `worker`: the index re-hashes `store.token_ids`
+    /// (chaining from `store.parent`, an engine hash this worker stored before) and marks
+    /// the blocks resident.
+    ///
+    /// # Errors
+    /// [`EventError::UnknownWorker`]; [`EventError::Index`] for a block-size or token-count
+    /// mismatch or an unknown parent (counted in [`index_stats`](Self::index_stats)).
+    pub fn store(
+        &self,
+        worker: WorkerId,
+        store: &BlockStore<'_>,
+    ) -> Result<StoreOutcome, EventError> {
+        self.with_slot(worker, |slot| Ok(self.index.store(slot, store)?))
+    }
+
+    /// Applies a store whose chained hashes the producer computed with kvroute's scheme:
+    /// pairs of (engine hash, chained hash), in sequence order.
+    ///
+    /// # Errors
+    /// [`EventError::UnknownWorker`].
+    pub fn store_hashes(
+        &self,
+        worker: WorkerId,
+        blocks: &[(EngineHash, SequenceHash)],
+    ) -> Result<StoreOutcome, EventError> {
+        self.with_slot(worker, |slot| Ok(self.index.store_hashes(slot, blocks)?))
+    }
+
+    /// Applies a `BlockRemoved` event of `worker` (engine hashes it stored; unknown ones are
+    /// counted and skipped).
+    ///
+    /// # Errors
+    /// [`EventError::UnknownWorker`].
+    pub fn remove_blocks(
+        &self,
+        worker: WorkerId,
+        block_hashes: &[EngineHash],
+    ) -> Result<RemoveOutcome, EventError> {
+        self.with_slot(worker, |slot| Ok(self.index.remove(slot, block_hashes)?))
+    }
+
+    /// Applies `AllBlocksCleared` of `worker` (cache reset, OOM, sleep, restart): it holds
+    /// nothing any more (failure kind 4). Returns how many engine hashes it had.
+    ///
+    /// # Errors
+    /// [`EventError::UnknownWorker`].
+    pub fn clear_blocks(&self, worker: WorkerId) -> Result<usize, EventError> {
+        self.with_slot(worker, |slot| Ok(self.index.clear(slot)?))
+    }
+
+    // ----- load telemetry ------------------------------------------------------------
+
+    /// Sets the deployment facts of engine `worker_id` (DP size, per-rank cap, default
+    /// throughputs); see [`EngineConfig`].
+    ///
+    /// # Errors
+    /// [`kvroute_load::ConfigError`] for an out-of-range value (nothing changed).
+    pub fn configure_engine(
+        &self,
+        worker_id: u64,
+        config: EngineConfig,
+    ) -> Result<(), kvroute_load::ConfigError> {
+        lock(&self.load)
+            .publisher
+            .configure_engine(worker_id, config)
+    }
+
+    /// Applies one rank's load figures observed at `now` (caller's clock); visible from the
+    /// next [`publish`](Self::publish).
+    ///
+    /// # Errors
+    /// [`UpdateError`] (unknown worker, bad values: the worker becomes `Invalid`,
+    /// superseded); counted in the snapshot's `LoadStats`.
+    pub fn update_load(
+        &self,
+        worker: WorkerId,
+        sample: LoadSample,
+        now: Nanos,
+    ) -> Result<(), UpdateError> {
+        lock(&self.load).publisher.apply_sample(worker, sample, now)
+    }
+
+    /// Applies a vLLM-style update (all DP ranks of one engine) observed at `now`.
+    ///
+    /// # Errors
+    /// As [`LoadPublisher::apply_vllm`].
+    pub fn update_vllm_load(&self, update: &VllmLoadUpdate, now: Nanos) -> Result<(), UpdateError> {
+        lock(&self.load).publisher.apply_vllm(update, now)
+    }
+
+    /// Applies one SGLang `/v1/loads` rank entry received at `now`.
+    ///
+    /// # Errors
+    /// As [`LoadPublisher::apply_sglang`].
+    pub fn update_sglang_load(
+        &self,
+        update: &SglangRankLoad,
+        now: Nanos,
+    ) -> Result<(), UpdateError> {
+        lock(&self.load).publisher.apply_sglang(update, now)
+    }
+
+    /// Publishes the load figures applied so far as of `now` (caller's clock): computes
+    /// validity (stale after the configured age), reconciles reservations with the new
+    /// reports, and makes the snapshot visible to decisions. Returns the publication number.
+    ///
+    /// # Errors
+    /// [`PublishError::AllBuffersPinned`]: readers hold every spare buffer; nothing changed,
+    /// retry at the next tick.
+    pub fn publish(&self, now: Nanos) -> Result<u64, PublishError> {
+        let mut load = lock(&self.load);
+        load.last_now = load.last_now.max(now);
+        load.publisher.publish(now)
+    }
+
+    /// The TTL sweeper of reservations (call it at least every reservation TTL): drops
+    /// reservations older than about one to two TTLs (leaked guards, lost completions) and
+    /// counts them in [`RouterStats::reservations_swept`].
+    pub fn sweep(&self, now: Nanos) -> SweepReport {
+        self.table.sweep(now)
+    }
+
+    // ----- knobs, stats, inspection ----------------------------------------------------
+
+    /// The scorer configuration new decisions use.
+    pub fn score_config(&self) -> Arc<ScoreConfig> {
+        self.score.load()
+    }
+
+    /// Replaces the scorer configuration while routing: decisions that start after this
+    /// returns use it; no decision sees half of it.
+    ///
+    /// # Errors
+    /// [`kvroute_score::ConfigError`] naming the knob out of range; nothing changes.
+    pub fn set_score_config(&self, config: ScoreConfig) -> Result<(), kvroute_score::ConfigError> {
+        self.score.set(config)
+    }
+
+    /// A plain copy of the router's counters.
+    pub fn stats(&self) -> RouterStats {
+        self.counters.snapshot(self.table.stats())
+    }
+
+    /// The index's counters and gauges (rejected events, nodes, memory).
+    pub fn index_stats(&self) -> IndexStats {
+        self.index.stats()
+    }
+
+    /// Read access to the prefix index (gauges, `worker_blocks`, direct matching).
+    pub fn index(&self) -> &PrefixIndex {
+        &self.index
+    }
+
+    /// A reader of the published load snapshots.
+    pub fn load_reader(&self) -> LoadReader {
+        self.reader.clone()
+    }
+
+    /// Live reservations on `worker` (requests and tokens), or `None` when it is not
+    /// registered.
+    pub fn reserved(&self, worker: WorkerId) -> Option<Reserved> {
+        let slot = self.registry.slot_of(worker)?;
+        let generation = self.table.tenancy(slot)?;
+        self.table.reserved_for(slot, generation)
+    }
+
+    /// The next near-tie draw: the `n`-th output of [`NearTieRng`] seeded with the router's
+    /// seed, `n` counting decisions that asked for one.
+    pub(crate) fn draw(&self) -> u64 {
+        const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+        let n = self.draws.fetch_add(1, Relaxed);
+        NearTieRng::new(self.near_tie_seed.wrapping_add(n.wrapping_mul(GOLDEN))).next_u64()
+    }
+}

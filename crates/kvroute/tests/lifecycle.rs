@@ -1,0 +1,96 @@
+//! Worker removal and re-addition: the new tenancy inherits no residency, no reservation,
+//! and no late event; removed workers are not routed to.
+
+mod common;
+
+use common::{NOW, publish, router, store, tokens};
+use kvroute::{EngineHash, EventError, RouteRequest, WorkerError, WorkerId};
+
+#[test]
+fn remove_and_readd_leaves_no_residency_or_reservations() {
+    let (r, ws) = router(4, 2, |_| {});
+    let (a, b) = (ws[0], ws[1]);
+    let prompt = tokens(3, 256); // 16 blocks
+    store(&r, a, &prompt, 100);
+    publish(&r, &ws, &[]);
+    let old = r.route(&RouteRequest::tokens(&prompt, 32, NOW)).unwrap();
+    assert_eq!((old.worker, old.overlap_blocks), (a, 16));
+    let slot = old.slot;
+    assert_eq!(r.index().worker_blocks(slot), 16);
+    assert_eq!(r.reserved(a).unwrap().requests, 1);
+
+    r.remove_worker(a).unwrap();
+    assert_eq!(r.reserved(a), None);
+    assert_eq!(r.index().worker_blocks(slot), 0);
+    assert_eq!(r.stats().reservations.removed.requests, 1);
+    // Events of the removed worker are refused, not applied to its slot.
+    assert_eq!(
+        r.remove_blocks(a, &[EngineHash(100)]),
+        Err(EventError::UnknownWorker(a))
+    );
+    assert_eq!(r.remove_worker(a), Err(WorkerError::UnknownWorker(a)));
+
+    // Re-added: the lowest free slot is its old one, under a new tenancy.
+    assert_eq!(r.add_worker(a).unwrap(), slot);
+    assert_eq!(r.reserved(a).unwrap(), Default::default());
+    assert_eq!(r.index().worker_blocks(slot), 0);
+    // The old decision's guard is a no-op on the new tenant.
+    drop(old);
+    assert_eq!(r.reserved(a).unwrap(), Default::default());
+
+    publish(&r, &ws, &[]);
+    let d = r.route(&RouteRequest::tokens(&prompt, 32, NOW)).unwrap();
+    assert_eq!(
+        d.overlap_blocks, 0,
+        "nobody holds the prompt any more: {d:?}"
+    );
+    if d.worker == a {
+        assert_eq!(d.generation, kvroute::SlotGeneration(2), "a new tenancy");
+    } else {
+        assert_eq!(d.worker, b);
+    }
+}
+
+#[test]
+fn a_removed_worker_is_not_routed_to_even_before_the_next_publication() {
+    let (r, ws) = router(4, 2, |_| {});
+    let prompt = tokens(4, 128);
+    store(&r, ws[0], &prompt, 0);
+    publish(&r, &ws, &[]);
+    r.remove_worker(ws[0]).unwrap();
+    for _ in 0..4 {
+        let d = r.route(&RouteRequest::tokens(&prompt, 8, NOW)).unwrap();
+        assert_eq!(d.worker, ws[1]);
+    }
+}
+
+#[test]
+fn all_blocks_cleared_drops_affinity() {
+    let (r, ws) = router(4, 2, |_| {});
+    let prompt = tokens(5, 128);
+    store(&r, ws[0], &prompt, 0);
+    publish(&r, &ws, &[]);
+    let d = r.route(&RouteRequest::tokens(&prompt, 8, NOW)).unwrap();
+    assert_eq!((d.worker, d.overlap_blocks), (ws[0], 8));
+    drop(d);
+    assert_eq!(r.clear_blocks(ws[0]).unwrap(), 8);
+    let d = r.route(&RouteRequest::tokens(&prompt, 8, NOW)).unwrap();
+    assert_eq!(d.overlap_blocks, 0);
+}
+
+#[test]
+fn add_worker_errors() {
+    let (r, ws) = router(2, 2, |_| {});
+    assert_eq!(
+        r.add_worker(ws[0]),
+        Err(WorkerError::AlreadyRegistered(ws[0]))
+    );
+    assert_eq!(
+        r.add_worker(WorkerId::new(9, 0)),
+        Err(WorkerError::Full { capacity: 2 })
+    );
+    assert_eq!(
+        r.store_hashes(WorkerId::new(9, 0), &[]),
+        Err(EventError::UnknownWorker(WorkerId::new(9, 0)))
+    );
+}

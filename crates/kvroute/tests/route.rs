@@ -1,0 +1,189 @@
+//! The full Router path on small fleets with hand-computed expectations: cache owner when
+//! idle, spill when overloaded (incident A shape), shadow mode, fallback, request errors.
+//! Units: prefill 8,000 tokens/s and decode 1,000 tokens/s (reported), KV barrier
+//! 0.15 s · k/(1 − k), blocks of 16 tokens, policy `projected_time` enforce (default).
+
+mod common;
+
+use common::{BS, NOW, idle, publish, router, sample, store, tokens};
+use kvroute::{FallbackCause, Policy, ProjectedMode, Prompt, Reason, RouteError, RouteRequest};
+
+/// 4,096-token shared prefix (256 blocks) + 64 new tokens = 4,160-token prompts.
+fn hot_request(prefix: &[u32], tail_seed: u32) -> Vec<u32> {
+    let mut t = prefix.to_vec();
+    t.extend(tokens(tail_seed, 64));
+    t
+}
+
+/// Idle fleet of 5, worker 1 holds the prefix. Owner: uncached 64 tokens → 64/8,000 =
+/// 0.008 s. Peers: 4,160/8,000 = 0.52 s. The owner wins with `CacheHold`, 256 blocks.
+#[test]
+fn route_picks_the_cache_owner_when_idle() {
+    let (r, ws) = router(8, 5, |_| {});
+    let prefix = tokens(1, 4_096);
+    store(&r, ws[0], &prefix, 0);
+    publish(&r, &ws, &[]);
+    let req = hot_request(&prefix, 2);
+    let d = r.route(&RouteRequest::tokens(&req, 256, NOW)).unwrap();
+    assert_eq!(d.worker, ws[0]);
+    assert_eq!(d.reason, Reason::CacheHold);
+    assert_eq!(d.overlap_blocks, 256);
+    assert!((d.cost - 0.008).abs() < 1e-6, "{d:?}");
+    // Reserved: one request, 64 uncached prefill tokens, 256 decode tokens.
+    let held = r.reserved(ws[0]).unwrap();
+    assert_eq!(
+        (held.requests, held.prefill_tokens, held.decode_tokens),
+        (1, 64, 256)
+    );
+    assert_eq!(r.stats().with_reason("cache_hold"), 1);
+}
+
+/// Incident A in small: worker 1 owns the prefix with 38 running and 109 waiting: queued
+/// 6,976 tokens, decode 159,600 tokens, KV 0.6 → 0.872 + 159.6 + 0.008 + 0.225 =
+/// 160.705 s. Worker 5 is lightly loaded (2 running, decode 8,400, KV 0.05): 8.4 + 0.52 +
+/// 0.0079 = 8.928 s. Workers 2–4 are idle: 0.52 s each. Each routed request reserves
+/// 4,160 prefill + 256 decode tokens on its worker: 0.52 + 0.52 + 0.256 = 1.296 s there.
+/// So three requests go to the three idle peers, one each (`Spill`, 0.52 s), and the
+/// fourth to the cheapest of them again (1.296 s < 8.928 s), never to the owner.
+#[test]
+fn route_spills_off_an_overloaded_owner() {
+    let (r, ws) = router(8, 5, |_| {});
+    let prefix = tokens(1, 4_096);
+    store(&r, ws[0], &prefix, 0);
+    publish(
+        &r,
+        &ws,
+        &[
+            (ws[0], sample(38, 109, 6_976, 159_600, 0.6)),
+            (ws[4], sample(2, 0, 0, 8_400, 0.05)),
+        ],
+    );
+    let mut held = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..3 {
+        let req = hot_request(&prefix, 10 + i);
+        let d = r.route(&RouteRequest::tokens(&req, 256, NOW)).unwrap();
+        assert!([ws[1], ws[2], ws[3]].contains(&d.worker), "{d:?}");
+        assert_eq!(d.reason, Reason::Spill);
+        assert!((d.cost - 0.52).abs() < 1e-6, "{d:?}");
+        assert_eq!(d.overlap_blocks, 0);
+        seen.insert(d.worker);
+        held.push(d);
+    }
+    assert_eq!(seen.len(), 3, "one request per idle peer");
+    let req = hot_request(&prefix, 20);
+    let d = r.route(&RouteRequest::tokens(&req, 256, NOW)).unwrap();
+    assert!(seen.contains(&d.worker), "{d:?}");
+    assert!((d.cost - 1.296).abs() < 1e-5, "{d:?}");
+    assert_eq!(r.reserved(ws[0]).unwrap().requests, 0, "owner got nothing");
+    assert_eq!(r.stats().with_reason("spill"), 4);
+}
+
+/// Shadow mode dispatches as `least_load` and records enforce's pick. Worker 1 holds the
+/// prefix with 800 queued tokens: least_load 800/8,000 = 0.1 s, projected 0.1 + 0.008 =
+/// 0.108 s. Worker 2 is idle: least_load 0 s, projected 0.52 s. Dispatch: worker 2
+/// (`LeastLoad`); counterfactual: worker 1 (`CacheHold`, 0.108 s); one disagreement.
+#[test]
+fn shadow_records_the_counterfactual_without_changing_dispatch() {
+    let (r, ws) = router(4, 2, |c| {
+        c.score.policy = Policy::ProjectedTime {
+            mode: ProjectedMode::Shadow,
+        }
+    });
+    let prefix = tokens(1, 4_096);
+    store(&r, ws[0], &prefix, 0);
+    publish(&r, &ws, &[(ws[0], sample(0, 2, 800, 0, 0.0))]);
+    let req = hot_request(&prefix, 3);
+    let d = r.route(&RouteRequest::tokens(&req, 256, NOW)).unwrap();
+    assert_eq!((d.worker, d.reason), (ws[1], Reason::LeastLoad));
+    let cf = d.shadow.expect("shadow mode records a counterfactual");
+    assert_eq!((cf.worker, cf.reason), (Some(ws[0]), Reason::CacheHold));
+    assert!((cf.cost - 0.108).abs() < 1e-6, "{cf:?}");
+    let s = r.stats();
+    assert_eq!(s.shadow_disagreements, 1);
+    assert_eq!(s.decisions.len(), 1);
+    assert_eq!(
+        (
+            s.decisions[0].policy,
+            s.decisions[0].reason,
+            s.decisions[0].count
+        ),
+        ("projected_time", "least_load", 1)
+    );
+}
+
+/// A worker that never reported makes `projected_time` fall back to `least_load`, and the
+/// decision and the stats say why.
+#[test]
+fn missing_telemetry_falls_back_and_is_counted() {
+    let (r, ws) = router(4, 3, |_| {});
+    for w in &ws[..2] {
+        r.update_load(*w, idle(), NOW).unwrap();
+    }
+    r.publish(NOW).unwrap();
+    let req = tokens(5, 100);
+    let d = r.route(&RouteRequest::tokens(&req, 10, NOW)).unwrap();
+    assert_eq!(d.fallback, Some(FallbackCause::Missing));
+    assert_eq!(d.reason, Reason::Fallback(FallbackCause::Missing));
+    assert_eq!(r.stats().fallbacks.missing, 1);
+}
+
+/// Precomputed hashes route like token ids; malformed requests are typed errors, counted.
+#[test]
+fn precomputed_hashes_and_request_errors() {
+    let (r, ws) = router(4, 2, |_| {});
+    let prefix = tokens(1, 64);
+    store(&r, ws[1], &prefix, 0);
+    publish(&r, &ws, &[]);
+    let mut hashes = Vec::new();
+    kvroute::BlockHasher::new(BS, kvroute::HashNamespace::DEFAULT).sequence_hashes_into(
+        &prefix,
+        None,
+        &mut hashes,
+    );
+    let d = r.route(&RouteRequest::hashes(&hashes, 64, 8, NOW)).unwrap();
+    assert_eq!((d.worker, d.overlap_blocks), (ws[1], 4));
+    drop(d);
+
+    let bad = RouteRequest {
+        prompt: Prompt::Tokens(&prefix),
+        prompt_tokens: 63,
+        ..RouteRequest::tokens(&prefix, 8, NOW)
+    };
+    assert_eq!(
+        r.route(&bad).unwrap_err(),
+        RouteError::PromptLengthMismatch {
+            prompt_tokens: 63,
+            token_ids: 64
+        }
+    );
+    assert_eq!(
+        r.route(&RouteRequest::hashes(&hashes, 63, 8, NOW))
+            .unwrap_err(),
+        RouteError::TooManyHashes {
+            hashes: 4,
+            full_blocks: 3
+        }
+    );
+    let s = r.stats();
+    assert_eq!(s.rejections.invalid_request, 2);
+    assert_eq!(s.total_decisions(), 1);
+}
+
+/// Nothing published yet, or no worker at all: no eligible worker, never a panic.
+#[test]
+fn no_eligible_worker_before_publication() {
+    let (r, _) = router(4, 2, |_| {});
+    let req = tokens(1, 32);
+    assert_eq!(
+        r.route(&RouteRequest::tokens(&req, 1, NOW)).unwrap_err(),
+        RouteError::NoEligibleWorker
+    );
+    let (empty, _) = router(4, 0, |_| {});
+    empty.publish(NOW).unwrap();
+    assert_eq!(
+        empty.route(&RouteRequest::tokens(&[], 1, NOW)).unwrap_err(),
+        RouteError::NoEligibleWorker
+    );
+    assert_eq!(r.stats().rejections.no_eligible_worker, 1);
+}
