@@ -16,6 +16,14 @@
 //! compared it with held at least what was read, and the chosen slot was the cheapest. On
 //! an idle fleet of identical workers, N simultaneous identical requests therefore end at
 //! most `ceil(N/W)` per worker, plus what unchecked last attempts add.
+//!
+//! Known gap: the argument takes a reservation's three counters as visible together, but
+//! `ReservationTable::reserve` adds the request count before the token counts, so a
+//! decision reading a slot in between sees the sibling's request without its tokens and
+//! under-costs that slot for a moment (token-based policies may then pick it again, and its
+//! check passes because the request count it saw is current). The `+ 1` of the bound
+//! absorbs this in practice; closing it needs kvroute-load to publish tokens before the
+//! request count (release/acquire), or a per-slot sequence number.
 
 use kvroute_load::{ReserveError, Work};
 use kvroute_score::{ScoreRequest, TieInput};
