@@ -364,6 +364,105 @@ fn scenario(kind: Teardown) -> Result<(), String> {
     Ok(())
 }
 
+/// Rounds of "store one long event, remove all but its first block": the first block's
+/// successor link may keep the removed second block allocated (one 40-byte node: key 8,
+/// holders 4, refs 4, bit word 8, extension pointer 8, successor pointer 8), but never the
+/// chain of removed blocks behind it. Live bytes after each round equal those with the
+/// first block alone plus that one node.
+fn succ_chain_scenario() -> Result<(), String> {
+    const ROUNDS: u64 = 6;
+    const LEN: u64 = 2_000;
+    const ONE_NODE: isize = 40;
+    let index = PrefixIndex::new(config()).unwrap();
+    let first = (EngineHash(1), SequenceHash(0x5eed));
+    let rounds: Vec<Vec<(EngineHash, SequenceHash)>> = (0..ROUNDS)
+        .map(|r| {
+            let mut pairs = vec![first];
+            pairs.extend((1..LEN).map(|i| {
+                let k = 1_000_000 * (r + 1) + i;
+                (
+                    EngineHash(k),
+                    SequenceHash(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                )
+            }));
+            pairs
+        })
+        .collect();
+    let rests: Vec<Vec<EngineHash>> = rounds
+        .iter()
+        .map(|p| p[1..].iter().map(|x| x.0).collect())
+        .collect();
+    index.store_hashes(Slot(0), &[first]).unwrap();
+    let single = settled_after(&index);
+    for (r, (pairs, rest)) in rounds.iter().zip(&rests).enumerate() {
+        index.store_hashes(Slot(0), pairs).unwrap();
+        index.remove(Slot(0), rest).unwrap();
+        let s = index.stats();
+        if (s.nodes, s.residencies) != (1, 1) {
+            return Err(format!(
+                "round {r}: {} nodes, {} residencies",
+                s.nodes, s.residencies
+            ));
+        }
+        let residue = drain_to(&index, single + ONE_NODE);
+        if residue != 0 {
+            return Err(format!(
+                "round {r}: live heap {residue} bytes above the first block alone plus one node"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Successor links forming a cycle (caller-chosen hashes: a chain, then its last block
+/// stored again as the parent of its first) are broken when the nodes leave the table:
+/// rounds of "store the cycle, clear" leave live bytes where the first round left them
+/// (a leaked cycle would keep 500 nodes per round).
+fn succ_cycle_scenario() -> Result<(), String> {
+    const ROUNDS: u64 = 8;
+    let index = PrefixIndex::new(config()).unwrap();
+    let mut level = None;
+    for r in 0..ROUNDS {
+        let chain: Vec<(EngineHash, SequenceHash)> = (1..=500u64)
+            .map(|i| {
+                let k = 1_000 * (r + 1) + i;
+                (
+                    EngineHash(k),
+                    SequenceHash(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                )
+            })
+            .collect();
+        let back = [
+            (EngineHash(10_000_001), chain[499].1),
+            (EngineHash(10_000_002), chain[0].1),
+        ];
+        index.store_hashes(Slot(0), &chain).unwrap();
+        index.store_hashes(Slot(0), &back).unwrap();
+        index.clear(Slot(0)).unwrap();
+        drop(chain);
+        match level {
+            None => level = Some(settled_after(&index)),
+            Some(l) => {
+                let residue = drain_to(&index, l);
+                if residue != 0 {
+                    return Err(format!(
+                        "round {r}: live heap {residue} bytes above the level after round 0"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The settled live-bytes level with the index as it is (after flushing its garbage).
+fn settled_after(index: &PrefixIndex) -> isize {
+    for _ in 0..MAX_FLUSH_ROUNDS {
+        index.collect_garbage();
+    }
+    settled_minimum()
+}
+
 fn main() {
     // First output allocates stdout's buffer: do it before any measurement.
     println!("index_memory: live-heap baseline checks (counting global allocator)");
@@ -394,7 +493,24 @@ fn main() {
             Ok(()) => println!("test memory_returns_to_baseline_after_{kind:?} ... ok"),
             Err(e) => {
                 println!("test memory_returns_to_baseline_after_{kind:?} ... FAILED\n  {e}");
-                failures.push(kind);
+                failures.push(format!("{kind:?}"));
+            }
+        }
+    }
+    for (name, f) in [
+        (
+            "removed_blocks_after_a_kept_first_block_are_freed",
+            succ_chain_scenario as fn() -> Result<(), String>,
+        ),
+        ("successor_cycles_are_freed_on_clear", succ_cycle_scenario),
+    ] {
+        let result =
+            std::panic::catch_unwind(f).unwrap_or_else(|_| Err(format!("{name}: panicked")));
+        match result {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(e) => {
+                println!("test {name} ... FAILED\n  {e}");
+                failures.push(name.to_string());
             }
         }
     }

@@ -458,51 +458,84 @@ fn conflicting_restore_replaces_the_old_content() {
     assert_eq!(idx.stats().nodes, 0);
 }
 
-/// Cap 4 evicts max(4 / 16, 1) = 1 block per overflow: the least recently *stored* one
-/// (re-storing refreshes, matching does not), and only the storing worker's.
+/// Cap 4 evicts max(4 / 16, 1) = 1 block per overflow: of the 2 least recently *stored*
+/// blocks, the deeper one (re-storing refreshes, matching does not), and only the storing
+/// worker's.
 #[test]
-fn eviction_drops_the_least_recently_stored_block_of_that_worker() {
+fn eviction_drops_the_deeper_of_the_least_recently_stored_blocks_of_that_worker() {
     let idx = index_with_cap(4, 4);
     let t = tokens(0, 6);
     let q = seqs(&t);
     let pairs: Vec<(EngineHash, SequenceHash)> =
         (0..6).map(|i| (EngineHash(i as u64 + 1), q[i])).collect();
-    // Slot 0 stores blocks 0..4 (hashes 1..=4); slot 1 holds block 1 too.
+    // Slot 0 stores blocks 0..4 (hashes 1..=4, depths 0..=3, stamps 1..=4); slot 1 holds
+    // block 1 too.
     idx.store_hashes(Slot(0), &pairs[..4]).unwrap();
     idx.store_hashes(Slot(1), &pairs[1..2]).unwrap();
-    // Refresh block 0 (a copy), and match (which must not refresh anything).
+    // Refresh block 0 (a copy: stamp 5), and match (which must not refresh anything).
     assert_eq!(
         idx.store_hashes(Slot(0), &pairs[..1]),
         Ok(store_out(0, 1, 0, 0))
     );
     assert_eq!(overlaps(&idx, &q).as_slice(), &[4, 0, 0, 0]);
-    // Block 4 (hash 5) overflows: block 1 (hash 2) is now the coldest.
+    // Hash 5 overflows. The two coldest are hash 2 (stamp 2, depth 1) and hash 3 (stamp 3,
+    // depth 2): the deeper, hash 3, goes.
     assert_eq!(
         idx.store_hashes(Slot(0), &pairs[4..5]),
         Ok(store_out(1, 0, 0, 1))
     );
     assert_eq!(idx.worker_blocks(Slot(0)), 4);
     assert_eq!(idx.stats().evicted_blocks, 1);
-    assert_eq!(idx.remove(Slot(0), &ehs(&[2])), Ok(remove_out(0, 0, 1)));
+    assert_eq!(idx.remove(Slot(0), &ehs(&[3])), Ok(remove_out(0, 0, 1)));
     let o = overlaps(&idx, &q);
-    assert_eq!(o.get(Slot(0)), 1, "block 1 evicted from slot 0");
+    assert_eq!(o.get(Slot(0)), 2, "block 2 evicted from slot 0");
     assert_eq!(
         overlaps(&idx, &q[1..]).get(Slot(1)),
         1,
         "slot 1 keeps block 1"
     );
-    // Slot 0 now holds hashes 1, 3, 4, 5 (4 blocks). Next overflow evicts hash 3.
+    // Slot 0 holds hashes 1 (stamp 5), 2 (stamp 2, depth 1), 4 (stamp 4, depth 3), 5 (stamp
+    // 6). Hash 6 overflows: the two coldest are hashes 2 and 4; hash 4 is deeper.
     assert_eq!(
         idx.store_hashes(Slot(0), &pairs[5..6]),
         Ok(store_out(1, 0, 0, 1))
     );
-    assert_eq!(idx.remove(Slot(0), &ehs(&[3])), Ok(remove_out(0, 0, 1)));
+    assert_eq!(idx.remove(Slot(0), &ehs(&[4])), Ok(remove_out(0, 0, 1)));
     // Hash 1 has two copies: this remove drops one of them.
     assert_eq!(
-        idx.remove(Slot(0), &ehs(&[1, 4, 5, 6])),
+        idx.remove(Slot(0), &ehs(&[1, 2, 5, 6])),
         Ok(remove_out(3, 1, 0))
     );
     assert_eq!(idx.stats().evicted_blocks, 2);
+}
+
+/// A shared first block stored once, then many one-block turns stored with it as parent,
+/// past the cap: the shared block is the coldest of all, but every turn is deeper, so the
+/// turns are evicted and the worker keeps matching the shared block.
+#[test]
+fn eviction_keeps_a_shared_prefix_stored_long_ago() {
+    let idx = index_with_cap(1, 64);
+    let root_tokens = tokens(0, 1);
+    let root = seqs(&root_tokens)[0];
+    idx.store_hashes(Slot(0), &[(EngineHash(1), root)]).unwrap();
+    for turn in 0..200u32 {
+        let turn_tokens = tokens(1000 + turn * 7, 1);
+        let bs = BlockStore {
+            parent: Some(EngineHash(1)),
+            block_hashes: &[EngineHash(100 + u64::from(turn))],
+            token_ids: &turn_tokens,
+            block_size: BS,
+            namespace: HashNamespace::DEFAULT,
+        };
+        idx.store(Slot(0), &bs).unwrap();
+        assert!(idx.worker_blocks(Slot(0)) <= 64);
+        assert_eq!(
+            overlaps(&idx, &[root]).get(Slot(0)),
+            1,
+            "the shared block survives turn {turn}"
+        );
+    }
+    assert!(idx.stats().evicted_blocks > 0);
 }
 
 /// Cap 32 evicts 32 / 16 = 2 blocks per overflow; the cap holds for a run far longer

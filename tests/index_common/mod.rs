@@ -8,8 +8,11 @@
 //! * a store of `(e, s)`: same mapping again -> one more copy (and a fresh stamp); `e` mapped
 //!   to other content -> the old mapping (all its copies) is dropped and the new one wins
 //!   ("the engine's latest word wins", counted as a conflict); a store that would take the
-//!   worker past `max_blocks_per_worker` entries first drops its `max(cap / 16, 1)` least
-//!   recently stored entries;
+//!   worker past `max_blocks_per_worker` entries first drops `n = max(cap / 16, 1)` entries:
+//!   of its `2n` least recently stored entries, the `n` deepest (ties: least recently
+//!   stored). Depth: a store's first block is its parent's depth + 1 (0 without a parent,
+//!   and for `store_hashes`), each next block one deeper; a re-stored copy keeps its depth
+//!   and the block after it continues from there;
 //! * a remove drops one copy of each listed engine hash, in order; unknown hashes are counted;
 //! * the overlap of worker `w` for a query `h[0..D]` is the largest `k` with `h[0..k]` all held
 //!   by `w`;
@@ -36,6 +39,8 @@ pub struct Mapping {
     pub copies: u32,
     /// Model clock at the last store of this engine hash.
     pub stamp: u64,
+    /// Position in its sequence (see the module docs).
+    pub depth: u64,
 }
 
 /// What one worker holds in the model.
@@ -123,7 +128,18 @@ impl Model {
         slot: Slot,
         blocks: &[(EngineHash, SequenceHash)],
     ) -> Result<StoreOutcome, IndexError> {
+        self.store_from_depth(slot, blocks, 0)
+    }
+
+    /// `store_hashes` whose first block sits at `first_depth`.
+    fn store_from_depth(
+        &mut self,
+        slot: Slot,
+        blocks: &[(EngineHash, SequenceHash)],
+        first_depth: u64,
+    ) -> Result<StoreOutcome, IndexError> {
         self.check_slot(slot)?;
+        let mut depth = first_depth;
         let cap = self.cap;
         let w = self.workers.entry(slot.0).or_default();
         let mut out = StoreOutcome::default();
@@ -135,6 +151,7 @@ impl Model {
                     m.copies += 1;
                     m.stamp = stamp;
                     out.extra_copies += 1;
+                    depth = m.depth + 1;
                     continue;
                 }
                 w.entries.remove(&eh);
@@ -142,12 +159,18 @@ impl Model {
                 self.counters.hash_conflicts += 1;
             }
             if w.entries.len() >= cap {
-                // Least recently stored first; stamps are unique per worker.
-                let mut by_age: Vec<(u64, u64)> =
-                    w.entries.iter().map(|(&e, m)| (m.stamp, e)).collect();
+                // The 2n least recently stored (stamps are unique per worker), then the n
+                // deepest of those, oldest first among equal depths.
+                let mut by_age: Vec<(u64, u64, u64)> = w
+                    .entries
+                    .iter()
+                    .map(|(&e, m)| (m.stamp, m.depth, e))
+                    .collect();
                 by_age.sort_unstable();
                 let n = (cap / 16).max(1).min(by_age.len());
-                for &(_, victim) in &by_age[..n] {
+                by_age.truncate((2 * n).min(by_age.len()));
+                by_age.sort_unstable_by_key(|&(stamp, depth, _)| (std::cmp::Reverse(depth), stamp));
+                for &(_, _, victim) in &by_age[..n] {
                     w.entries.remove(&victim);
                 }
                 out.evicted += n;
@@ -159,9 +182,11 @@ impl Model {
                     seq,
                     copies: 1,
                     stamp,
+                    depth,
                 },
             );
             out.new_blocks += 1;
+            depth += 1;
         }
         Ok(out)
     }
@@ -185,10 +210,14 @@ impl Model {
             });
         }
         self.check_slot(slot)?;
+        let mut first_depth = 0;
         let parent = match ev.parent {
             None => None,
             Some(p) => match self.mapping(slot, p.0) {
-                Some(m) => Some(SequenceHash(m.seq)),
+                Some(m) => {
+                    first_depth = m.depth + 1;
+                    Some(SequenceHash(m.seq))
+                }
                 None => {
                     self.counters.unknown_parent_stores += 1;
                     return Err(IndexError::UnknownParent {
@@ -206,7 +235,7 @@ impl Model {
         );
         let pairs: Vec<(EngineHash, SequenceHash)> =
             ev.block_hashes.iter().copied().zip(seqs).collect();
-        self.store_hashes(slot, &pairs)
+        self.store_from_depth(slot, &pairs, first_depth)
     }
 
     /// `remove`.

@@ -3,10 +3,20 @@
 //!
 //! Data files (real traces, hash vectors, engine event streams) are not part of the
 //! repository: they are read from `../shared/data` beside the checkout, or from the folder
-//! named by `KVROUTE_DATA_DIR`. When they are missing, a test skips with a printed notice,
-//! except when the `CI` environment variable is set, where a missing file fails the test.
+//! named by `KVROUTE_DATA_DIR` (an absolute path: tests run in their package's folder). When
+//! they are missing, a test skips with a notice written straight to the terminal's stderr
+//! (past the test harness's output capture), except when the `CI` environment variable is
+//! set to anything but empty, `0` or `false`, where a missing file fails the test.
 
+use std::io::Write;
 use std::path::PathBuf;
+
+/// Whether `CI` is set to a true-ish value (anything but empty, `0`, `false`).
+pub fn in_ci() -> bool {
+    std::env::var("CI")
+        .map(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false"))
+        .unwrap_or(false)
+}
 
 /// The data folder: `$KVROUTE_DATA_DIR`, else `<checkout>/../shared/data`.
 pub fn data_dir() -> PathBuf {
@@ -26,14 +36,22 @@ pub fn data_file(relative: &str) -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    if std::env::var_os("CI").is_some() {
+    if in_ci() {
         panic!(
             "shared data file {} is missing (CI is set, so this is a failure)",
             path.display()
         );
     }
-    eprintln!(
-        "NOTICE: skipping: shared data file {} not found (set KVROUTE_DATA_DIR to run this test)",
+    let hint = if std::env::var_os("KVROUTE_DATA_DIR").is_some() {
+        "KVROUTE_DATA_DIR is set but does not hold it"
+    } else {
+        "put the shared data beside the checkout or set KVROUTE_DATA_DIR to run this test"
+    };
+    // Written to the process's stderr directly: `eprintln!` would be captured by the test
+    // harness and never shown for a passing (skipped) test.
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "NOTICE: skipping: shared data file {} not found ({hint})",
         path.display()
     );
     None

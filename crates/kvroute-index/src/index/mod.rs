@@ -28,8 +28,11 @@
 //!
 //! # Bounded memory
 //! Each worker may hold at most `max_blocks_per_worker` blocks. A store that would exceed it
-//! first evicts the worker's least recently *stored* 1/16 of its blocks (re-storing a block
-//! refreshes it; matches do not, so the read path writes nothing). Evicting only ever makes
+//! first evicts 1/16 of the worker's blocks: among the least recently *stored* 1/8, the
+//! deepest half (re-storing a block refreshes it; matches do not, so the read path writes
+//! nothing). Taking deep blocks first keeps a shared prefix that was stored once, long ago,
+//! ahead of the conversation tails that hang off it, as the engines' own leaf-first
+//! eviction does. Evicting only ever makes
 //! the index *under*-state a worker's cache, never claim a block the worker lacks, and a
 //! runaway stream from one worker can only evict that worker's own blocks.
 //!
@@ -195,11 +198,13 @@ impl PrefixIndex {
         }
         let mut state = self.worker(slot)?;
         let mut parent_node = None;
+        let mut first_depth = 0u16;
         let mut prev = match event.parent {
             None => None,
             Some(p) => match state.entries.get(&p.0) {
                 Some(e) => {
                     parent_node = Some(e.node);
+                    first_depth = e.depth.saturating_add(1);
                     Some(SequenceHash(e.node().key))
                 }
                 None => {
@@ -224,7 +229,7 @@ impl PrefixIndex {
             prev = Some(seq);
             (*eh, seq)
         });
-        Ok(self.store_locked(slot, &mut state, parent_node, blocks))
+        Ok(self.store_locked(slot, &mut state, parent_node, first_depth, blocks))
     }
 
     /// Applies a store whose chained hashes the caller computed already: each pair is
@@ -239,7 +244,7 @@ impl PrefixIndex {
         blocks: &[(EngineHash, SequenceHash)],
     ) -> Result<StoreOutcome, IndexError> {
         let mut state = self.worker(slot)?;
-        Ok(self.store_locked(slot, &mut state, None, blocks.iter().copied()))
+        Ok(self.store_locked(slot, &mut state, None, 0, blocks.iter().copied()))
     }
 
     /// Applies one event's blocks under the worker's lock. `parent` is the node of the block
@@ -250,6 +255,7 @@ impl PrefixIndex {
         slot: Slot,
         state: &mut WorkerState,
         parent: Option<*const Node>,
+        first_depth: u16,
         blocks: impl Iterator<Item = (EngineHash, SequenceHash)>,
     ) -> StoreOutcome {
         let s = slot.index();
@@ -263,6 +269,7 @@ impl PrefixIndex {
         // `guard` is dropped (a node released meanwhile is freed only after the grace
         // period), so the pointer stays valid even if eviction releases that block.
         let mut prev: Option<*const Node> = parent;
+        let mut depth = first_depth;
         let mut blocks = blocks;
         let mut batch = [(EngineHash(0), SequenceHash(0)); BATCH];
         loop {
@@ -287,6 +294,7 @@ impl PrefixIndex {
                         e.stamp = stamp;
                         out.extra_copies += 1;
                         prev = Some(e.node);
+                        depth = e.depth.saturating_add(1);
                         continue;
                     }
                     // Same engine hash, different content: the engine's latest word wins.
@@ -328,10 +336,12 @@ impl PrefixIndex {
                     Entry {
                         node: core::ptr::from_ref(node),
                         copies: 1,
+                        depth,
                         stamp,
                     },
                 );
                 out.new_blocks += 1;
+                depth = depth.saturating_add(1);
             }
         }
         d.apply(self);
@@ -380,7 +390,7 @@ impl PrefixIndex {
         d: &mut Delta,
     ) -> usize {
         let n = (self.config.max_blocks_per_worker / 16).max(1);
-        let victims = state.coldest(n);
+        let victims = state.victims(n);
         for eh in &victims {
             if let Some(e) = state.entries.remove(eh) {
                 self.release_entry(s, state, e, w, guard, d);

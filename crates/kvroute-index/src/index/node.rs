@@ -17,7 +17,8 @@
 //!
 //! # Successor links and node lifetime
 //! A node may point to one *successor*: a node a writer stored right after it in one store
-//! event (the next block of the same sequence). The link is set once (CAS from null) and
+//! event (the next block of the same sequence). The link is set by CAS when the node has
+//! none or its successor has retired, and
 //! lets a match step from block `i` to block `i + 1` without a table lookup, after checking
 //! that the successor's key is the next requested hash and that it is not retired (a retired
 //! successor has no bits; the match then looks the hash up in the table instead).
@@ -26,8 +27,11 @@
 //! predecessor's successor pointer. Unlinking from the table and freeing a predecessor each
 //! drop one; the last drop hands the node to the epoch collector, so a reader that reached
 //! it (through the table before the unlink, or through a predecessor that was still
-//! allocated) finishes before it is freed. A retired node can thus outlive its unlinking
-//! while a live predecessor still points to it: at most one such node per live node.
+//! allocated) finishes before it is freed. A node leaving the table also gives up its own
+//! successor link, and a retired node never takes a new one (bar one race: a writer that
+//! checked the node just before another retired it), so a retired node kept allocated by a
+//! live predecessor keeps at most one further node: at most two extra nodes per live node,
+//! and no chain or cycle of retired nodes can stay allocated.
 //!
 //! # Orderings
 //! * `holders`: acquire and release use `AcqRel` so that a writer that retires a node
@@ -41,9 +45,11 @@
 //! * `ext` (bit words for slots 64 and above): installed once with a CAS (`AcqRel` success,
 //!   `Acquire` failure) so that readers that load the pointer with `Acquire` see the zeroed
 //!   words; it is freed only when the node itself is freed.
-//! * `succ`: set once with a CAS (`Release`) after the successor's `refs` was raised, so the
-//!   successor cannot be freed while the link exists; readers load it with `Acquire` and
-//!   then read the successor's (immutable) key and atomics.
+//! * `succ`: set with a CAS (`AcqRel`) after the new successor's `refs` was raised, so the
+//!   successor cannot be freed while the link exists; the CAS (or the swap when the node
+//!   leaves the table) hands the old link's reference to exactly one thread, which drops
+//!   it. Readers load it with `Acquire` and then read the successor's (immutable) key and
+//!   atomics.
 //! * `refs`: raised with `Relaxed` (the raiser already holds the node, so it cannot reach
 //!   zero concurrently), dropped with `AcqRel` so that the thread that frees the node
 //!   happens-after every other thread's last use of it.
@@ -84,23 +90,40 @@ impl Node {
         }
     }
 
-    /// Makes `next` this node's successor unless it has one. The caller holds a holder
-    /// reference on `next` (so it is linked in the table and `refs >= 1`).
+    /// Makes `next` this node's successor unless it has a live one (a retired successor is
+    /// replaced). Does nothing on a retired node. The caller holds a holder reference on
+    /// `next` (so it is linked in the table and `refs >= 1`).
     pub(crate) fn link_succ(&self, next: &Node) {
-        if !self.succ.load(Ordering::Relaxed).is_null() || ptr::eq(self, next) {
+        if ptr::eq(self, next) || self.holders.load(Ordering::Acquire) == RETIRED {
             return;
+        }
+        let cur = self.succ.load(Ordering::Acquire);
+        if !cur.is_null() {
+            // SAFETY: a non-null `succ` holds a reference on its target, and `self` is
+            // borrowed (so not freed), hence the target is allocated.
+            let c = unsafe { &*cur };
+            if c.holders.load(Ordering::Acquire) != RETIRED {
+                return;
+            }
+            // A retired successor is useless to matches: replace it below.
         }
         next.refs.fetch_add(1, Ordering::Relaxed);
         let linked = self
             .succ
             .compare_exchange(
-                ptr::null_mut(),
+                cur,
                 ptr::from_ref(next).cast_mut(),
-                Ordering::Release,
+                Ordering::AcqRel,
                 Ordering::Relaxed,
             )
             .is_ok();
-        if !linked {
+        if linked {
+            if !cur.is_null() {
+                // SAFETY: the CAS took the old link out of the node; it owned one reference
+                // on `cur`, released exactly once, here.
+                unsafe { drop_ref(cur) };
+            }
+        } else {
             // The table's reference is still held (the caller holds `next`), so this cannot
             // be the last reference.
             let prev = next.refs.fetch_sub(1, Ordering::AcqRel);
@@ -112,6 +135,17 @@ impl Node {
     #[cfg(all(test, kvroute_loom))]
     pub(crate) fn refs(&self) -> u32 {
         self.refs.load(Ordering::Acquire)
+    }
+
+    /// Gives up this node's successor link (when the node leaves the table), so that a
+    /// retired node never keeps a chain of other retired nodes allocated.
+    pub(crate) fn unlink_succ(&self) {
+        let s = self.succ.swap(ptr::null_mut(), Ordering::AcqRel);
+        if !s.is_null() {
+            // SAFETY: the link owned one reference on `s`; the swap took it out of the node,
+            // so it is released exactly once, here.
+            unsafe { drop_ref(s) };
+        }
     }
 
     /// The successor, if it stands for `key` and is not retired.

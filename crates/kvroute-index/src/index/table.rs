@@ -434,6 +434,7 @@ impl Writer<'_> {
             i = (i + 1) & arr.mask;
         }
         let _ = guard;
+        node.unlink_succ();
         // SAFETY: allocated by `acquire_or_insert` with `Box::into_raw`; the table's link
         // owned one reference, and no slot of the current array points to it any more
         // (older arrays are only reachable by readers pinned before now); the caller

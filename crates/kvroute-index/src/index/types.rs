@@ -30,8 +30,9 @@ pub struct IndexConfig {
     /// arrive and shrinks as they leave, never below this size (16 bytes per slot, slots =
     /// next power of two of `8/3 * expected_blocks`). Default 2^14 (16,384 blocks, 1 MiB).
     pub expected_blocks: usize,
-    /// Cap on the blocks one worker may have indexed. A store past the cap first evicts the
-    /// worker's least recently stored 1/16 of its blocks (see the index docs). The index
+    /// Cap on the blocks one worker may have indexed. A store past the cap first evicts 1/16
+    /// of the worker's blocks, deepest first among the least recently stored (see the index
+    /// docs). The index
     /// therefore never holds more than `worker_slots * max_blocks_per_worker` residencies,
     /// whatever the event streams do. Default 2^20 (16.7 M tokens at block size 16).
     pub max_blocks_per_worker: usize,
@@ -139,7 +140,7 @@ pub struct StoreOutcome {
     /// Blocks already resident under the same engine hash: one more physical copy counted.
     pub extra_copies: usize,
     /// Engine hashes that this worker had mapped to different content: the old mapping was
-    /// dropped and the new one kept (also counted in [`IndexCounters::hash_conflicts`]).
+    /// dropped and the new one kept (also counted in `IndexStats::hash_conflicts`).
     pub conflicts: usize,
     /// Blocks of this worker evicted by the per-worker cap to make room.
     pub evicted: usize,

@@ -18,8 +18,12 @@ pub(crate) struct Entry {
     /// or through the alias count), so the node is live while the entry exists.
     pub(crate) node: *const Node,
     /// Physical copies the engine reported (a second `BlockStored` of the same hash adds one;
-    /// each `BlockRemoved` drops one).
-    pub(crate) copies: u32,
+    /// each `BlockRemoved` drops one). Saturates at 65,535 (real engines keep at most two).
+    pub(crate) copies: u16,
+    /// Position of the block in its sequence (0 = first block), saturating at 65,535: the
+    /// parent's depth + 1 when the store named a known parent. Eviction takes deep blocks
+    /// (conversation tails) before shallow ones (shared prefixes).
+    pub(crate) depth: u16,
     /// Store clock at the last store of this hash (for least-recently-stored eviction).
     pub(crate) stamp: u32,
 }
@@ -73,17 +77,28 @@ impl WorkerState {
         self.clock = stamps.len() as u32 + 1;
     }
 
-    /// Engine hashes of the coldest `n` entries (least recently stored first).
-    pub(crate) fn coldest(&self, n: usize) -> Vec<u64> {
+    /// Engine hashes of the `n` entries to evict: among the `2n` least recently stored, the
+    /// `n` deepest (ties: least recently stored first). Leaf-first within the cold part, as
+    /// engines evict, so a shared prefix stored long ago is not dropped before the
+    /// conversation tails that hang off it.
+    pub(crate) fn victims(&self, n: usize) -> Vec<u64> {
         if n == 0 {
             return Vec::new();
         }
-        let mut stamps: Vec<(u32, u64)> = self.entries.iter().map(|(k, e)| (e.stamp, *k)).collect();
-        if n < stamps.len() {
-            stamps.select_nth_unstable(n - 1);
-            stamps.truncate(n);
+        let mut cold: Vec<(u32, u16, u64)> = self
+            .entries
+            .iter()
+            .map(|(k, e)| (e.stamp, e.depth, *k))
+            .collect();
+        let pool = (2 * n).min(cold.len());
+        if pool < cold.len() {
+            cold.select_nth_unstable(pool - 1);
+            cold.truncate(pool);
         }
-        stamps.into_iter().map(|(_, k)| k).collect()
+        // Deepest first, then oldest.
+        cold.sort_unstable_by_key(|&(stamp, depth, _)| (core::cmp::Reverse(depth), stamp));
+        cold.truncate(n);
+        cold.into_iter().map(|(_, _, k)| k).collect()
     }
 
     /// Heap bytes of the worker's maps.

@@ -1,45 +1,15 @@
 //! Helpers of kvroute-wire's data-driven tests: where the shared data lives, hex, and an
 //! independent implementation of kvroute's block hashing to check against.
 //!
-//! Data files are read from `../shared/data` beside the checkout (or `$KVROUTE_DATA_DIR`);
-//! a missing file skips the test with a printed notice, except under `CI`, where it fails.
+//! Data files are found by the workspace's shared test helpers (`kvroute_tests::data_file`:
+//! `../shared/data` beside the checkout or `$KVROUTE_DATA_DIR`; a missing file skips the
+//! test with a notice, except under `CI`, where it fails).
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-/// The data folder: `$KVROUTE_DATA_DIR`, else `<checkout>/../shared/data`.
-pub fn data_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KVROUTE_DATA_DIR") {
-        return PathBuf::from(dir);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data")
-}
-
-/// The path of `relative` in the data folder, or `None` after a notice when it is missing
-/// and `CI` is unset.
-///
-/// # Panics
-/// When the file is missing and `CI` is set.
-pub fn data_file(relative: &str) -> Option<PathBuf> {
-    let path = data_dir().join(relative);
-    if path.exists() {
-        return Some(path);
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!(
-            "shared data file {} is missing (CI is set, so this is a failure)",
-            path.display()
-        );
-    }
-    eprintln!(
-        "NOTICE: skipping: shared data file {} not found (set KVROUTE_DATA_DIR to run this test)",
-        path.display()
-    );
-    None
-}
+pub use kvroute_tests::data_file;
 
 /// Lower- or upper-case hex to bytes.
 pub fn unhex(s: &str) -> Vec<u8> {
