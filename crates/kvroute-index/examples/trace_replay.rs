@@ -8,7 +8,10 @@
 //! fewest prompt tokens so far) and `round-robin`. The reported hit rate counts cached
 //! tokens the way vLLM does: at most `(input_length - 1) / 16` blocks per request.
 //!
-//! With `--workers 1` the hit rate is the trace's ideal single-cache reuse.
+//! With `--workers 1` the hit rate is the trace's ideal single-cache reuse (37.4% for the
+//! conversation trace, as its publishers measured). With more workers, `deepest-overlap`
+//! shows the failure kvroute exists to prevent: every request of the trace shares its
+//! first block, so pure cache affinity sends every request to one worker.
 
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -40,17 +43,28 @@ struct Request {
     hash_ids: Vec<u64>,
 }
 
+/// `$KVROUTE_DATA_DIR/traces/...`, else the shared data beside the checkout.
 fn default_trace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/traces/mooncake_conversation_trace.jsonl")
+    let data = std::env::var_os("KVROUTE_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"));
+    data.join("traces/mooncake_conversation_trace.jsonl")
 }
 
-fn tokens_of(r: &Request, out: &mut Vec<u32>) {
+/// Rebuilds the prompt's token ids; `None` when the request is inconsistent (an id whose
+/// tokens do not fit in `u32`, or `input_length` not covered by the blocks).
+fn tokens_of(r: &Request, out: &mut Vec<u32>) -> Option<()> {
     out.clear();
+    if r.input_length > r.hash_ids.len() * 512 {
+        return None;
+    }
     for &h in &r.hash_ids {
-        out.extend((0..512u64).map(|t| (h * 512 + t) as u32));
+        let first = h.checked_mul(512)?;
+        u32::try_from(first.checked_add(511)?).ok()?;
+        out.extend((0..512u64).map(|t| (first + t) as u32));
     }
     out.truncate(r.input_length);
+    Some(())
 }
 
 struct Outcome {
@@ -79,7 +93,7 @@ fn replay(requests: &[Request], workers: usize, deepest: bool) -> Outcome {
         per_worker_requests: vec![0; workers],
     };
     for (i, r) in requests.iter().enumerate() {
-        tokens_of(r, &mut tokens);
+        tokens_of(r, &mut tokens).expect("requests are validated when read");
         hashes.clear();
         hasher.sequence_hashes_into(&tokens, None, &mut hashes);
         index.match_prefix(&hashes, &mut overlaps);
@@ -116,13 +130,27 @@ fn main() {
         }
     };
     let mut requests = Vec::new();
+    let mut scratch = Vec::new();
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.expect("readable trace");
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("line {}: unreadable: {e}", n + 1);
+                std::process::exit(2);
+            }
+        };
         if line.trim().is_empty() {
             continue;
         }
         match serde_json::from_str::<Request>(&line) {
-            Ok(r) => requests.push(r),
+            Ok(r) if tokens_of(&r, &mut scratch).is_some() => requests.push(r),
+            Ok(_) => {
+                eprintln!(
+                    "line {}: input_length exceeds its hash_ids' blocks, or a hash id too large",
+                    n + 1
+                );
+                std::process::exit(2);
+            }
             Err(e) => {
                 eprintln!("line {}: not a Mooncake request: {e}", n + 1);
                 std::process::exit(2);
