@@ -596,6 +596,8 @@ fn write_slot(
         snap.decode_tps[i] = 0.0;
         snap.prefill_tps[i] = 0.0;
         snap.engine_occupancy[i] = 0.0;
+        snap.engine_requests[i] = 0;
+        snap.engine_max_running[i] = 0;
         snap.validity[i] = Validity::Vacant;
         snap.reported[i] = Fields::NONE;
         snap.observed_at[i] = Nanos::ZERO;
@@ -626,7 +628,11 @@ fn write_slot(
     snap.utilization[i] = s.utilization.unwrap_or(0.0);
     snap.decode_tps[i] = decode.unwrap_or(0.0);
     snap.prefill_tps[i] = prefill.unwrap_or(0.0);
-    snap.engine_occupancy[i] = e.occupancy().unwrap_or(0.0);
+    let occupancy = e.occupancy();
+    snap.engine_occupancy[i] = occupancy.unwrap_or(0.0);
+    let known = occupancy.is_some();
+    snap.engine_requests[i] = if known { e.running + e.waiting } else { 0 };
+    snap.engine_max_running[i] = if known { e.max_running } else { 0 };
     snap.validity[i] = if own == Validity::Fresh && !e.is_complete() {
         Validity::Partial
     } else {

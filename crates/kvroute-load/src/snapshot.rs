@@ -119,6 +119,8 @@ pub struct LoadSnapshot {
     pub(crate) decode_tps: Vec<f32>,
     pub(crate) prefill_tps: Vec<f32>,
     pub(crate) engine_occupancy: Vec<f32>,
+    pub(crate) engine_requests: Vec<u64>,
+    pub(crate) engine_max_running: Vec<u64>,
     pub(crate) validity: Vec<Validity>,
     pub(crate) reported: Vec<Fields>,
     pub(crate) observed_at: Vec<Nanos>,
@@ -147,6 +149,8 @@ impl LoadSnapshot {
             decode_tps: vec![0.0; n],
             prefill_tps: vec![0.0; n],
             engine_occupancy: vec![0.0; n],
+            engine_requests: vec![0; n],
+            engine_max_running: vec![0; n],
             validity: vec![Validity::Vacant; n],
             reported: vec![Fields::NONE; n],
             observed_at: vec![Nanos::ZERO; n],
@@ -220,13 +224,31 @@ impl LoadSnapshot {
     pub fn engine_occupancy(&self) -> &[f32] {
         &self.engine_occupancy
     }
-    /// Validity per slot.
+    /// The slot's engine's `Σ running + Σ waiting` over all DP ranks (requests), where
+    /// [`EngineLoad::occupancy`] is known, else 0 (so the numerator of
+    /// [`engine_occupancy`](Self::engine_occupancy), broadcast to the engine's slots).
+    pub fn engine_requests(&self) -> &[u64] {
+        &self.engine_requests
+    }
+    /// The slot's engine's `Σ max_running` over all DP ranks (requests), where
+    /// [`EngineLoad::occupancy`] is known, else 0: nonzero exactly when the engine's
+    /// occupancy is known (the denominator of [`engine_occupancy`](Self::engine_occupancy)).
+    pub fn engine_max_running(&self) -> &[u64] {
+        &self.engine_max_running
+    }
+    /// Validity per slot. A slot is occupied exactly when its validity is not
+    /// [`Validity::Vacant`].
     pub fn validity(&self) -> &[Validity] {
         &self.validity
     }
     /// Fields supplied per slot.
     pub fn reported(&self) -> &[Fields] {
         &self.reported
+    }
+    /// Tenancy per slot: the [`SlotGeneration`] number of the worker in it (0 for vacant
+    /// slots and padding).
+    pub fn generation(&self) -> &[u64] {
+        &self.generation
     }
     /// Observation time per slot (caller's clock; zero when none).
     pub fn observed_at(&self) -> &[Nanos] {

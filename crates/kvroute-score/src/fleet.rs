@@ -8,7 +8,19 @@
 
 use kvroute_index::Slot;
 use kvroute_index::index::Overlaps;
-use kvroute_load::{Fields, LANE_PAD, LoadSnapshot, ReservationTable, Validity, padded_len};
+use kvroute_load::{
+    Fields, LANE_PAD, LoadSnapshot, ReservationTable, Reserved, Validity, padded_len,
+};
+
+/// Every validity, to map a `u8` back.
+const VALIDITIES: [Validity; 6] = [
+    Validity::Vacant,
+    Validity::Missing,
+    Validity::Invalid,
+    Validity::Stale,
+    Validity::Partial,
+    Validity::Fresh,
+];
 
 /// One occupied slot's figures, in the scorer's units.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -93,6 +105,10 @@ pub struct Fleet {
     pub(crate) validity: Vec<Validity>,
     pub(crate) occ_known: Vec<bool>,
     pub(crate) agg: Option<Aggregates>,
+    /// Scratch of [`fill`](Self::fill): all ones where a slot is occupied, else 0.
+    mask: Vec<u32>,
+    /// Scratch of [`fill`](Self::fill): the slots holding reservations.
+    reserved: Vec<(Slot, Reserved)>,
 }
 
 impl Fleet {
@@ -178,6 +194,31 @@ impl Fleet {
         self.agg = None;
     }
 
+    /// Sizes the lanes for `slots` slots without clearing them (a fill writes every lane
+    /// element, padding included); a no-op on lanes already that long.
+    fn size(&mut self, slots: usize) {
+        let n = padded_len(slots);
+        self.len = slots;
+        for lane in [
+            &mut self.occupied,
+            &mut self.overlap,
+            &mut self.requests,
+            &mut self.queued,
+            &mut self.decode,
+            &mut self.kv,
+            &mut self.util,
+            &mut self.occ,
+            &mut self.ptps,
+            &mut self.dtps,
+        ] {
+            lane.resize(n, 0.0);
+        }
+        self.validity.resize(n, Validity::Vacant);
+        self.occ_known.resize(n, false);
+        self.mask.resize(n, 0);
+        self.agg = None;
+    }
+
     fn set(&mut self, i: usize, s: &SlotFigures) {
         if s.validity == Validity::Vacant {
             return;
@@ -236,6 +277,11 @@ impl Fleet {
     /// `tokens_per_request` (tokens). Occupancy adds this slot's reserved requests to its
     /// engine's DP-summed running + waiting, over the engine's summed caps; it is unknown
     /// when the engine's ranks are not all current ([`kvroute_load::EngineLoad::occupancy`]).
+    ///
+    /// Cost: one lane-wise pass over the snapshot's lanes (straight loops the compiler
+    /// vectorises), one pass over the reservation table
+    /// ([`ReservationTable::reserved_nonzero`]), a scalar fix-up of the slots holding
+    /// reservations, and the aggregates.
     pub fn fill(
         &mut self,
         snapshot: &LoadSnapshot,
@@ -243,7 +289,196 @@ impl Fleet {
         overlaps: &Overlaps,
         tokens_per_request: u32,
     ) {
-        self.reset(snapshot.len());
+        let len = snapshot.len();
+        self.size(len);
+        let n = self.lane_len();
+        let tpr = tokens_per_request as f32;
+        // Every snapshot lane has `padded_len(len)` elements, padding vacant and zero.
+        let validity = &snapshot.validity()[..n];
+        let reported = &snapshot.reported()[..n];
+        let running = &snapshot.running()[..n];
+        let waiting = &snapshot.waiting()[..n];
+        let engine_requests = &snapshot.engine_requests()[..n];
+        let engine_max_running = &snapshot.engine_max_running()[..n];
+
+        // Per-slot masks as all-ones / all-zero `u32`s, so every lane below is a branch-free
+        // select: a vacant slot (and padding) reads 0.0 (+0) in every `f32` lane.
+        self.validity[..n].copy_from_slice(validity);
+        let mask = &mut self.mask[..n];
+        for (m, v) in mask.iter_mut().zip(validity) {
+            *m = 0u32.wrapping_sub(u32::from(*v != Validity::Vacant));
+        }
+        let mask = &self.mask[..n];
+        let one = 1.0f32.to_bits();
+        for (o, m) in self.occupied[..n].iter_mut().zip(mask) {
+            *o = f32::from_bits(one & m);
+        }
+        // running + waiting < 2^33 is exact in f64, so one rounding to f32, as from u64.
+        for (i, r) in self.requests[..n].iter_mut().enumerate() {
+            let x = (f64::from(running[i]) + f64::from(waiting[i])) as f32;
+            *r = f32::from_bits(x.to_bits() & mask[i]);
+        }
+        for (dst, reported_lane, field, fallback) in [
+            (
+                &mut self.queued,
+                snapshot.waiting_prefill_tokens(),
+                Fields::PREFILL_TOKENS,
+                waiting,
+            ),
+            (
+                &mut self.decode,
+                snapshot.active_decode_tokens(),
+                Fields::DECODE_TOKENS,
+                running,
+            ),
+        ] {
+            let reported_lane = &reported_lane[..n];
+            for (i, d) in dst[..n].iter_mut().enumerate() {
+                let has = 0u32.wrapping_sub(u32::from(reported[i].0 & field.0 != 0));
+                let from_report = (reported_lane[i] as f32).to_bits();
+                let estimate = (fallback[i] as f32 * tpr).to_bits();
+                *d = f32::from_bits(((from_report & has) | (estimate & !has)) & mask[i]);
+            }
+        }
+        for (dst, src) in [
+            (&mut self.kv, snapshot.kv_usage()),
+            (&mut self.util, snapshot.utilization()),
+            (&mut self.ptps, snapshot.prefill_tps()),
+            (&mut self.dtps, snapshot.decode_tps()),
+        ] {
+            for ((d, s), m) in dst[..n].iter_mut().zip(&src[..n]).zip(mask) {
+                *d = f32::from_bits(s.to_bits() & m);
+            }
+        }
+        // Occupancy is known where the engine's is; without reservations it is the
+        // published `engine_occupancy` (the same quotient).
+        let engine_occupancy = &snapshot.engine_occupancy()[..n];
+        for (i, (occ, known_out)) in self.occ[..n]
+            .iter_mut()
+            .zip(&mut self.occ_known[..n])
+            .enumerate()
+        {
+            let known = (mask[i] != 0) & (engine_max_running[i] != 0);
+            *known_out = known;
+            let k = 0u32.wrapping_sub(u32::from(known));
+            *occ = f32::from_bits(engine_occupancy[i].to_bits() & k);
+        }
+        let ov = overlaps.as_slice();
+        let m = ov.len().min(len);
+        for ((o, b), k) in self.overlap[..m].iter_mut().zip(&ov[..m]).zip(mask) {
+            *o = f32::from_bits((*b as f32).to_bits() & k);
+        }
+        self.overlap[m..n].fill(0.0);
+
+        // Slots holding reservations (few): fold them in as the per-slot formula does.
+        table.reserved_nonzero(&snapshot.generation()[..len], &mut self.reserved);
+        for &(slot, r) in &self.reserved {
+            let i = slot.index();
+            if self.mask[i] == 0 {
+                continue;
+            }
+            self.requests[i] = (u64::from(running[i]) + u64::from(waiting[i]) + r.requests) as f32;
+            self.queued[i] += r.prefill_tokens as f32;
+            self.decode[i] += r.decode_tokens as f32;
+            if self.occ_known[i] {
+                let num = engine_requests[i] + r.requests;
+                self.occ[i] = (num as f64 / engine_max_running[i] as f64) as f32;
+            }
+        }
+        self.finish_filled();
+    }
+
+    /// [`finish`](Self::finish) for lanes written by [`fill`](Self::fill), in 8-wide
+    /// independent accumulators. The same aggregates: there `requests` and `overlap` are
+    /// never NaN or −0 (integers converted to `f32`), so max and min do not depend on the
+    /// order, and their sum in `f64` is exact (below 2^53), so neither does the mean.
+    fn finish_filled(&mut self) {
+        const W: usize = 8;
+        let n = self.lane_len();
+        let mut count = [0u32; W];
+        let mut sum = [0f64; W];
+        let mut max = [f32::NEG_INFINITY; W];
+        let mut min = [f32::INFINITY; W];
+        let mut deepest = [0f32; W];
+        let mut worst = [Validity::Fresh as u8; W];
+        let mut unknown = [u8::MAX; W];
+        let lanes = self.mask[..n]
+            .chunks_exact(W)
+            .zip(self.requests[..n].chunks_exact(W))
+            .zip(self.overlap[..n].chunks_exact(W))
+            .zip(self.validity[..n].chunks_exact(W))
+            .zip(self.occ_known[..n].chunks_exact(W));
+        for ((((mask, requests), overlap), validity), known) in lanes {
+            for j in 0..W {
+                let m = mask[j];
+                let r = requests[j].to_bits();
+                count[j] += m & 1;
+                sum[j] += f64::from(f32::from_bits(r & m));
+                let hi = f32::from_bits(r & m | f32::NEG_INFINITY.to_bits() & !m);
+                max[j] = if hi > max[j] { hi } else { max[j] };
+                let lo = f32::from_bits(r & m | f32::INFINITY.to_bits() & !m);
+                min[j] = if lo < min[j] { lo } else { min[j] };
+                let o = overlap[j];
+                deepest[j] = if o > deepest[j] { o } else { deepest[j] };
+                // Slots left out of a minimum (vacant; known occupancy) read u8::MAX.
+                let v = validity[j] as u8;
+                let vm = m as u8;
+                worst[j] = worst[j].min(v | !vm);
+                let um = vm & !0u8.wrapping_sub(u8::from(known[j]));
+                unknown[j] = unknown[j].min(v | !um);
+            }
+        }
+        let mut a = Fleet::new().aggregates();
+        a.occupied = count.iter().map(|&c| c as usize).sum();
+        let total: f64 = sum.iter().sum();
+        for j in 0..W {
+            a.max_load = if max[j] > a.max_load {
+                max[j]
+            } else {
+                a.max_load
+            };
+            a.min_load = if min[j] < a.min_load {
+                min[j]
+            } else {
+                a.min_load
+            };
+            a.deepest = if deepest[j] > a.deepest {
+                deepest[j]
+            } else {
+                a.deepest
+            };
+        }
+        let validity = |v: u8| VALIDITIES.into_iter().find(|x| *x as u8 == v);
+        a.worst_validity =
+            validity(worst.into_iter().min().unwrap_or(u8::MAX)).unwrap_or(Validity::Fresh);
+        a.occupancy_unknown = validity(unknown.into_iter().min().unwrap_or(u8::MAX));
+        if a.occupied > 0 {
+            a.mean_load = (total / a.occupied as f64) as f32;
+        }
+        self.agg = Some(a);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kvroute_index::{SlotGeneration, WorkerId};
+    use kvroute_load::{
+        EngineConfig, LoadConfig, LoadPublisher, LoadSample, Nanos, Reservation, Work,
+    };
+
+    use super::*;
+    use crate::rng::NearTieRng;
+
+    /// The per-slot fill the lane-wise one replaced, kept as its reference: one gathered
+    /// [`kvroute_load::SlotLoad`] and one [`ReservationTable::reserved_for`] per slot.
+    fn fill_per_slot(
+        f: &mut Fleet,
+        snapshot: &LoadSnapshot,
+        table: &ReservationTable,
+        overlaps: &Overlaps,
+        tokens_per_request: u32,
+    ) {
+        f.reset(snapshot.len());
         let tpr = tokens_per_request as f32;
         let ov = overlaps.as_slice();
         for i in 0..snapshot.len() {
@@ -267,7 +502,7 @@ impl Fleet {
                 let num = e.running + e.waiting + reserved.requests;
                 Some((num as f64 / e.max_running as f64) as f32)
             });
-            self.set(
+            f.set(
                 i,
                 &SlotFigures {
                     validity: s.validity,
@@ -284,6 +519,170 @@ impl Fleet {
                 },
             );
         }
-        self.finish();
+        f.finish();
+    }
+
+    fn bits(lane: &[f32]) -> Vec<u32> {
+        lane.iter().map(|x| x.to_bits()).collect()
+    }
+
+    fn assert_same(a: &Fleet, b: &Fleet, what: &str) {
+        assert_eq!(a.len, b.len, "{what}: len");
+        for (name, x, y) in [
+            ("occupied", &a.occupied, &b.occupied),
+            ("overlap", &a.overlap, &b.overlap),
+            ("requests", &a.requests, &b.requests),
+            ("queued", &a.queued, &b.queued),
+            ("decode", &a.decode, &b.decode),
+            ("kv", &a.kv, &b.kv),
+            ("util", &a.util, &b.util),
+            ("occ", &a.occ, &b.occ),
+            ("ptps", &a.ptps, &b.ptps),
+            ("dtps", &a.dtps, &b.dtps),
+        ] {
+            assert_eq!(bits(x), bits(y), "{what}: lane {name}");
+        }
+        assert_eq!(a.validity, b.validity, "{what}: validity");
+        assert_eq!(a.occ_known, b.occ_known, "{what}: occ_known");
+        let (x, y) = (a.aggregates(), b.aggregates());
+        assert_eq!(
+            (x.occupied, x.worst_validity, x.occupancy_unknown),
+            (y.occupied, y.worst_validity, y.occupancy_unknown),
+            "{what}: aggregates"
+        );
+        for (name, p, q) in [
+            ("mean", x.mean_load, y.mean_load),
+            ("max", x.max_load, y.max_load),
+            ("min", x.min_load, y.min_load),
+            ("deepest", x.deepest, y.deepest),
+        ] {
+            assert_eq!(p.to_bits(), q.to_bits(), "{what}: aggregate {name}");
+        }
+    }
+
+    fn pick(r: &mut NearTieRng, n: u64) -> u64 {
+        r.next_u64() % n
+    }
+
+    fn opt_u32(r: &mut NearTieRng, max: u32) -> Option<u32> {
+        (pick(r, 3) != 0).then(|| (r.next_u64() % (u64::from(max) + 1)) as u32)
+    }
+
+    fn opt_f32(r: &mut NearTieRng, max: f32) -> Option<f32> {
+        (pick(r, 3) != 0).then(|| pick(r, 1_000) as f32 / 1_000.0 * max)
+    }
+
+    /// A random published fleet: vacant slots, engines of 1 to 3 DP ranks (some configured
+    /// with more ranks than registered), missing, stale, invalid and fresh ranks, optional
+    /// token and throughput fields, huge counts, and random live reservations, some on
+    /// slots whose table tenancy differs from the snapshot's. Returns the reservations so
+    /// they stay live.
+    fn random_fill(seed: u64, cap: usize) -> Vec<Reservation> {
+        let mut r = NearTieRng::new(seed);
+        let (mut publisher, reader) = LoadPublisher::new(LoadConfig::new(cap)).unwrap();
+        let table = ReservationTable::new(cap, ReservationTable::DEFAULT_TTL).unwrap();
+        let now = Nanos::from_secs(100);
+        let mut tenants = Vec::new();
+        let mut i = 0;
+        let mut engine = 0u64;
+        while i < cap {
+            if pick(&mut r, 5) == 0 {
+                i += 1;
+                continue;
+            }
+            let ranks = (1 + pick(&mut r, 3) as usize).min(cap - i);
+            engine += 1;
+            if pick(&mut r, 4) == 0 {
+                let cfg = EngineConfig {
+                    dp_size: Some(ranks as u32 + pick(&mut r, 2) as u32),
+                    decode_tps: opt_f32(&mut r, 2_000.0),
+                    prefill_tps: opt_f32(&mut r, 9_000.0),
+                    ..EngineConfig::default()
+                };
+                publisher.configure_engine(engine, cfg).unwrap();
+            }
+            for rank in 0..ranks {
+                let slot = Slot((i + rank) as u32);
+                let w = WorkerId::new(engine, rank as u32);
+                let generation = SlotGeneration(1 + pick(&mut r, 3));
+                publisher.add_worker(slot, w, generation).unwrap();
+                let table_generation = if pick(&mut r, 8) == 0 {
+                    SlotGeneration(generation.0 + 1)
+                } else {
+                    generation
+                };
+                table.add_worker(slot, table_generation, now).unwrap();
+                tenants.push((slot, w, table_generation));
+                let big = pick(&mut r, 10) == 0;
+                let max = if big { u32::MAX } else { 64 };
+                let sample = LoadSample {
+                    running: pick(&mut r, u64::from(max) + 1) as u32,
+                    waiting: pick(&mut r, u64::from(max) + 1) as u32,
+                    max_running: pick(&mut r, 65) as u32,
+                    kv_usage: pick(&mut r, 1_001) as f32 / 1_000.0,
+                    waiting_prefill_tokens: opt_u32(&mut r, if big { u32::MAX } else { 50_000 }),
+                    active_decode_tokens: opt_u32(&mut r, if big { u32::MAX } else { 90_000 }),
+                    decode_tps: opt_f32(&mut r, 2_000.0),
+                    prefill_tps: opt_f32(&mut r, 9_000.0),
+                    utilization: opt_f32(&mut r, 1.2),
+                };
+                let at = match pick(&mut r, 6) {
+                    0 => None,
+                    1 => Some(Nanos::from_secs(90)),
+                    _ => Some(now),
+                };
+                if let Some(at) = at {
+                    // Invalid samples (a zero cap) are rejected and counted; that is a case.
+                    let _ = publisher.apply_sample(w, sample, at);
+                }
+            }
+            i += ranks;
+        }
+        publisher.publish(now).unwrap();
+        let mut guards = Vec::new();
+        for &(slot, _, generation) in &tenants {
+            for _ in 0..pick(&mut r, 4) {
+                let work = Work {
+                    prefill_tokens: pick(&mut r, 5_000) as u32,
+                    decode_tokens: pick(&mut r, 3) as u32 * 777,
+                };
+                guards.push(table.reserve(slot, generation, work, now).unwrap());
+            }
+        }
+        let ov_len = match pick(&mut r, 3) {
+            0 => cap,
+            1 => cap / 2,
+            _ => cap + 5,
+        };
+        let overlaps = Overlaps::from_blocks(
+            (0..ov_len)
+                .map(|_| pick(&mut r, 4) as u32 * pick(&mut r, 300) as u32)
+                .collect(),
+        );
+        let snap = reader.load();
+        for tpr in [0, 1, 512, 3_001] {
+            let mut reference = Fleet::new();
+            fill_per_slot(&mut reference, &snap, &table, &overlaps, tpr);
+            // Reused scratch: sized for another fleet first, so stale lanes would show.
+            let mut lanes = Fleet::from_slots(&vec![Some(SlotFigures::idle()); cap * 2 + 3]);
+            lanes.fill(&snap, &table, &overlaps, tpr);
+            assert_same(
+                &lanes,
+                &reference,
+                &format!("seed {seed} cap {cap} tpr {tpr}"),
+            );
+            lanes.fill(&snap, &table, &overlaps, tpr);
+            assert_same(&lanes, &reference, &format!("refill seed {seed} cap {cap}"));
+        }
+        guards
+    }
+
+    #[test]
+    fn lane_wise_fill_equals_the_per_slot_fill() {
+        for cap in [1, 2, 7, 16, 17, 64, 100, 513] {
+            for seed in 0..24 {
+                drop(random_fill(seed * 1_000 + cap as u64, cap));
+            }
+        }
     }
 }

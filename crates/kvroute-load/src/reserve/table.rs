@@ -33,6 +33,11 @@
 //! * `add_worker` stores the generation with `Release` under the admin lock; the reserve
 //!   path's first check is an `Acquire` load (only an early exit; correctness rests on the
 //!   re-validation).
+//! * Readers of totals for a tenancy (`reserved_for`, `reserved_nonzero`) check it with an
+//!   `Acquire` load before reading the fields. Like the reserve path's first check it is a
+//!   filter against tenancies already replaced: a removal (and a new tenancy) racing with
+//!   the read can still change the fields in between, so the figures may mix both; they
+//!   only inform a score, and the decision's reservation re-validates the tenancy.
 //! * Field words are `Relaxed` (see `field.rs`); reads of totals are `Relaxed`: a decision
 //!   orders them after loading the load snapshot (an `Acquire`), which is what the
 //!   reconciliation rule needs (`reconcile.rs`).
@@ -519,6 +524,28 @@ impl ReservationTable {
         let cell = self.cell(slot)?;
         (cell.tenancy.load(Ordering::Acquire) == generation.0 && generation.0 != VACANT)
             .then(|| cell.totals())
+    }
+
+    /// Every live reservation of a snapshot's tenancies, in one pass over the table: clears
+    /// `out`, then, for each slot `i < generations.len()` (and below the capacity) that
+    /// holds the tenancy `generations[i]` (0 = vacant, skipped) and whose reserved totals
+    /// are not all zero, pushes `(Slot(i), totals)`, in ascending slot order.
+    ///
+    /// The same figures as [`reserved_for`](Self::reserved_for) on each slot (a slot left
+    /// out reads as zero), with the same orderings; pass a load snapshot's
+    /// [`generation`](crate::LoadSnapshot::generation) lane, loaded before this call (the
+    /// reconciliation rule). Allocates only when `out` must grow.
+    pub fn reserved_nonzero(&self, generations: &[u64], out: &mut Vec<(Slot, Reserved)>) {
+        out.clear();
+        for (i, (cell, &g)) in self.inner.slots.iter().zip(generations).enumerate() {
+            if g == VACANT || cell.tenancy.load(Ordering::Acquire) != g {
+                continue;
+            }
+            let r = cell.totals();
+            if !r.is_zero() {
+                out.push((Slot(i as u32), r));
+            }
+        }
     }
 
     /// The table's counters.
