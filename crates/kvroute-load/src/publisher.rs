@@ -353,11 +353,13 @@ impl LoadPublisher {
         err
     }
 
-    fn accept(
+    /// Rejects (and counts) a report older than the figures held, by `now` or by the
+    /// engine's own timestamp. Checked before validation, so a late report with bad values
+    /// never marks a slot holding newer good figures `Invalid`.
+    fn check_current(
         &mut self,
         slot: Slot,
         worker: WorkerId,
-        sample: LoadSample,
         now: Nanos,
         engine_ts: Option<f64>,
     ) -> Result<(), UpdateError> {
@@ -367,6 +369,18 @@ impl LoadPublisher {
         if older_here || older_there {
             return Err(self.reject(slot, UpdateError::Superseded(worker)));
         }
+        Ok(())
+    }
+
+    fn accept(
+        &mut self,
+        slot: Slot,
+        worker: WorkerId,
+        sample: LoadSample,
+        now: Nanos,
+        engine_ts: Option<f64>,
+    ) -> Result<(), UpdateError> {
+        self.check_current(slot, worker, now, engine_ts)?;
         let st = &mut self.slots[slot.index()];
         st.good = Some(Good {
             sample,
@@ -396,6 +410,7 @@ impl LoadPublisher {
         now: Nanos,
     ) -> Result<(), UpdateError> {
         let slot = self.lookup(worker)?;
+        self.check_current(slot, worker, now, None)?;
         if let Err(e) = sample.validate(worker) {
             return Err(self.reject(slot, e));
         }
@@ -439,12 +454,13 @@ impl LoadPublisher {
         let mut first_err = None;
         for r in &update.ranks {
             let w = WorkerId::new(update.worker_id, r.dp_rank);
-            let result = self
-                .lookup(w)
-                .and_then(|slot| match r.to_sample(update.worker_id, cap) {
+            let result = self.lookup(w).and_then(|slot| {
+                self.check_current(slot, w, now, None)?;
+                match r.to_sample(update.worker_id, cap) {
                     Ok(sample) => self.accept(slot, w, sample, now, None),
                     Err(e) => Err(self.reject(slot, e)),
-                });
+                }
+            });
             if let Err(e) = result {
                 first_err.get_or_insert(e);
             }
@@ -461,6 +477,7 @@ impl LoadPublisher {
     pub fn apply_sglang(&mut self, update: &SglangRankLoad, now: Nanos) -> Result<(), UpdateError> {
         let w = update.worker();
         let slot = self.lookup(w)?;
+        self.check_current(slot, w, now, Some(update.timestamp))?;
         match update.to_sample() {
             Ok(sample) => self.accept(slot, w, sample, now, Some(update.timestamp)),
             Err(e) => Err(self.reject(slot, e)),

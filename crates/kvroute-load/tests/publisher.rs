@@ -263,6 +263,34 @@ fn out_of_order_reports_are_superseded() {
     assert_eq!(s.stats().rejected_superseded, 2);
 }
 
+/// A late report with bad values is superseded, not invalid: it never marks a slot that
+/// holds newer good figures `Invalid` (checked for all three update paths).
+#[test]
+fn late_bad_reports_are_superseded_not_invalid() {
+    let (mut p, r) = publisher(2);
+    let w = WorkerId::new(4, 0);
+    p.add_worker(Slot(0), w, SlotGeneration(1)).unwrap();
+    p.apply_sample(w, sample(3, 1, 8), Nanos(100 * S)).unwrap();
+    let mut nan = sample(3, 1, 8);
+    nan.kv_usage = f32::NAN;
+    assert_eq!(
+        p.apply_sample(w, nan, Nanos(50 * S)),
+        Err(UpdateError::Superseded(w))
+    );
+    let mut bad = sglang(4, 0, 40.0);
+    bad.token_usage = 2.0;
+    assert_eq!(
+        p.apply_sglang(&bad, Nanos(60 * S)),
+        Err(UpdateError::Superseded(w))
+    );
+    p.publish(Nanos(100 * S)).unwrap();
+    let s = r.load();
+    assert_eq!(s.validity()[0], Validity::Fresh);
+    assert_eq!(s.running()[0], 3);
+    assert_eq!(s.stats().rejected_superseded, 2);
+    assert_eq!(s.stats().rejected_invalid, 0);
+}
+
 #[test]
 fn sglang_lanes_and_reported_fields() {
     let (mut p, r) = publisher(1);
