@@ -1,4 +1,4 @@
-//! Prefix-index benchmarks: `match_prefix` latency on the issue-2 fleet shape, and store
+//! Prefix-index benchmarks: `match_prefix` latency on the conversation-fleet shape, and store
 //! (ingest) throughput with one writer and 512 workers.
 //!
 //! Run: `cargo bench -p kvroute-bench --bench index -- --warm-up-time 1 --measurement-time 3`.

@@ -3,7 +3,7 @@
 //! Every workload here is deterministic: token ids come from [`SplitMix64`] with fixed
 //! seeds, so two runs (and two machines) index exactly the same blocks.
 //!
-//! * [`ConversationFleet`]: the `match_prefix` shape of issue 2: a 32-block system prompt
+//! * [`ConversationFleet`]: the `match_prefix` benchmark shape: a 32-block system prompt
 //!   shared by every worker, then 96 blocks per conversation, each conversation held by 2
 //!   workers, 8 conversations per worker (so `4 × workers` conversations).
 //! * [`StoreWorkload`]: realistic `BlockStored` events of 16 to 512 blocks on top of a
@@ -78,7 +78,7 @@ pub fn sequence_hashes(tokens: &[u32]) -> Vec<SequenceHash> {
     out
 }
 
-/// The issue-2 `match_prefix` shape at a given worker count, with its token ids and chained
+/// The `match_prefix` benchmark shape at a given worker count, with its token ids and chained
 /// hashes (built once, then stored into an index with [`ConversationFleet::build_index`]).
 #[derive(Clone, Debug)]
 pub struct ConversationFleet {
@@ -361,7 +361,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fleet_shape_matches_the_issue() {
+    fn fleet_shape_is_as_documented() {
         let fleet = ConversationFleet::new(16, 1);
         assert_eq!(fleet.requests.len(), 64);
         let mut per_worker = [0usize; 16];

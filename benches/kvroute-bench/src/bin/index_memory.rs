@@ -157,7 +157,7 @@ fn main() {
     for workers in [16usize, 64] {
         let fleet = ConversationFleet::new(workers, 0x6b76_726f_7574_6521);
         rows.push(measure(
-            format!("issue-2 fleet shape, {workers} workers"),
+            format!("conversation fleet, {workers} workers"),
             workers,
             fleet.distinct_blocks(),
             |ix| fleet.populate(ix),
@@ -179,7 +179,7 @@ fn main() {
     let default_expected = IndexConfig::default().expected_blocks;
     let fleet = ConversationFleet::new(64, 0x6b76_726f_7574_6521);
     rows.push(measure(
-        format!("issue-2 fleet shape, 64 workers, default expected_blocks ({default_expected})"),
+        format!("conversation fleet, 64 workers, default expected_blocks ({default_expected})"),
         64,
         default_expected,
         |ix| fleet.populate(ix),
