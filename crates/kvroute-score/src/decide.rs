@@ -28,9 +28,13 @@
 //!
 //! Telemetry fallback: every policy that weighs load against cache (`load_aware`,
 //! `projected_time` enforce, the peers' models) falls back to `least_load` with
-//! [`Reason::Fallback`] naming the worst validity when any occupied slot is not fresh.
+//! [`Reason::Fallback`] naming the worst validity when any occupied slot is not fresh. The
+//! fallback only considers slots whose own figures are trusted (fresh or partial) while
+//! any exists: a worker that never reported, or whose report is stale or invalid, reads as
+//! idle and would otherwise attract every request.
 
 use kvroute_index::Slot;
+use kvroute_load::Validity;
 
 use crate::config::{Policy, ProjectedMode, ScoreConfig};
 use crate::cost::{CostKind, Params};
@@ -152,6 +156,28 @@ impl Ctx<'_> {
         }
     }
 
+    /// `least_load` for the telemetry fallback: slots whose own figures cannot be trusted
+    /// (`Missing`, `Stale`, `Invalid`) are not eligible while any occupied slot with
+    /// trusted figures (`Fresh`, `Partial`) exists, so a worker that never reported (whose
+    /// lanes read as an idle worker) or reported garbage does not win as "least loaded".
+    fn least_load_trusted<E: Engine>(&self, s: &mut Scorer, reason: Reason) -> Choice {
+        E::costs(CostKind::LeastLoad, &self.p, self.fleet, &mut s.costs);
+        let f = self.fleet;
+        let trusted = |v: Validity| matches!(v, Validity::Fresh | Validity::Partial);
+        let any_trusted = (0..f.len).any(|i| f.occupied[i] > 0.0 && trusted(f.validity[i]));
+        if any_trusted {
+            for i in 0..f.len {
+                if !trusted(f.validity[i]) {
+                    s.costs[i] = f32::INFINITY;
+                }
+            }
+        }
+        match E::select(f, &s.costs, Mask::ALL, &self.rule) {
+            Some(i) => self.choice(i, reason, s.costs[i]),
+            None => none(),
+        }
+    }
+
     fn fallback_cause(&self) -> Option<FallbackCause> {
         FallbackCause::from_validity(self.fleet.aggregates().worst_validity)
     }
@@ -159,7 +185,7 @@ impl Ctx<'_> {
     /// A cost model with the telemetry fallback.
     fn model<E: Engine>(&self, s: &mut Scorer, kind: CostKind) -> Choice {
         if let Some(cause) = self.fallback_cause() {
-            let mut c = self.least_load::<E>(s, Reason::Fallback(cause));
+            let mut c = self.least_load_trusted::<E>(s, Reason::Fallback(cause));
             c.fallback = Some(cause);
             return c;
         }

@@ -34,7 +34,9 @@
 //! * `dynamo_cost`, `lmetric`, `cache_aware`: the peers' models (field notes).
 //!
 //! Policies that weigh load against cache fall back to `least_load` when any occupied
-//! slot's telemetry is not fresh, with [`Reason::Fallback`] naming the worst cause.
+//! slot's telemetry is not fresh, with [`Reason::Fallback`] naming the worst cause; the
+//! fallback chooses among slots whose own figures are trusted (fresh or partial) while any
+//! exists.
 //!
 //! # Tie-breaking
 //! Costs within a relative band `tie_epsilon` of the minimum tie; then fewer requests win;

@@ -120,8 +120,11 @@ fn incident_a_4_active_decode_occupancy_changes_the_winner() {
 
 /// Item 5. Slot 0 holds the 1,600-token prompt with 1,000 queued tokens: projected 0.125 s
 /// beats the idle slot 1's 0.2 s, but `least_load` gives slot 0 1,000/8,000 = 0.125 s and
-/// slot 1 0 s. With any slot not fresh, the decision is `least_load`'s: slot 1, reason
-/// naming the cause.
+/// slot 1 0 s. With any slot not fresh, the decision is `least_load`'s, with the reason
+/// naming the cause, among the slots whose own figures are trusted (fresh or partial): a
+/// missing, stale or invalid slot 1 reads as idle but is not eligible, so slot 0 wins at
+/// 0.125 s; a partial slot 1 (its own figures current) wins at 0 s, as does a fresh slot 1
+/// when slot 0 is the bad one.
 #[test]
 fn incident_a_5_bad_telemetry_falls_back_to_load_only() {
     for (v, cause) in [
@@ -138,10 +141,12 @@ fn incident_a_5_bad_telemetry_falls_back_to_load_only() {
             slots[bad].validity = v;
             let f = Fleet::from_slots(&slots.map(Some));
             let c = both(&f, 1_600, &cfg(ENFORCE), 0);
-            assert_eq!(slot(&c), 1, "{v:?} on {bad}");
+            let untrusted_idle = bad == 1 && v != Validity::Partial;
+            let (want_slot, want_cost) = if untrusted_idle { (0, 0.125) } else { (1, 0.0) };
+            assert_eq!(slot(&c), want_slot, "{v:?} on {bad}");
             assert_eq!(c.reason, Reason::Fallback(cause));
             assert_eq!(c.fallback, Some(cause));
-            assert_eq!(c.cost, 0.0);
+            assert_eq!(c.cost, want_cost);
         }
     }
     let fresh = Fleet::from_slots(&[
