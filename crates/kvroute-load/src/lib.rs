@@ -37,4 +37,7 @@ pub use reserve::{
 };
 pub use snapshot::{EngineLoad, LoadSnapshot, LoadStats, NO_ENGINE, SlotLoad};
 pub use time::Nanos;
-pub use update::{LoadSample, SglangRankLoad, UpdateError, VllmLoadUpdate, VllmRankLoad};
+pub use update::{
+    LoadSample, SglangRankLoad, TokenCapacity, UpdateError, VllmLoadUpdate, VllmRankLoad,
+    check_token_capacity,
+};

@@ -316,6 +316,49 @@ pub(crate) fn gauge_count(w: WorkerId, field: &'static str, v: f64) -> Result<u3
 }
 
 /// A JSON integer that must be non-negative and fit a `u32` lane.
+/// An SGLang rank's token and request capacity, as its reports give them.
+#[derive(Clone, Copy, Debug)]
+pub struct TokenCapacity {
+    /// KV tokens in use (tokens).
+    pub used: u32,
+    /// KV token capacity, `max_total_num_tokens` (tokens).
+    pub total: u32,
+    /// Running-request cap (requests).
+    pub cap: u32,
+    /// The report's name of the cap field, for the error.
+    pub cap_field: &'static str,
+    /// The error text when `used > total`.
+    pub overflow: &'static str,
+}
+
+/// Checks an SGLang rank's capacity figures (shared by the `/v1/loads` update and the
+/// wire decoder's `LoadStat` frames).
+///
+/// # Errors
+/// [`UpdateError::ZeroCap`] when `total` or `cap` is 0; [`UpdateError::Inconsistent`] when
+/// `used > total`.
+pub fn check_token_capacity(w: WorkerId, c: TokenCapacity) -> Result<(), UpdateError> {
+    if c.total == 0 {
+        return Err(UpdateError::ZeroCap {
+            worker: w,
+            field: "max_total_num_tokens",
+        });
+    }
+    if c.cap == 0 {
+        return Err(UpdateError::ZeroCap {
+            worker: w,
+            field: c.cap_field,
+        });
+    }
+    if c.used > c.total {
+        return Err(UpdateError::Inconsistent {
+            worker: w,
+            detail: c.overflow,
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn int_count(w: WorkerId, field: &'static str, v: i64) -> Result<u32, UpdateError> {
     if v < 0 {
         return Err(UpdateError::Negative {
@@ -425,24 +468,16 @@ impl SglangRankLoad {
         let used = int_count(w, "num_used_tokens", self.num_used_tokens)?;
         let total = int_count(w, "max_total_num_tokens", self.max_total_num_tokens)?;
         let cap = int_count(w, "max_running_requests", self.max_running_requests)?;
-        if total == 0 {
-            return Err(UpdateError::ZeroCap {
-                worker: w,
-                field: "max_total_num_tokens",
-            });
-        }
-        if cap == 0 {
-            return Err(UpdateError::ZeroCap {
-                worker: w,
-                field: "max_running_requests",
-            });
-        }
-        if used > total {
-            return Err(UpdateError::Inconsistent {
-                worker: w,
-                detail: "num_used_tokens exceeds max_total_num_tokens",
-            });
-        }
+        check_token_capacity(
+            w,
+            TokenCapacity {
+                used,
+                total,
+                cap,
+                cap_field: "max_running_requests",
+                overflow: "num_used_tokens exceeds max_total_num_tokens",
+            },
+        )?;
         let kv_usage = unit_interval(w, "token_usage", self.token_usage)?;
         let decode_tps = rate(w, "gen_throughput", self.gen_throughput)?;
         let utilization = rate(w, "utilization", self.utilization)?;

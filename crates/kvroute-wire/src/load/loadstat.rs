@@ -149,24 +149,16 @@ impl SglangLoadStat {
         let waiting = count(w, "waiting", self.waiting)?;
         let used = count(w, "num_tokens", self.num_tokens)?;
         let total = count(w, "max_total_num_tokens", self.max_total_num_tokens)?;
-        if total == 0 {
-            return Err(UpdateError::ZeroCap {
-                worker: w,
-                field: "max_total_num_tokens",
-            });
-        }
-        if max_running == 0 {
-            return Err(UpdateError::ZeroCap {
-                worker: w,
-                field: "max_running",
-            });
-        }
-        if used > total {
-            return Err(UpdateError::Inconsistent {
-                worker: w,
-                detail: "num_tokens exceeds max_total_num_tokens",
-            });
-        }
+        kvroute_load::check_token_capacity(
+            w,
+            kvroute_load::TokenCapacity {
+                used,
+                total,
+                cap: max_running,
+                cap_field: "max_running",
+                overflow: "num_tokens exceeds max_total_num_tokens",
+            },
+        )?;
         let sample = LoadSample {
             running,
             waiting,
