@@ -105,6 +105,7 @@ impl Router {
             }
         };
         self.index.match_prefix(hashes, overlaps);
+        self.ingest.mask_untrusted(overlaps);
 
         let cfg = self.score.load();
         let cursor = self.cursor.fetch_add(1, Relaxed);

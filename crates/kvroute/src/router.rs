@@ -56,6 +56,7 @@ pub struct Router {
     draws: AtomicU64,
     pub(crate) counters: Counters,
     pub(crate) scratch: ScratchPool,
+    pub(crate) ingest: crate::ingest::IngestState,
 }
 
 impl core::fmt::Debug for Router {
@@ -115,6 +116,7 @@ impl Router {
             draws: AtomicU64::new(0),
             counters: Counters::new(),
             scratch: ScratchPool::default(),
+            ingest: crate::ingest::IngestState::new(config.worker_slots),
         })
     }
 
@@ -156,6 +158,7 @@ impl Router {
             undo_registry();
             return Err(WorkerError::Inconsistent("reservation table"));
         }
+        self.ingest.forget(slot);
         Ok(slot)
     }
 
@@ -183,6 +186,7 @@ impl Router {
         if self.index.remove_worker(slot).is_err() {
             bad = Some("index");
         }
+        self.ingest.forget(slot);
         {
             let mut load = lock(&self.load);
             if load.publisher.remove_worker(worker).is_err() {
@@ -212,7 +216,7 @@ impl Router {
 
     // ----- KV events -----------------------------------------------------------------
 
-    fn with_slot<T>(
+    pub(crate) fn with_slot<T>(
         &self,
         worker: WorkerId,
         f: impl FnOnce(Slot) -> Result<T, EventError>,

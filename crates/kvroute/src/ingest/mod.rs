@@ -1,0 +1,396 @@
+//! The ingest path: decoded KV event messages (`kvroute-wire`) → sequence tracking → index.
+//!
+//! ```text
+//! ZMQ frames ──► kvroute_wire::decode_message ──► KvMessage
+//!   ──► Router::ingest(publisher, Channel::Live | Channel::Replay, &msg)
+//!         sequence (per publisher = engine DP rank)  ─ module `sequence`
+//!         events → index (tiers, groups, namespaces)  ─ module `apply`
+//!         trust flags consulted by `route`           ─ module `trust`
+//!   ──► Router::replay_requests() ──► caller sends replay_request(from_seq) to the engine
+//! ```
+//!
+//! # Trust
+//! A gap in a publisher's sequence (or an engine restart whose first batches were lost)
+//! makes the worker's residency **untrusted**: [`Router::route`](crate::Router::route)
+//! treats its overlap as zero, and live batches are held (not applied) until a replay
+//! brings the missing ones in order. Trust comes back when the replay reaches the live
+//! sequence, when the batch after the gap holds an `AllBlocksCleared` (failure kind 4),
+//! when the replay turns out truncated or short (the worker is cleared: from an empty
+//! residency, in-order application can only under-state the engine's cache), when the
+//! caller gives up with [`Router::skip_replay`], or when the worker is re-registered. A
+//! block-size mismatch (failure kind 7) also makes the worker untrusted, until an
+//! `AllBlocksCleared` or a re-registration. An engine restart (sequence back near 0,
+//! failure kind 5) clears the worker. Rules in the module docs of `sequence` and `apply`.
+//!
+//! Callers without a replay socket call [`Router::skip_replay`] for every
+//! [`ReplayRequest`]: the worker is cleared and trusted at once.
+
+mod apply;
+mod sequence;
+mod stats;
+mod trust;
+
+use kvroute_index::index::Overlaps;
+use kvroute_index::{Slot, WorkerId};
+use kvroute_sync::{Mutex, MutexGuard};
+use kvroute_wire::{KvEvent, KvMessage};
+
+pub use apply::{EventRejection, EventTally, RejectedEvent};
+pub use sequence::{RESET_WINDOW, SeqOutcome};
+pub use stats::{BlockSizeMismatchCount, IngestStats};
+
+use apply::{Applied, Applier};
+use sequence::{Sequencer, Verdict};
+use stats::IngestCounters;
+use trust::{SEQUENCE, TrustFlags};
+
+use crate::router::Router;
+
+/// Which socket a message came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Channel {
+    /// The engine's PUB socket (live stream).
+    Live,
+    /// The engine's replay (ROUTER) socket, answering a [`ReplayRequest`].
+    Replay,
+}
+
+/// What one ingested message did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IngestReport {
+    /// The batch's sequence number (`None` for the replay end marker).
+    pub seq: Option<u64>,
+    /// What sequence tracking made of it.
+    pub outcome: SeqOutcome,
+    /// When the message revealed an engine restart (failure kind 5): the last live
+    /// sequence number before it. The worker was cleared.
+    pub reset_from: Option<u64>,
+    /// This message completed a pending replay (trust restored).
+    pub replay_completed: bool,
+    /// Whether `route` credits the worker's overlap after this message.
+    pub trusted: bool,
+    /// What the applied events did (all zero when nothing was applied).
+    pub applied: EventTally,
+}
+
+/// A batch applied except for some events (see [`IngestError::Rejected`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RejectedBatch {
+    /// What the message did, rejected events aside.
+    pub report: IngestReport,
+    /// The rejected events, in batch order.
+    pub rejected: Vec<RejectedEvent>,
+}
+
+/// Why [`Router::ingest`] did not apply a message wholly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IngestError {
+    /// The publisher is not a registered worker: the message is dropped (counted).
+    UnknownWorker(WorkerId),
+    /// The batch's `data_parallel_rank` is not the publisher's: rejected whole, sequence
+    /// state unchanged (counted). A wiring error of the caller.
+    DpRankMismatch {
+        /// The publisher the caller named.
+        publisher: WorkerId,
+        /// The rank the batch carries.
+        batch_dp_rank: u32,
+    },
+    /// Some events were rejected (block-size mismatch, failure kind 7, ...); the rest of
+    /// the batch was applied and the sequence advanced. Counted.
+    Rejected(Box<RejectedBatch>),
+}
+
+impl core::fmt::Display for IngestError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::UnknownWorker(w) => write!(f, "worker {w} is not registered"),
+            Self::DpRankMismatch {
+                publisher,
+                batch_dp_rank,
+            } => write!(
+                f,
+                "batch of DP rank {batch_dp_rank} from publisher {publisher}"
+            ),
+            Self::Rejected(b) => {
+                write!(f, "{} events rejected", b.rejected.len())?;
+                if let Some(first) = b.rejected.first() {
+                    write!(f, "; first: {first}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for IngestError {}
+
+/// A worker whose residency waits for a replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayRequest {
+    /// The publisher (engine id, DP rank).
+    pub worker: WorkerId,
+    /// The first sequence number to replay (the frontier: everything before is applied).
+    pub from_seq: u64,
+    /// The last live sequence number seen; the replay completes once it is applied.
+    pub last_live_seq: Option<u64>,
+}
+
+impl ReplayRequest {
+    /// The bytes to send to the engine's replay socket
+    /// ([`kvroute_wire::replay_request`]).
+    pub fn request_bytes(&self) -> [u8; 8] {
+        kvroute_wire::replay_request(self.from_seq)
+    }
+}
+
+/// Sequence and trust state of one slot's publisher.
+#[derive(Debug, Default)]
+struct Publisher {
+    seq: Sequencer,
+    /// Trust flags (`trust::SEQUENCE`, `trust::BLOCK_SIZE`), mirrored in [`TrustFlags`].
+    flags: u32,
+    main_group: Option<u32>,
+}
+
+/// The router's ingest state: one publisher per slot, trust flags, counters.
+#[derive(Debug)]
+pub(crate) struct IngestState {
+    publishers: Box<[Mutex<Publisher>]>,
+    trust: TrustFlags,
+    counters: IngestCounters,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Publisher state is plain data, whole between statements.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl IngestState {
+    pub(crate) fn new(slots: usize) -> Self {
+        Self {
+            publishers: (0..slots)
+                .map(|_| Mutex::new(Publisher::default()))
+                .collect(),
+            trust: TrustFlags::new(slots),
+            counters: IngestCounters::new(),
+        }
+    }
+
+    /// Forgets the slot's publisher (worker added or removed): fresh sequence, trusted.
+    pub(crate) fn forget(&self, slot: Slot) {
+        if let Some(p) = self.publishers.get(slot.index()) {
+            *lock(p) = Publisher::default();
+        }
+        self.trust.set(slot, 0);
+    }
+
+    /// Zeroes the overlaps of untrusted workers (called by `route` after matching).
+    pub(crate) fn mask_untrusted(&self, overlaps: &mut Overlaps) {
+        self.trust.mask(overlaps);
+    }
+
+    fn count(&self, v: &Verdict) {
+        let c = &self.counters;
+        let add = IngestCounters::add;
+        match v.outcome {
+            SeqOutcome::Contiguous => add(&c.contiguous, 1),
+            SeqOutcome::Gap { missed } => {
+                add(&c.gaps, 1);
+                add(&c.missed_batches, missed);
+            }
+            SeqOutcome::GapCleared { missed } => {
+                add(&c.gaps_cleared, 1);
+                add(&c.missed_batches, missed);
+            }
+            SeqOutcome::Held => add(&c.held, 1),
+            SeqOutcome::Stale => add(&c.stale, 1),
+            SeqOutcome::Replayed => add(&c.replayed, 1),
+            SeqOutcome::ReplayTruncated { .. } => {
+                add(&c.replays_truncated, 1);
+                add(&c.replayed, 1);
+            }
+            SeqOutcome::ReplayIgnored => add(&c.replay_ignored, 1),
+            SeqOutcome::EndOfReplay => {}
+            SeqOutcome::ReplayShort { .. } => add(&c.replays_short, 1),
+        }
+        if v.reset_from.is_some() {
+            add(&c.resets, 1);
+        }
+        if v.replay_completed {
+            add(&c.replays_completed, 1);
+        }
+    }
+}
+
+impl Router {
+    /// Applies one decoded KV event message of `publisher` (engine id, DP rank: one PUB
+    /// socket) received on `channel`: tracks its sequence number (module docs of
+    /// `ingest`), then applies the events the sequence allows to the prefix index, and
+    /// updates the worker's trust (an untrusted worker's overlap is zero in
+    /// [`route`](Self::route)). Never panics on any input.
+    ///
+    /// # Errors
+    /// [`IngestError::UnknownWorker`], [`IngestError::DpRankMismatch`] (nothing applied),
+    /// [`IngestError::Rejected`] (the other events applied). All are counted in
+    /// [`ingest_stats`](Self::ingest_stats).
+    pub fn ingest(
+        &self,
+        publisher: WorkerId,
+        channel: Channel,
+        msg: &KvMessage,
+    ) -> Result<IngestReport, IngestError> {
+        let counters = &self.ingest.counters;
+        IngestCounters::add(&counters.messages, 1);
+        match self.with_slot(publisher, |slot| {
+            Ok(self.ingest_at(slot, publisher, channel, msg))
+        }) {
+            Ok(r) => r,
+            Err(_) => {
+                IngestCounters::add(&counters.unknown_worker_messages, 1);
+                Err(IngestError::UnknownWorker(publisher))
+            }
+        }
+    }
+
+    fn ingest_at(
+        &self,
+        slot: Slot,
+        worker: WorkerId,
+        channel: Channel,
+        msg: &KvMessage,
+    ) -> Result<IngestReport, IngestError> {
+        let state = &self.ingest;
+        let Some(cell) = state.publishers.get(slot.index()) else {
+            return Err(IngestError::UnknownWorker(worker));
+        };
+        let mut p = lock(cell);
+        let (seq, events, verdict): (_, &[KvEvent], _) = match msg {
+            KvMessage::EndOfReplay => {
+                IngestCounters::add(&state.counters.end_markers, 1);
+                (None, &[], p.seq.end_of_replay())
+            }
+            KvMessage::Batch { seq, batch } => {
+                if let Some(rank) = batch.dp_rank.filter(|&r| r != worker.dp_rank) {
+                    IngestCounters::add(&state.counters.dp_rank_mismatches, 1);
+                    return Err(IngestError::DpRankMismatch {
+                        publisher: worker,
+                        batch_dp_rank: rank,
+                    });
+                }
+                let last_clear = batch
+                    .events
+                    .iter()
+                    .rposition(|e| matches!(e, KvEvent::AllBlocksCleared));
+                let v = match channel {
+                    Channel::Live => p.seq.live(*seq, last_clear),
+                    Channel::Replay => p.seq.replay(*seq, last_clear),
+                };
+                (Some(*seq), &batch.events[..], v)
+            }
+        };
+        state.count(&verdict);
+        let pending = p.seq.pending;
+        let Publisher {
+            flags, main_group, ..
+        } = &mut *p;
+        let mut out = Applied {
+            tally: EventTally::default(),
+            rejected: Vec::new(),
+            flags,
+            main_group,
+        };
+        let applier = Applier {
+            index: &self.index,
+            counters: &state.counters,
+            slot,
+            worker,
+        };
+        if verdict.action.clear {
+            applier.clear(&mut out);
+        }
+        if let Some(from) = verdict.action.apply_from {
+            applier.apply(events, from, &mut out);
+        }
+        *out.flags = (*out.flags & !SEQUENCE) | if pending { SEQUENCE } else { 0 };
+        let flags = *out.flags;
+        state.trust.set(slot, flags);
+        out.tally.count(&state.counters);
+        let report = IngestReport {
+            seq,
+            outcome: verdict.outcome,
+            reset_from: verdict.reset_from,
+            replay_completed: verdict.replay_completed,
+            trusted: flags == 0,
+            applied: out.tally,
+        };
+        if out.rejected.is_empty() {
+            return Ok(report);
+        }
+        let rejected = out.rejected;
+        IngestCounters::add(&state.counters.rejected_events, rejected.len() as u64);
+        Err(IngestError::Rejected(Box::new(RejectedBatch {
+            report,
+            rejected,
+        })))
+    }
+
+    /// Every worker waiting for a replay, in slot order, with the sequence number to
+    /// replay from. Send [`ReplayRequest::request_bytes`] to the engine's replay socket and
+    /// feed the answer to [`ingest`](Self::ingest) with [`Channel::Replay`] (end marker
+    /// included), or call [`skip_replay`](Self::skip_replay).
+    pub fn replay_requests(&self) -> Vec<ReplayRequest> {
+        let mut out = Vec::new();
+        for (slot, worker) in self.workers() {
+            let Some(cell) = self.ingest.publishers.get(slot.index()) else {
+                continue;
+            };
+            let p = lock(cell);
+            if p.seq.pending {
+                out.push(ReplayRequest {
+                    worker,
+                    from_seq: p.seq.next,
+                    last_live_seq: p.seq.last_live,
+                });
+            }
+        }
+        out
+    }
+
+    /// Gives up a pending replay of `worker`: clears its residency and trusts it again
+    /// (from an empty residency, later batches applied in order only under-state the
+    /// engine's cache); the live stream goes on after the last live batch seen. Returns how
+    /// many batches up to that one (lost or held) will never be applied (0 when no replay
+    /// was pending).
+    ///
+    /// # Errors
+    /// [`IngestError::UnknownWorker`].
+    pub fn skip_replay(&self, worker: WorkerId) -> Result<u64, IngestError> {
+        let r = self.with_slot(worker, |slot| {
+            let Some(cell) = self.ingest.publishers.get(slot.index()) else {
+                return Ok(0);
+            };
+            let mut p = lock(cell);
+            if !p.seq.pending {
+                return Ok(0);
+            }
+            let unreplayed = p.seq.give_up();
+            let _ = self.index.clear(slot);
+            p.flags = 0;
+            self.ingest.trust.set(slot, 0);
+            IngestCounters::add(&self.ingest.counters.replays_skipped, 1);
+            Ok(unreplayed)
+        });
+        r.map_err(|_| IngestError::UnknownWorker(worker))
+    }
+
+    /// Whether `route` credits `worker`'s cached blocks (`None`: not registered).
+    pub fn is_trusted(&self, worker: WorkerId) -> Option<bool> {
+        let slot = self.slot_of(worker)?;
+        Some(self.ingest.trust.get(slot) == 0)
+    }
+
+    /// The ingest counters and the untrusted-worker gauge.
+    pub fn ingest_stats(&self) -> IngestStats {
+        self.ingest.counters.snapshot(self.ingest.trust.untrusted())
+    }
+}

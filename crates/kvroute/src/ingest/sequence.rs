@@ -1,0 +1,379 @@
+//! Per-publisher sequence tracking: which batch may be applied, and when.
+//!
+//! A publisher is one engine DP rank (one ZMQ PUB socket). Its batches carry a sequence
+//! number starting at 0, +1 per batch (`shared/docs/kv-events.md`, "Transport"). The
+//! tracker keeps the *frontier* `next` (the next sequence number to apply) and applies
+//! every batch exactly once and in order, whichever channel (live or replay) brings it:
+//!
+//! | live batch `s`                                   | outcome                          |
+//! |--------------------------------------------------|----------------------------------|
+//! | `s < last live` and `s <` [`RESET_WINDOW`]       | reset: clear the worker, frontier 0, then as below |
+//! | `s <= last live` otherwise                       | stale: dropped                   |
+//! | `s < next` (a replay applied it already)         | stale: dropped                   |
+//! | `s == next`                                      | contiguous: applied              |
+//! | `s > next`, batch holds `AllBlocksCleared`       | gap made moot: applied from the clear |
+//! | `s > next` otherwise                             | gap (or held while a replay is pending): not applied, replay from `next` requested, worker untrusted |
+//!
+//! | replay batch `s`               | outcome                                                  |
+//! |--------------------------------|----------------------------------------------------------|
+//! | `s < next`                     | stale: dropped                                           |
+//! | `s == next`                    | replayed: applied                                        |
+//! | `s > next`, no replay pending  | ignored (the live stream brings it)                      |
+//! | `s > next`, replay pending     | truncated (the engine no longer buffers `next..s`): clear the worker, apply (or apply from an `AllBlocksCleared` in it) |
+//! | end marker, replay pending     | short: clear the worker, frontier past the last live batch |
+//!
+//! A pending replay completes (trust restored) as soon as the frontier passes the last live
+//! sequence number seen. Why clearing is the fallback: from an empty residency, applying
+//! any contiguous run of batches in order can only under-state what the engine holds (a
+//! store whose parent was cleared is not indexed, a removal of an unknown block is
+//! ignored), so a cleared worker is trusted; applying batches out of order is never done,
+//! since a late store could resurrect a block a later removal already took.
+//!
+//! A fresh registration expects sequence 0: a first batch with `s > 0` (the router joined
+//! a running engine) is a gap from 0, recovered by a replay or [`Router::skip_replay`].
+//!
+//! [`Router::skip_replay`]: crate::Router::skip_replay
+
+/// A live sequence number that goes backwards to below this value is an engine restart
+/// (failure kind 5): a restarted engine starts again at 0, and its first few batches may be
+/// lost on the lossy PUB socket. A backwards step to a higher number is a stale duplicate.
+/// Ambiguous cases (a short stream going back within the window) are taken as restarts:
+/// clearing can only under-state residency, never send traffic to a wiped cache.
+pub const RESET_WINDOW: u64 = 64;
+
+/// What the sequence tracker made of one message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeqOutcome {
+    /// Live batch with the next expected sequence number: applied.
+    Contiguous,
+    /// Live batch after lost batches: not applied; the worker is untrusted and a replay
+    /// from the frontier is requested ([`Router::replay_requests`](crate::Router::replay_requests)).
+    Gap {
+        /// Batches lost since the last live batch seen (or the frontier).
+        missed: u64,
+    },
+    /// Live batch after lost batches, holding an `AllBlocksCleared`: the lost batches are
+    /// moot; applied from the (last) clear on.
+    GapCleared {
+        /// Batches lost.
+        missed: u64,
+    },
+    /// Live batch arriving while a replay is pending: not applied (the replay brings it).
+    Held,
+    /// Already applied, or older than the stream: dropped.
+    Stale,
+    /// Replayed batch at the frontier: applied.
+    Replayed,
+    /// Replayed batch past the frontier: the engine no longer buffers the batches between;
+    /// the worker was cleared and the batch applied.
+    ReplayTruncated {
+        /// Batches the replay could not deliver.
+        missing: u64,
+    },
+    /// Replayed batch past the frontier with no replay pending: ignored.
+    ReplayIgnored,
+    /// Replay end marker after a complete replay, or with none pending.
+    EndOfReplay,
+    /// Replay end marker while the replay was still short of the live sequence: the worker
+    /// was cleared and the frontier moved past the last live batch.
+    ReplayShort {
+        /// Batches up to the last live one (lost or held) that were never applied.
+        unreplayed: u64,
+    },
+}
+
+/// What the applier must do for a message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Action {
+    /// Clear the worker's residency first.
+    pub clear: bool,
+    /// Apply the batch's events from this position (`None`: apply nothing).
+    pub apply_from: Option<usize>,
+}
+
+/// The verdict on one message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub outcome: SeqOutcome,
+    pub action: Action,
+    /// The last live sequence number before a detected restart.
+    pub reset_from: Option<u64>,
+    /// This message completed a pending replay.
+    pub replay_completed: bool,
+}
+
+/// Sequence state of one publisher.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Sequencer {
+    /// The next sequence number to apply.
+    pub next: u64,
+    /// The last live sequence number seen.
+    pub last_live: Option<u64>,
+    /// A replay from `next` is needed (the worker is untrusted meanwhile).
+    pub pending: bool,
+}
+
+const APPLY: Action = Action {
+    clear: false,
+    apply_from: Some(0),
+};
+const SKIP: Action = Action {
+    clear: false,
+    apply_from: None,
+};
+
+impl Sequencer {
+    fn verdict(outcome: SeqOutcome, action: Action) -> Verdict {
+        Verdict {
+            outcome,
+            action,
+            reset_from: None,
+            replay_completed: false,
+        }
+    }
+
+    /// Ends a pending replay once the frontier passed the last live batch.
+    fn settle(&mut self, v: &mut Verdict) {
+        if self.pending && self.last_live.is_none_or(|l| self.next > l) {
+            self.pending = false;
+            v.replay_completed = true;
+        }
+    }
+
+    /// A live batch `s`; `last_clear` is the position of its last `AllBlocksCleared`.
+    pub fn live(&mut self, s: u64, last_clear: Option<usize>) -> Verdict {
+        let mut reset_from = None;
+        if let Some(l) = self.last_live {
+            if s < l && s < RESET_WINDOW {
+                reset_from = Some(l);
+                *self = Self::default();
+            } else if s <= l {
+                return Self::verdict(SeqOutcome::Stale, SKIP);
+            }
+        }
+        let prev_live = self.last_live;
+        self.last_live = Some(s);
+        let mut v = self.live_in_order(s, prev_live, last_clear);
+        if reset_from.is_some() {
+            v.reset_from = reset_from;
+            v.action.clear = true;
+        }
+        v
+    }
+
+    fn live_in_order(&mut self, s: u64, prev_live: Option<u64>, clear: Option<usize>) -> Verdict {
+        if s < self.next {
+            return Self::verdict(SeqOutcome::Stale, SKIP);
+        }
+        if s == self.next {
+            self.next += 1;
+            let mut v = Self::verdict(SeqOutcome::Contiguous, APPLY);
+            self.settle(&mut v);
+            return v;
+        }
+        let seen = prev_live.map_or(self.next, |l| (l + 1).max(self.next));
+        let missed = s - seen;
+        if let Some(i) = clear {
+            self.next = s + 1;
+            let action = Action {
+                clear: false,
+                apply_from: Some(i),
+            };
+            let mut v = Self::verdict(SeqOutcome::GapCleared { missed }, action);
+            self.settle(&mut v);
+            return v;
+        }
+        self.pending = true;
+        let outcome = if missed > 0 {
+            SeqOutcome::Gap { missed }
+        } else {
+            SeqOutcome::Held
+        };
+        Self::verdict(outcome, SKIP)
+    }
+
+    /// A replayed batch `s`.
+    pub fn replay(&mut self, s: u64, last_clear: Option<usize>) -> Verdict {
+        if s < self.next {
+            return Self::verdict(SeqOutcome::Stale, SKIP);
+        }
+        let mut v = if s == self.next {
+            Self::verdict(SeqOutcome::Replayed, APPLY)
+        } else if !self.pending {
+            return Self::verdict(SeqOutcome::ReplayIgnored, SKIP);
+        } else if let Some(i) = last_clear {
+            Self::verdict(
+                SeqOutcome::Replayed,
+                Action {
+                    clear: false,
+                    apply_from: Some(i),
+                },
+            )
+        } else {
+            let missing = s - self.next;
+            Self::verdict(
+                SeqOutcome::ReplayTruncated { missing },
+                Action {
+                    clear: true,
+                    apply_from: Some(0),
+                },
+            )
+        };
+        self.next = s + 1;
+        self.settle(&mut v);
+        v
+    }
+
+    /// The replay end marker.
+    pub fn end_of_replay(&mut self) -> Verdict {
+        if !self.pending {
+            return Self::verdict(SeqOutcome::EndOfReplay, SKIP);
+        }
+        let v = self.give_up();
+        Self::verdict(
+            SeqOutcome::ReplayShort { unreplayed: v },
+            Action {
+                clear: true,
+                apply_from: None,
+            },
+        )
+    }
+
+    /// Abandons a pending replay: the frontier moves past the last live batch (the caller
+    /// clears the worker). Returns how many batches up to the last live one (lost or held)
+    /// were never applied.
+    pub fn give_up(&mut self) -> u64 {
+        let after_live = self.last_live.map_or(self.next, |l| l + 1);
+        let unreplayed = after_live.saturating_sub(self.next);
+        self.next = self.next.max(after_live);
+        self.pending = false;
+        unreplayed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(v: Verdict) -> (SeqOutcome, Option<usize>, bool) {
+        (v.outcome, v.action.apply_from, v.action.clear)
+    }
+
+    #[test]
+    fn contiguous_stream_applies_every_batch() {
+        let mut s = Sequencer::default();
+        for i in 0..5 {
+            assert_eq!(
+                outcome(s.live(i, None)),
+                (SeqOutcome::Contiguous, Some(0), false)
+            );
+        }
+        assert_eq!((s.next, s.last_live, s.pending), (5, Some(4), false));
+    }
+
+    /// 0, 1, then 4: batches 2 and 3 lost; 5 is held; replay 2..=5 catches up at 5.
+    #[test]
+    fn gap_holds_live_until_the_replay_reaches_it() {
+        let mut s = Sequencer::default();
+        s.live(0, None);
+        s.live(1, None);
+        assert_eq!(
+            outcome(s.live(4, None)),
+            (SeqOutcome::Gap { missed: 2 }, None, false)
+        );
+        assert!(s.pending && s.next == 2);
+        assert_eq!(outcome(s.live(5, None)), (SeqOutcome::Held, None, false));
+        for r in 2..5 {
+            let v = s.replay(r, None);
+            assert_eq!(outcome(v), (SeqOutcome::Replayed, Some(0), false));
+            assert!(!v.replay_completed);
+        }
+        let v = s.replay(5, None);
+        assert!(v.replay_completed && !s.pending);
+        // The replay's copies of what the frontier passed are stale; live goes on at 6.
+        assert_eq!(s.replay(3, None).outcome, SeqOutcome::Stale);
+        assert_eq!(s.live(6, None).outcome, SeqOutcome::Contiguous);
+        assert_eq!(s.end_of_replay().outcome, SeqOutcome::EndOfReplay);
+    }
+
+    #[test]
+    fn stale_and_duplicate_live_batches_are_dropped() {
+        let mut s = Sequencer::default();
+        for i in 0..100 {
+            s.live(i, None);
+        }
+        assert_eq!(s.live(99, None).outcome, SeqOutcome::Stale);
+        assert_eq!(s.live(80, None).outcome, SeqOutcome::Stale);
+        assert_eq!(s.next, 100);
+    }
+
+    #[test]
+    fn a_sequence_back_near_zero_is_a_restart() {
+        let mut s = Sequencer::default();
+        for i in 0..100 {
+            s.live(i, None);
+        }
+        let v = s.live(0, None);
+        assert_eq!(outcome(v), (SeqOutcome::Contiguous, Some(0), true));
+        assert_eq!(v.reset_from, Some(99));
+        assert_eq!(s.live(3, None).outcome, SeqOutcome::Gap { missed: 2 });
+        // Restarted with its first batches lost: cleared, then a gap from 0.
+        let mut t = Sequencer::default();
+        for i in 0..100 {
+            t.live(i, None);
+        }
+        let v = t.live(2, None);
+        assert_eq!(outcome(v), (SeqOutcome::Gap { missed: 2 }, None, true));
+        assert!(t.pending && t.next == 0);
+    }
+
+    #[test]
+    fn a_clear_after_a_gap_makes_it_moot() {
+        let mut s = Sequencer::default();
+        s.live(0, None);
+        let v = s.live(7, Some(2));
+        assert_eq!(
+            outcome(v),
+            (SeqOutcome::GapCleared { missed: 6 }, Some(2), false)
+        );
+        assert!(!s.pending && s.next == 8);
+    }
+
+    #[test]
+    fn truncated_and_short_replays_clear() {
+        let mut s = Sequencer::default();
+        s.live(0, None);
+        s.live(10, None); // gap: 1..=9 lost, frontier 1
+        let v = s.replay(4, None);
+        assert_eq!(
+            outcome(v),
+            (SeqOutcome::ReplayTruncated { missing: 3 }, Some(0), true)
+        );
+        assert!(s.pending && s.next == 5);
+        let v = s.end_of_replay();
+        assert_eq!(
+            outcome(v),
+            (SeqOutcome::ReplayShort { unreplayed: 6 }, None, true)
+        );
+        assert!(!s.pending && s.next == 11);
+        assert_eq!(s.live(11, None).outcome, SeqOutcome::Contiguous);
+    }
+
+    #[test]
+    fn unrequested_replay_ahead_is_ignored() {
+        let mut s = Sequencer::default();
+        s.live(0, None);
+        assert_eq!(s.replay(5, None).outcome, SeqOutcome::ReplayIgnored);
+        assert_eq!(s.replay(1, None).outcome, SeqOutcome::Replayed);
+        assert_eq!(s.live(1, None).outcome, SeqOutcome::Stale);
+        assert_eq!(s.live(2, None).outcome, SeqOutcome::Contiguous);
+    }
+
+    #[test]
+    fn joining_a_running_engine_is_a_gap_from_zero() {
+        let mut s = Sequencer::default();
+        assert_eq!(s.live(500, None).outcome, SeqOutcome::Gap { missed: 500 });
+        assert_eq!(s.give_up(), 501);
+        assert!(!s.pending && s.next == 501);
+    }
+}

@@ -1,0 +1,146 @@
+//! Counters of the ingest path and their plain snapshot [`IngestStats`].
+//!
+//! Monotonic `Relaxed` tallies (nothing is published through them), plus the per-engine
+//! block-size mismatch table (failure kind 7), which is only written when a mismatch
+//! happens.
+
+use std::collections::BTreeMap;
+
+use kvroute_index::WorkerId;
+use kvroute_sync::Mutex;
+use kvroute_sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Declares the atomic counters and the matching fields of [`IngestStats`] in one list.
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
+        /// The router's ingest counters (one atomic each).
+        #[derive(Debug)]
+        pub(crate) struct IngestCounters {
+            $(pub(crate) $name: AtomicU64,)*
+            /// (engine worker, engine block size) → rejected stores, with the router's size.
+            mismatches: Mutex<BTreeMap<(WorkerId, usize), (usize, u64)>>,
+        }
+
+        impl IngestCounters {
+            pub(crate) fn new() -> Self {
+                Self {
+                    $($name: AtomicU64::new(0),)*
+                    mismatches: Mutex::new(BTreeMap::new()),
+                }
+            }
+
+            /// A plain copy; `untrusted_workers` is the gauge read by the caller.
+            pub(crate) fn snapshot(&self, untrusted_workers: usize) -> IngestStats {
+                let table = self.mismatches.lock().unwrap_or_else(|p| p.into_inner());
+                IngestStats {
+                    $($name: self.$name.load(Relaxed),)*
+                    untrusted_workers,
+                    block_size_mismatches: table
+                        .iter()
+                        .map(|(&(worker, engine_block_size), &(router_block_size, stores))| {
+                            BlockSizeMismatchCount {
+                                worker,
+                                engine_block_size,
+                                router_block_size,
+                                stores,
+                            }
+                        })
+                        .collect(),
+                }
+            }
+        }
+
+        /// A copy of the ingest counters at one moment (see [`Router::ingest`](crate::Router::ingest)).
+        /// Counts are monotonic since the router was built; blocks are engine block hashes.
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        pub struct IngestStats {
+            $($(#[doc = $doc])* pub $name: u64,)*
+            /// Gauge: workers whose overlap `route` currently treats as zero.
+            pub untrusted_workers: usize,
+            /// Block-size mismatches (failure kind 7) per engine worker and engine block size.
+            pub block_size_mismatches: Vec<BlockSizeMismatchCount>,
+        }
+    };
+}
+
+counters! {
+    /// Messages handed to `ingest` (batches and end markers, any outcome).
+    messages,
+    /// Live batches whose sequence number was the next expected one (applied).
+    contiguous,
+    /// Sequence gaps detected on the live stream (each marks the worker untrusted).
+    gaps,
+    /// Batches lost in those gaps (sum of the jumps).
+    missed_batches,
+    /// Live batches held back (not applied) while a replay was pending.
+    held,
+    /// Batches already applied or older than the stream (duplicates, stale): dropped.
+    stale,
+    /// Engine restarts detected (the live sequence went back near 0): worker cleared.
+    resets,
+    /// Replayed batches applied.
+    replayed,
+    /// Replays that reached the live sequence (trust restored).
+    replays_completed,
+    /// Replays that skipped batches the engine no longer buffered: worker cleared.
+    replays_truncated,
+    /// Replays that ended before reaching the live sequence: worker cleared.
+    replays_short,
+    /// Pending replays the caller gave up on ([`Router::skip_replay`](crate::Router::skip_replay)): worker cleared.
+    replays_skipped,
+    /// Replayed batches ahead of the live stream while no replay was pending: ignored.
+    replay_ignored,
+    /// Replay end markers received.
+    end_markers,
+    /// Gaps made moot by an `AllBlocksCleared` in the batch after them.
+    gaps_cleared,
+    /// Device-tier blocks stored (engine hashes, extra copies included).
+    stored_blocks,
+    /// Device-tier blocks removed (engine hashes listed).
+    removed_blocks,
+    /// `AllBlocksCleared` events applied (failure kind 4).
+    clears,
+    /// Host, disk, external or unknown-tier blocks in stores and removes: counted, ignored.
+    non_device_blocks,
+    /// Blocks of KV groups other than the main full-attention group: counted, skipped.
+    non_main_group_blocks,
+    /// Events with a tag the decoder does not know: counted, skipped.
+    unknown_events,
+    /// Stores whose parent this worker does not hold: not indexed (the index's rule).
+    unknown_parent_stores,
+    /// Blocks of those stores.
+    unknown_parent_blocks,
+    /// Events the index rejected (block-size mismatch and others), returned as errors.
+    rejected_events,
+    /// Batches whose DP rank differs from the publisher's: rejected whole.
+    dp_rank_mismatches,
+    /// Messages for a worker that is not registered: dropped.
+    unknown_worker_messages,
+}
+
+/// Stores of one engine rejected for a block-size mismatch (failure kind 7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockSizeMismatchCount {
+    /// The publishing worker (engine id, DP rank).
+    pub worker: WorkerId,
+    /// The block size the engine sent (tokens per block).
+    pub engine_block_size: usize,
+    /// The router's block size (tokens per block).
+    pub router_block_size: usize,
+    /// `BlockStored` events rejected.
+    pub stores: u64,
+}
+
+impl IngestCounters {
+    /// Adds `by` to one counter.
+    pub(crate) fn add(c: &AtomicU64, by: u64) {
+        c.fetch_add(by, Relaxed);
+    }
+
+    /// Counts one rejected store of `worker` with the sizes involved.
+    pub(crate) fn mismatch(&self, worker: WorkerId, engine: usize, router: usize) {
+        let mut table = self.mismatches.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = table.entry((worker, engine)).or_insert((router, 0));
+        entry.1 += 1;
+    }
+}

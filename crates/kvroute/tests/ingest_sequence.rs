@@ -1,0 +1,261 @@
+//! Per-publisher sequence tracking through `Router::ingest`: contiguous, gap (untrusted,
+//! replay requested, live held, replay completes), duplicate/stale, restart, truncated and
+//! short replays, skip, re-registration, wiring errors.
+//!
+//! Fleet (block size 16): worker 1 and worker 2, both idle. Prompt `p` has 4 blocks;
+//! worker 2 always holds `p`'s first block (engine hash 900), so a `route` of `p` goes to
+//! worker 1 exactly when its overlap (≥ 2 blocks) is credited, and to worker 2 (overlap 1)
+//! when worker 1 is untrusted.
+
+mod common;
+mod ingest_support;
+
+use common::{BS, publish, router, tokens};
+use ingest_support::{batch, empty, route, store};
+use kvroute::ingest::SeqOutcome;
+use kvroute::{Channel, IngestError, ReplayRequest, Router, WorkerId};
+use kvroute_wire::KvMessage;
+
+const LIVE: Channel = Channel::Live;
+const REPLAY: Channel = Channel::Replay;
+
+fn fleet() -> (Router, [WorkerId; 2], Vec<u32>) {
+    let (r, ws) = router(4, 2, |_| {});
+    let p = tokens(5, 4 * BS);
+    let m = r.ingest(ws[1], LIVE, &batch(0, vec![store(900, None, &p[..BS])]));
+    assert_eq!(m.unwrap().outcome, SeqOutcome::Contiguous);
+    publish(&r, &ws, &[]);
+    (r, [ws[0], ws[1]], p)
+}
+
+fn blocks(r: &Router, w: WorkerId) -> usize {
+    r.index().worker_blocks(r.slot_of(w).unwrap())
+}
+
+#[test]
+fn contiguous_batches_apply_in_order() {
+    let (r, [w1, _], p) = fleet();
+    let a = r.ingest(w1, LIVE, &batch(0, vec![store(1, None, &p[..2 * BS])]));
+    let a = a.unwrap();
+    assert_eq!(
+        (a.seq, a.outcome, a.trusted),
+        (Some(0), SeqOutcome::Contiguous, true)
+    );
+    assert_eq!(a.applied.stored_blocks, 2);
+    let b = r.ingest(
+        w1,
+        LIVE,
+        &batch(1, vec![store(3, Some(2), &p[2 * BS..3 * BS])]),
+    );
+    assert_eq!(b.unwrap().applied.stored_blocks, 1);
+    assert_eq!(route(&r, &p), (w1, 3));
+    assert_eq!(r.ingest_stats().contiguous, 3);
+}
+
+/// 0 applied; 1 lost; 2 arrives: a gap of 1, untrusted, replay from 1, and batch 2 is held.
+/// Live 3 arrives during the replay and is held too. Replay 1, 2, 3 applies them in order;
+/// at 3 the frontier passes the last live batch: trusted again, overlap 4.
+#[test]
+fn a_gap_zeroes_overlap_until_the_replay_reaches_the_live_sequence() {
+    let (r, [w1, w2], p) = fleet();
+    let b0 = batch(0, vec![store(1, None, &p[..2 * BS])]);
+    let b1 = batch(1, vec![store(3, Some(2), &p[2 * BS..3 * BS])]);
+    let b2 = batch(2, vec![store(4, Some(3), &p[3 * BS..])]);
+    let b3 = empty(3);
+    r.ingest(w1, LIVE, &b0).unwrap();
+    assert_eq!(route(&r, &p), (w1, 2));
+
+    let g = r.ingest(w1, LIVE, &b2).unwrap();
+    assert_eq!(
+        (g.outcome, g.trusted),
+        (SeqOutcome::Gap { missed: 1 }, false)
+    );
+    assert_eq!(g.applied.events, 0, "held until the replay brings batch 1");
+    assert_eq!(r.is_trusted(w1), Some(false));
+    let want = ReplayRequest {
+        worker: w1,
+        from_seq: 1,
+        last_live_seq: Some(2),
+    };
+    assert_eq!(r.replay_requests(), vec![want]);
+    assert_eq!(want.request_bytes(), [0, 0, 0, 0, 0, 0, 0, 1]);
+    // Untrusted: worker 1's 2 blocks are not credited, worker 2's 1 block wins.
+    assert_eq!(route(&r, &p), (w2, 1));
+
+    assert_eq!(r.ingest(w1, LIVE, &b3).unwrap().outcome, SeqOutcome::Held);
+    for (m, done) in [(&b1, false), (&b2, false), (&b3, true)] {
+        let x = r.ingest(w1, REPLAY, m).unwrap();
+        assert_eq!(
+            (x.outcome, x.replay_completed, x.trusted),
+            (SeqOutcome::Replayed, done, done)
+        );
+    }
+    assert_eq!(route(&r, &p), (w1, 4));
+    assert!(r.replay_requests().is_empty());
+    let end = r.ingest(w1, REPLAY, &KvMessage::EndOfReplay).unwrap();
+    assert_eq!(end.outcome, SeqOutcome::EndOfReplay);
+    // Live goes on at 4; the live copy of 3 never comes twice, a re-sent 3 is stale.
+    assert_eq!(
+        r.ingest(w1, LIVE, &empty(4)).unwrap().outcome,
+        SeqOutcome::Contiguous
+    );
+    let s = r.ingest_stats();
+    assert_eq!(
+        (
+            s.gaps,
+            s.missed_batches,
+            s.held,
+            s.replayed,
+            s.replays_completed,
+            s.end_markers
+        ),
+        (1, 1, 1, 3, 1, 1)
+    );
+    assert_eq!(s.untrusted_workers, 0);
+}
+
+#[test]
+fn duplicate_and_stale_batches_are_dropped_and_counted() {
+    let (r, [w1, _], p) = fleet();
+    let b0 = batch(0, vec![store(1, None, &p[..2 * BS])]);
+    r.ingest(w1, LIVE, &b0).unwrap();
+    r.ingest(w1, LIVE, &empty(1)).unwrap();
+    // The same batch again (a caller re-delivering it): dropped, no second copy.
+    let d = r.ingest(w1, LIVE, &empty(1)).unwrap();
+    assert_eq!((d.outcome, d.applied.events), (SeqOutcome::Stale, 0));
+    // A replayed copy of an applied batch: dropped.
+    let d = r.ingest(w1, REPLAY, &b0).unwrap();
+    assert_eq!((d.outcome, d.applied.events), (SeqOutcome::Stale, 0));
+    assert_eq!(blocks(&r, w1), 2);
+    assert_eq!(r.index().stats().residencies, 3);
+    assert_eq!(r.ingest_stats().stale, 2);
+    assert_eq!(r.is_trusted(w1), Some(true));
+}
+
+/// Live 0..=2, then 1: the engine restarted and its new batch 0 was lost. The worker is
+/// cleared (kind 5) and waits for a replay from 0.
+#[test]
+fn a_restart_with_lost_first_batches_clears_and_asks_for_a_replay_from_zero() {
+    let (r, [w1, w2], p) = fleet();
+    r.ingest(w1, LIVE, &batch(0, vec![store(1, None, &p[..2 * BS])]))
+        .unwrap();
+    r.ingest(w1, LIVE, &empty(1)).unwrap();
+    r.ingest(w1, LIVE, &empty(2)).unwrap();
+    let x = r
+        .ingest(w1, LIVE, &batch(1, vec![store(50, None, &p[..BS])]))
+        .unwrap();
+    assert_eq!(
+        (x.outcome, x.reset_from),
+        (SeqOutcome::Gap { missed: 1 }, Some(2))
+    );
+    assert_eq!(blocks(&r, w1), 0, "old blocks gone");
+    assert_eq!(r.replay_requests()[0].from_seq, 0);
+    // The replay brings the new engine's 0 and 1; 1 reaches the live sequence.
+    r.ingest(w1, REPLAY, &empty(0)).unwrap();
+    let x = r
+        .ingest(w1, REPLAY, &batch(1, vec![store(50, None, &p[..BS])]))
+        .unwrap();
+    assert!(x.replay_completed && x.trusted);
+    assert_eq!(blocks(&r, w1), 1);
+    assert_eq!(route(&r, &p).1, 1);
+    let _ = w2;
+    assert_eq!(r.ingest_stats().resets, 1);
+}
+
+/// Gap from 1 (live 5 seen); the engine's buffer starts at 3: the replay is truncated, the
+/// worker cleared and replayed from 3; the end marker arrives at 4, short of live 5: the
+/// worker is cleared again and trusted, live resumes at 6.
+#[test]
+fn truncated_and_short_replays_clear_the_worker_and_restore_trust() {
+    let (r, [w1, _], p) = fleet();
+    r.ingest(w1, LIVE, &batch(0, vec![store(1, None, &p[..2 * BS])]))
+        .unwrap();
+    r.ingest(w1, LIVE, &empty(5)).unwrap();
+    let t = r
+        .ingest(w1, REPLAY, &batch(3, vec![store(7, None, &p[..BS])]))
+        .unwrap();
+    assert_eq!(t.outcome, SeqOutcome::ReplayTruncated { missing: 2 });
+    assert_eq!((blocks(&r, w1), t.trusted), (1, false));
+    r.ingest(w1, REPLAY, &empty(4)).unwrap();
+    let e = r.ingest(w1, REPLAY, &KvMessage::EndOfReplay).unwrap();
+    assert_eq!(
+        (e.outcome, e.trusted),
+        (SeqOutcome::ReplayShort { unreplayed: 1 }, true)
+    );
+    assert_eq!(blocks(&r, w1), 0);
+    assert_eq!(
+        r.ingest(w1, LIVE, &empty(6)).unwrap().outcome,
+        SeqOutcome::Contiguous
+    );
+    let s = r.ingest_stats();
+    assert_eq!((s.replays_truncated, s.replays_short), (1, 1));
+}
+
+#[test]
+fn skip_replay_clears_and_trusts_at_once() {
+    let (r, [w1, _], p) = fleet();
+    r.ingest(w1, LIVE, &batch(0, vec![store(1, None, &p[..2 * BS])]))
+        .unwrap();
+    r.ingest(w1, LIVE, &empty(3)).unwrap();
+    r.ingest(w1, LIVE, &empty(4)).unwrap();
+    assert_eq!(
+        r.skip_replay(w1),
+        Ok(4),
+        "1, 2 lost and 3, 4 held: never applied"
+    );
+    assert_eq!((r.is_trusted(w1), blocks(&r, w1)), (Some(true), 0));
+    assert!(r.replay_requests().is_empty());
+    assert_eq!(
+        r.ingest(w1, LIVE, &empty(5)).unwrap().outcome,
+        SeqOutcome::Contiguous
+    );
+    assert_eq!(r.skip_replay(w1), Ok(0));
+}
+
+#[test]
+fn re_registration_restores_trust_and_expects_sequence_zero() {
+    let (r, [w1, _], p) = fleet();
+    r.ingest(w1, LIVE, &batch(7, vec![store(1, None, &p[..2 * BS])]))
+        .unwrap();
+    assert_eq!(
+        r.replay_requests()[0].from_seq,
+        0,
+        "a mid-stream join is a gap from 0"
+    );
+    assert_eq!(r.is_trusted(w1), Some(false));
+    r.remove_worker(w1).unwrap();
+    r.add_worker(w1).unwrap();
+    assert_eq!(r.is_trusted(w1), Some(true));
+    assert_eq!(r.ingest_stats().untrusted_workers, 0);
+    let x = r.ingest(w1, LIVE, &empty(0)).unwrap();
+    assert_eq!(x.outcome, SeqOutcome::Contiguous);
+}
+
+#[test]
+fn wiring_errors_are_typed_and_counted() {
+    let (r, [w1, _], _) = fleet();
+    let stranger = WorkerId::new(99, 0);
+    assert_eq!(
+        r.ingest(stranger, LIVE, &empty(0)),
+        Err(IngestError::UnknownWorker(stranger))
+    );
+    let KvMessage::Batch { seq, mut batch } = empty(0) else {
+        unreachable!()
+    };
+    batch.dp_rank = Some(3);
+    let e = r.ingest(w1, LIVE, &KvMessage::Batch { seq, batch });
+    assert_eq!(
+        e,
+        Err(IngestError::DpRankMismatch {
+            publisher: w1,
+            batch_dp_rank: 3
+        })
+    );
+    // Nothing advanced: 0 is still the next batch.
+    assert_eq!(
+        r.ingest(w1, LIVE, &empty(0)).unwrap().outcome,
+        SeqOutcome::Contiguous
+    );
+    let s = r.ingest_stats();
+    assert_eq!((s.unknown_worker_messages, s.dp_rank_mismatches), (1, 1));
+}

@@ -1,0 +1,72 @@
+//! Builders of decoded KV event messages for the ingest tests (the shapes
+//! `kvroute_wire::decode_message` produces), and a probe of one worker's overlap in `route`.
+#![allow(dead_code)]
+
+use kvroute::{RouteRequest, Router, WorkerId};
+use kvroute_wire::{
+    BlockRemoved, BlockStored, EventEncoding, KvEvent, KvEventBatch, KvMessage, Medium,
+};
+
+use crate::common::{BS, NOW};
+
+/// A device-tier, main-group `BlockStored` of `tokens` (whole blocks of [`BS`]) with engine
+/// hashes `first..`, chained on `parent`.
+pub fn stored(first: u64, parent: Option<u64>, tokens: &[u32]) -> BlockStored {
+    let blocks = (tokens.len() / BS) as u64;
+    BlockStored {
+        block_hashes: (first..first + blocks).map(kvroute::EngineHash).collect(),
+        parent_block_hash: parent.map(kvroute::EngineHash),
+        token_ids: tokens.to_vec(),
+        block_size: BS as u32,
+        lora_id: None,
+        medium: Medium::Gpu,
+        lora_name: None,
+        cache_salt: None,
+        extra_keys: None,
+        group_idx: None,
+        kv_cache_spec_kind: None,
+        kv_cache_spec_sliding_window: None,
+        encoding: EventEncoding::Named,
+    }
+}
+
+/// [`stored`] as an event.
+pub fn store(first: u64, parent: Option<u64>, tokens: &[u32]) -> KvEvent {
+    KvEvent::BlockStored(stored(first, parent, tokens))
+}
+
+/// A device-tier `BlockRemoved` of engine hashes.
+pub fn remove(hashes: &[u64]) -> KvEvent {
+    KvEvent::BlockRemoved(BlockRemoved {
+        block_hashes: hashes.iter().copied().map(kvroute::EngineHash).collect(),
+        medium: Medium::Gpu,
+        group_idx: None,
+        encoding: EventEncoding::Named,
+    })
+}
+
+/// A batch of DP rank 0 with sequence number `seq`.
+pub fn batch(seq: u64, events: Vec<KvEvent>) -> KvMessage {
+    KvMessage::Batch {
+        seq,
+        batch: KvEventBatch {
+            ts: 0.0,
+            events,
+            dp_rank: Some(0),
+        },
+    }
+}
+
+/// An empty batch (the engine stepped without cache changes).
+pub fn empty(seq: u64) -> KvMessage {
+    batch(seq, Vec::new())
+}
+
+/// The worker `route` picks for `prompt` and the overlap it credits it with (blocks); the
+/// decision is dropped at once (its reservation released).
+pub fn route(r: &Router, prompt: &[u32]) -> (WorkerId, u32) {
+    let d = r
+        .route(&RouteRequest::tokens(prompt, 64, NOW))
+        .expect("routes");
+    (d.worker, d.overlap_blocks)
+}
