@@ -27,8 +27,8 @@ fn loom_reserve_first_token_commit_drop_two_threads() {
         let a = thread::spawn(move || {
             let mut g = t1.reserve(Slot(0), G1, work(3, 2), Nanos(0)).unwrap();
             let prior = g.prior();
-            // The sibling's reservation is either not there yet, or whole (it reserves
-            // requests first), or partly there (its token fields not yet added).
+            // The sibling's reservation is either not there yet, or there (its tokens are
+            // added before its request count), or already returned.
             assert!(prior.requests <= 1);
             assert!(g.first_token());
             assert_eq!(
@@ -191,6 +191,71 @@ fn loom_late_reserve_vs_removal_and_readd() {
             Reserved::default(),
             "the new tenant starts at zero"
         );
+        assert_eq!(t.stats().underflow_clamped, 0);
+    });
+}
+
+/// Reads the slot's totals until they show at least one request (yielding to loom's
+/// scheduler meanwhile), and returns every figure read on the way. A reader that sees the
+/// request count after the reserving thread ran makes loom explore which values of the token
+/// words the reader's loads may still return (loom's scheduling alone may not interleave a
+/// reader between a thread's load and compare-and-swap of one word).
+fn read_until_requests(t: &ReservationTable) -> Vec<Reserved> {
+    let mut seen = vec![t.reserved(Slot(0))];
+    while seen.last().is_some_and(|r| r.requests == 0) {
+        thread::yield_now();
+        seen.push(t.reserved(Slot(0)));
+    }
+    if let Some(r) = t.reserved_for(Slot(0), G1) {
+        seen.push(r);
+    }
+    let mut nonzero = Vec::new();
+    t.reserved_nonzero(&[G1.0], &mut nonzero);
+    seen.extend(nonzero.iter().map(|(_, r)| *r));
+    seen
+}
+
+/// The partial-reservation visibility gap, closed: a reservation adds its tokens before its
+/// request count (`Release`) and readers load the request count first (`Acquire`), so a
+/// reader that counts the request of a held reservation also counts all of its tokens.
+/// The reserving thread also moves its prefill to decode (`first_token`) while the reader
+/// reads: the tokens move, they never vanish.
+#[test]
+fn loom_reader_never_sees_requests_without_tokens() {
+    model(|| {
+        let t = ReservationTable::new(1, Nanos(10)).unwrap();
+        t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+        let t1 = t.clone();
+        // The guard is returned, so it is held until the reader is done.
+        let reserver = thread::spawn(move || {
+            let mut g = t1.reserve(Slot(0), G1, work(3, 2), Nanos(0)).unwrap();
+            g.first_token();
+            g
+        });
+        let seen = read_until_requests(&t);
+        let guard = reserver.join().unwrap();
+        for r in seen {
+            assert!(r.requests <= 1, "{r:?}");
+            if r.requests == 1 {
+                // Before first_token: 3 prefill + 2 decode; after: 0 + 5; while moving,
+                // possibly both (counted twice for a moment), never fewer than 5 in all.
+                assert!(
+                    r.prefill_tokens + r.decode_tokens >= 5,
+                    "the request without its tokens: {r:?}"
+                );
+                assert!(r.decode_tokens >= 2 && r.prefill_tokens <= 3, "{r:?}");
+            }
+        }
+        assert_eq!(
+            t.reserved(Slot(0)),
+            Reserved {
+                requests: 1,
+                prefill_tokens: 0,
+                decode_tokens: 5
+            }
+        );
+        drop(guard);
+        assert_eq!(t.reserved(Slot(0)), Reserved::default());
         assert_eq!(t.stats().underflow_clamped, 0);
     });
 }

@@ -17,13 +17,14 @@
 //! an idle fleet of identical workers, N simultaneous identical requests therefore end at
 //! most `ceil(N/W)` per worker, plus what unchecked last attempts add.
 //!
-//! Known gap: the argument takes a reservation's three counters as visible together, but
-//! `ReservationTable::reserve` adds the request count before the token counts, so a
-//! decision reading a slot in between sees the sibling's request without its tokens and
-//! under-costs that slot for a moment (token-based policies may then pick it again, and its
-//! check passes because the request count it saw is current). The `+ 1` of the bound
-//! absorbs this in practice; closing it needs kvroute-load to publish tokens before the
-//! request count (release/acquire), or a per-slot sequence number.
+//! The argument takes a reservation's counters as visible together: `kvroute-load` adds a
+//! reservation's tokens before its request count (`Release`) and reads the request count
+//! first (`Acquire`), so a decision that counts a sibling's request also counts its tokens
+//! and never under-costs that slot (kvroute-load's `reserve/table.rs`, `# Orderings`; loom
+//! model `loom_reader_never_sees_requests_without_tokens`). What it can still see is the
+//! converse, a sibling's tokens without its request for a moment (over-costing the slot,
+//! the safe side), or the request of a reservation being returned without its tokens (an
+//! ending request, not a sibling). The `+ 1` of the bound is the unchecked last attempt's.
 
 use kvroute_load::{ReserveError, Work};
 use kvroute_score::{ScoreRequest, TieInput};

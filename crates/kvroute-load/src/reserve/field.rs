@@ -22,14 +22,28 @@
 //! Values are checked: an addition that would pass `u32::MAX` is refused, never wrapped.
 //!
 //! # Orderings
-//! All operations are `Relaxed`. Each is a single read-modify-write (or a load that a
-//! compare-and-swap then validates) on one word, so the modification order of that word
-//! alone gives the exactness claims: an entry's subtraction succeeds only on a word that
+//! Exactness rests on each word alone: every operation is a single read-modify-write (or a
+//! load that a compare-and-swap then validates) on one word, so the modification order of
+//! that word gives the exactness claims: an entry's subtraction succeeds only on a word that
 //! still carries its tag, which cannot have been re-tagged since its addition, so the value
-//! still contains the amount. No other memory is published through these words; the
-//! tenancy protocol that orders them against worker removal lives in `table.rs`.
+//! still contains the amount. For that alone every operation could be `Relaxed`.
+//!
+//! The callers also publish one field through another (`table.rs`, `# Orderings`): a
+//! reservation's token additions must be visible to a reader that sees its request count.
+//! So [`FieldCell::add`], [`FieldCell::sub`] and [`FieldCell::total`] take the ordering of
+//! the successful read-modify-write (`Release` where it publishes earlier writes) or of the
+//! loads (`Acquire` where the reader then reads the published fields); failed
+//! compare-and-swaps and the re-reads of a retry are `Relaxed`, since only the final,
+//! successful operation publishes. Every later read-modify-write of the word (other
+//! reservations, returns, [`FieldCell::age`], [`FieldCell::clear`]) continues the release
+//! sequence, so an `Acquire` load that reads a later value still synchronises with the
+//! publishing operation. `grow`, `age` and `clear` publish nothing and are `Relaxed`. The
+//! tenancy protocol that orders these words against worker removal lives in `table.rs`.
 
-use kvroute_sync::atomic::{AtomicU64, Ordering::Relaxed};
+use kvroute_sync::atomic::{
+    AtomicU64,
+    Ordering::{self, Relaxed},
+};
 
 #[inline]
 fn pack(tag: u32, value: u32) -> u64 {
@@ -100,21 +114,27 @@ impl FieldCell {
         }
     }
 
-    fn load(&self) -> [u64; 2] {
-        [self.buckets[0].load(Relaxed), self.buckets[1].load(Relaxed)]
+    fn load(&self, order: Ordering) -> [u64; 2] {
+        [self.buckets[0].load(order), self.buckets[1].load(order)]
     }
 
-    /// Sum of both buckets.
-    pub(crate) fn total(&self) -> u64 {
-        let w = self.load();
+    /// Sum of both buckets, each loaded with `order` (`Relaxed` or `Acquire`).
+    pub(crate) fn total(&self, order: Ordering) -> u64 {
+        let w = self.load(order);
         u64::from(value(w[0])) + u64::from(value(w[1]))
     }
 
-    /// Adds `amount` to the young bucket. Returns the entry and the field's total just before
+    /// Adds `amount` to the young bucket; the successful compare-and-swap has ordering
+    /// `order` (`Relaxed` or `Release`). Returns the entry and the field's total just before
     /// (the young bucket's exact pre-value plus the old bucket as last read). With `limit`,
     /// refuses (adding nothing) when that total exceeds it.
-    pub(crate) fn add(&self, amount: u32, limit: Option<u64>) -> Result<(Entry, u64), AddRefused> {
-        let mut words = self.load();
+    pub(crate) fn add(
+        &self,
+        amount: u32,
+        limit: Option<u64>,
+        order: Ordering,
+    ) -> Result<(Entry, u64), AddRefused> {
+        let mut words = self.load(Relaxed);
         loop {
             let y = young(words);
             let w = words[y];
@@ -123,7 +143,7 @@ impl FieldCell {
                 return Err(AddRefused::OverLimit { prior });
             }
             let new = value(w).checked_add(amount).ok_or(AddRefused::Saturated)?;
-            match self.buckets[y].compare_exchange_weak(w, pack(tag(w), new), Relaxed, Relaxed) {
+            match self.buckets[y].compare_exchange_weak(w, pack(tag(w), new), order, Relaxed) {
                 Ok(_) => {
                     let entry = Entry {
                         bucket: y as u8,
@@ -140,8 +160,9 @@ impl FieldCell {
         }
     }
 
-    /// Takes `entry`'s amount back if its bucket still carries its tag.
-    pub(crate) fn sub(&self, entry: Entry) -> Returned {
+    /// Takes `entry`'s amount back if its bucket still carries its tag; the successful
+    /// compare-and-swap has ordering `order` (`Relaxed` or `Release`).
+    pub(crate) fn sub(&self, entry: Entry, order: Ordering) -> Returned {
         let cell = &self.buckets[usize::from(entry.bucket)];
         let mut w = cell.load(Relaxed);
         loop {
@@ -152,7 +173,7 @@ impl FieldCell {
                 Some(v) => (v, Returned::Released),
                 None => (0, Returned::Clamped),
             };
-            match cell.compare_exchange_weak(w, pack(tag(w), new), Relaxed, Relaxed) {
+            match cell.compare_exchange_weak(w, pack(tag(w), new), order, Relaxed) {
                 Ok(_) => return outcome,
                 Err(now) => w = now,
             }
@@ -183,7 +204,7 @@ impl FieldCell {
     /// Drops the old bucket's reservations and makes it the young one. Returns the amount
     /// dropped. Callers serialise ageing (the table's admin lock).
     pub(crate) fn age(&self) -> u32 {
-        let words = self.load();
+        let words = self.load(Relaxed);
         let y = young(words);
         let next = tag(words[y]).wrapping_add(1);
         value(self.buckets[1 - y].swap(pack(next, 0), Relaxed))
@@ -193,7 +214,7 @@ impl FieldCell {
     /// young one `young tag + 2`). Returns the amount dropped. Callers serialise it with
     /// ageing.
     pub(crate) fn clear(&self) -> u64 {
-        let words = self.load();
+        let words = self.load(Relaxed);
         let y = young(words);
         let t = tag(words[y]);
         let old = self.buckets[1 - y].swap(pack(t.wrapping_add(1), 0), Relaxed);
@@ -209,81 +230,81 @@ mod tests {
     #[test]
     fn add_and_sub_exactly_once() {
         let f = FieldCell::new();
-        let (a, prior) = f.add(5, None).unwrap();
+        let (a, prior) = f.add(5, None, Relaxed).unwrap();
         assert_eq!(prior, 0);
-        let (b, prior) = f.add(7, None).unwrap();
+        let (b, prior) = f.add(7, None, Relaxed).unwrap();
         assert_eq!(prior, 5);
-        assert_eq!(f.total(), 12);
-        assert_eq!(f.sub(a), Returned::Released);
-        assert_eq!(f.total(), 7);
-        assert_eq!(f.sub(b), Returned::Released);
-        assert_eq!(f.total(), 0);
+        assert_eq!(f.total(Relaxed), 12);
+        assert_eq!(f.sub(a, Relaxed), Returned::Released);
+        assert_eq!(f.total(Relaxed), 7);
+        assert_eq!(f.sub(b, Relaxed), Returned::Released);
+        assert_eq!(f.total(Relaxed), 0);
     }
 
     #[test]
     fn ageing_keeps_one_cohort_and_drops_the_next() {
         let f = FieldCell::new();
-        let (a, _) = f.add(3, None).unwrap();
+        let (a, _) = f.add(3, None, Relaxed).unwrap();
         assert_eq!(f.age(), 0, "old bucket was empty");
-        let (b, prior) = f.add(4, None).unwrap();
+        let (b, prior) = f.add(4, None, Relaxed).unwrap();
         assert_eq!(prior, 3, "old bucket counts in the total");
         assert_ne!(a.bucket, b.bucket);
-        assert_eq!(f.total(), 7);
+        assert_eq!(f.total(Relaxed), 7);
         assert_eq!(f.age(), 3, "a's cohort is dropped by the second ageing");
-        assert_eq!(f.sub(a), Returned::Dead);
-        assert_eq!(f.total(), 4);
-        assert_eq!(f.sub(b), Returned::Released);
-        assert_eq!(f.total(), 0);
+        assert_eq!(f.sub(a, Relaxed), Returned::Dead);
+        assert_eq!(f.total(Relaxed), 4);
+        assert_eq!(f.sub(b, Relaxed), Returned::Released);
+        assert_eq!(f.total(Relaxed), 0);
     }
 
     #[test]
     fn clear_kills_every_entry() {
         let f = FieldCell::new();
-        let (a, _) = f.add(2, None).unwrap();
+        let (a, _) = f.add(2, None, Relaxed).unwrap();
         f.age();
-        let (b, _) = f.add(9, None).unwrap();
+        let (b, _) = f.add(9, None, Relaxed).unwrap();
         assert_eq!(f.clear(), 11);
-        assert_eq!(f.total(), 0);
-        assert_eq!(f.sub(a), Returned::Dead);
-        assert_eq!(f.sub(b), Returned::Dead);
+        assert_eq!(f.total(Relaxed), 0);
+        assert_eq!(f.sub(a, Relaxed), Returned::Dead);
+        assert_eq!(f.sub(b, Relaxed), Returned::Dead);
         // New reservations go to a fresh young bucket.
-        let (c, prior) = f.add(1, None).unwrap();
+        let (c, prior) = f.add(1, None, Relaxed).unwrap();
         assert_eq!(prior, 0);
-        assert_eq!(f.sub(c), Returned::Released);
+        assert_eq!(f.sub(c, Relaxed), Returned::Released);
     }
 
     #[test]
     fn checked_add_and_limit() {
         let f = FieldCell::new();
-        let (big, _) = f.add(u32::MAX - 1, None).unwrap();
-        assert_eq!(f.add(2, None), Err(AddRefused::Saturated));
+        let (big, _) = f.add(u32::MAX - 1, None, Relaxed).unwrap();
+        assert_eq!(f.add(2, None, Relaxed), Err(AddRefused::Saturated));
         assert_eq!(
-            f.total(),
+            f.total(Relaxed),
             u64::from(u32::MAX - 1),
             "a refused add adds nothing"
         );
         assert_eq!(
-            f.add(1, Some(10)),
+            f.add(1, Some(10), Relaxed),
             Err(AddRefused::OverLimit { prior: 4294967294 })
         );
-        assert_eq!(f.sub(big), Returned::Released);
-        assert!(f.add(1, Some(0)).is_ok());
+        assert_eq!(f.sub(big, Relaxed), Returned::Released);
+        assert!(f.add(1, Some(0), Relaxed).is_ok());
     }
 
     #[test]
     fn grow_saturates_and_records() {
         let f = FieldCell::new();
-        let (mut e, _) = f.add(10, None).unwrap();
+        let (mut e, _) = f.add(10, None, Relaxed).unwrap();
         assert_eq!(f.grow(&mut e, 5), Some(5));
         assert_eq!(e.amount, 15);
-        assert_eq!(f.total(), 15);
-        let (mut g, _) = f.add(u32::MAX - 20, None).unwrap();
+        assert_eq!(f.total(Relaxed), 15);
+        let (mut g, _) = f.add(u32::MAX - 20, None, Relaxed).unwrap();
         // Bucket holds 15 + (MAX - 20) = MAX - 5; room is 5.
         assert_eq!(f.grow(&mut g, 100), Some(5));
-        assert_eq!(f.total(), u64::from(u32::MAX));
-        assert_eq!(f.sub(g), Returned::Released);
-        assert_eq!(f.sub(e), Returned::Released);
-        assert_eq!(f.total(), 0);
+        assert_eq!(f.total(Relaxed), u64::from(u32::MAX));
+        assert_eq!(f.sub(g, Relaxed), Returned::Released);
+        assert_eq!(f.sub(e, Relaxed), Returned::Released);
+        assert_eq!(f.total(Relaxed), 0);
         f.clear();
         assert_eq!(f.grow(&mut e, 1), None, "dead entry");
     }

@@ -10,13 +10,21 @@
 //!
 //! # Orderings
 //! The guard performs no atomic operation of its own; it calls the field operations of
-//! `field.rs` (all `Relaxed`, exact by per-word modification order) and holds an `Arc` of
-//! the table.
+//! `field.rs` (exact by per-word modification order) and holds an `Arc` of the table.
+//! Two of them are ordered for readers of totals (`table.rs`, `# Orderings`):
+//! * Returning: the request count is taken back before the tokens (all `Relaxed`), so a
+//!   reservation being returned never shows its request without its tokens for longer than
+//!   a read that straddles the return itself.
+//! * [`Reservation::first_token`] first grows the decode entry, then takes the prefill
+//!   entry back with `Release`; a reader loads prefill with `Acquire` before decode, so if
+//!   it misses the prefill tokens it sees them as decode tokens (it may count them twice
+//!   for a moment, never zero times).
 
 use core::fmt;
 
 use kvroute_index::{Slot, SlotGeneration};
 use kvroute_sync::Arc;
+use kvroute_sync::atomic::Ordering;
 
 use super::field::Entry;
 use super::table::{DECODE, Inner, PREFILL, REQUESTS, Reserved, Work};
@@ -110,7 +118,11 @@ impl Reservation {
     /// the decode entry's own bucket, saturating at `u32::MAX` (the amount actually moved is
     /// what is later returned). If telemetry has already absorbed the decode part
     /// (reconciled) or the worker was removed, the prefill part is released and nothing is
-    /// added. Returns whether a live prefill part was released; later calls do nothing.
+    /// added; if the prefill part was already absorbed, nothing moves. Returns whether a
+    /// live prefill part was released; later calls do nothing.
+    ///
+    /// The decode tokens grow before the prefill tokens are taken back (module docs), so a
+    /// concurrent reader never sees the request without these tokens.
     pub fn first_token(&mut self) -> bool {
         if self.decoding {
             return false;
@@ -120,17 +132,38 @@ impl Reservation {
             return false;
         };
         let cell = self.table.slot_cell(self.slot);
-        if !self.table.count_return(cell.fields[PREFILL].sub(pre)) {
-            return false;
-        }
+        let mut grown = 0;
         if pre.amount > 0 {
             if let Some(dec) = self.entries[DECODE].as_mut() {
-                if cell.fields[DECODE].grow(dec, pre.amount).is_none() {
+                match cell.fields[DECODE].grow(dec, pre.amount) {
+                    Some(add) => grown = add,
+                    None => self.entries[DECODE] = None,
+                }
+            }
+        }
+        if self
+            .table
+            .count_return(cell.fields[PREFILL].sub(pre, Ordering::Release))
+        {
+            return true;
+        }
+        // The prefill part was already dropped (reconciled): undo the move.
+        if grown > 0 {
+            if let Some(dec) = self.entries[DECODE].as_mut() {
+                let moved = Entry {
+                    amount: grown,
+                    ..*dec
+                };
+                dec.amount -= grown;
+                if !self
+                    .table
+                    .count_return(cell.fields[DECODE].sub(moved, Ordering::Relaxed))
+                {
                     self.entries[DECODE] = None;
                 }
             }
         }
-        true
+        false
     }
 
     /// Hands the request over to the engine's telemetry: the caller knows the engine's own
@@ -152,7 +185,10 @@ impl Reservation {
             let Some(e) = self.entries[f].take() else {
                 continue;
             };
-            if self.table.count_return(cell.fields[f].sub(e)) {
+            if self
+                .table
+                .count_return(cell.fields[f].sub(e, Ordering::Relaxed))
+            {
                 let amount = u64::from(e.amount);
                 match f {
                     REQUESTS => live.requests += amount,

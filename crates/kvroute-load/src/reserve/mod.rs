@@ -2,7 +2,9 @@
 //!
 //! When a decision picks a worker slot it immediately adds the request's work (one
 //! request, its uncached prefill tokens, its expected decode tokens) to the slot's counters,
-//! so a concurrent decision sees it, and gets a [`Reservation`] guard back.
+//! so a concurrent decision sees it, and gets a [`Reservation`] guard back. The tokens are
+//! added before the request count, and readers load the request count first, so a decision
+//! never sees a held reservation's request without its tokens (`table.rs`, `# Orderings`).
 //!
 //! Lifecycle of a guard:
 //! * [`ReservationTable::reserve`] (or [`ReservationTable::reserve_at_most`]) adds the work

@@ -9,7 +9,8 @@
 //! # Tenancy protocol (why a stale reservation never reaches a new tenant)
 //! * `remove_worker` swaps the tenancy to vacant, then clears every field (re-tagging both
 //!   buckets). `add_worker` stores the new generation (the fields are already clear).
-//! * `reserve(slot, generation, ..)` checks the tenancy, adds to the three fields, then
+//! * `reserve(slot, generation, ..)` checks the tenancy, adds to the three fields (tokens
+//!   first, the request count last; see Orderings), then
 //!   re-validates with `compare_exchange(generation, generation)` on the tenancy. If that
 //!   fails, it takes its additions back (only from buckets still carrying its tags) and
 //!   returns [`ReserveError::StaleSlot`]; no guard is created.
@@ -38,9 +39,32 @@
 //!   filter against tenancies already replaced: a removal (and a new tenancy) racing with
 //!   the read can still change the fields in between, so the figures may mix both; they
 //!   only inform a score, and the decision's reservation re-validates the tenancy.
-//! * Field words are `Relaxed` (see `field.rs`); reads of totals are `Relaxed`: a decision
-//!   orders them after loading the load snapshot (an `Acquire`), which is what the
-//!   reconciliation rule needs (`reconcile.rs`).
+//! * Whole reservations (why a reader never sees a request count without its tokens):
+//!   `reserve` adds the prefill and decode tokens (`Relaxed`), then the request count with a
+//!   `Release` compare-and-swap. Readers of totals (`reserved`, `reserved_for`,
+//!   `reserved_nonzero`) load the request buckets with `Acquire` first, then the tokens. A
+//!   reader whose request load reads a reservation's addition (or any later value: every
+//!   later write of that word is a read-modify-write, which continues the release
+//!   sequence) synchronises with it, so its token loads see that reservation's token
+//!   additions or later values of those words. Later token values drop that reservation's
+//!   tokens only if they are being returned or dropped (the guard's return, a refusal's
+//!   take-back, sweeping, reconciliation, removal), never while it is held and live: a
+//!   sibling decision never counts a held reservation's request without its tokens (loom:
+//!   `loom_reader_never_sees_requests_without_tokens`). The converse (tokens without the
+//!   request) is visible for a moment and over-counts, the safe side.
+//! * [`Reservation::first_token`] moves prefill to decode: it grows decode, then takes
+//!   prefill back with `Release`; readers load prefill with `Acquire` before decode, so the
+//!   moved tokens are counted once or (for a moment) twice, never zero times.
+//! * A return racing with a read can still show the request without its tokens (the read
+//!   straddles the return; no order of the return's steps avoids it without a retrying
+//!   reader). That reservation is ending, not a sibling's, and such figures only inform a
+//!   score.
+//! * `reserve_at_most` checks the limit with a `Relaxed` load before adding anything (an
+//!   early exit, so a contended decision rarely shows its tokens), and again in the request
+//!   count's compare-and-swap, which decides; a refusal there takes the tokens back.
+//! * Reads of totals come after loading the load snapshot (an `Acquire`), which is what the
+//!   reconciliation rule needs (`reconcile.rs`). Control-path operations (`age`, `clear`)
+//!   are `Relaxed` read-modify-writes under the admin lock.
 //! * Statistics counters are `Relaxed`: they are independent monotonic tallies.
 
 use core::fmt;
@@ -283,11 +307,17 @@ pub(crate) struct SlotCell {
 }
 
 impl SlotCell {
+    /// The three totals, read requests first (`Acquire`), then prefill tokens (`Acquire`),
+    /// then decode tokens, so that a reservation's request count is never read without its
+    /// tokens (see `# Orderings`).
     fn totals(&self) -> Reserved {
+        let requests = self.fields[REQUESTS].total(Ordering::Acquire);
+        let prefill_tokens = self.fields[PREFILL].total(Ordering::Acquire);
+        let decode_tokens = self.fields[DECODE].total(Ordering::Relaxed);
         Reserved {
-            requests: self.fields[REQUESTS].total(),
-            prefill_tokens: self.fields[PREFILL].total(),
-            decode_tokens: self.fields[DECODE].total(),
+            requests,
+            prefill_tokens,
+            decode_tokens,
         }
     }
 
@@ -332,11 +362,12 @@ impl Inner {
         }
     }
 
-    /// Takes back the entries of a reservation that is being refused.
+    /// Takes back the entries of a reservation that is being refused: the request count
+    /// first, then the tokens (as a guard returns them).
     fn take_back(&self, cell: &SlotCell, entries: &[Option<Entry>; 3]) {
         for (f, e) in entries.iter().enumerate() {
             if let Some(e) = e {
-                self.count_return(cell.fields[f].sub(*e));
+                self.count_return(cell.fields[f].sub(*e, Ordering::Relaxed));
             }
         }
     }
@@ -513,7 +544,8 @@ impl ReservationTable {
     }
 
     /// Reserved totals on `slot` (zero for an out-of-range slot). Each field is read on its
-    /// own; the three are not one atomic snapshot.
+    /// own and the three are not one atomic snapshot, but a held reservation's request is
+    /// never counted without its tokens (module docs, `# Orderings`).
     pub fn reserved(&self, slot: Slot) -> Reserved {
         self.cell(slot).map(SlotCell::totals).unwrap_or_default()
     }
@@ -569,6 +601,9 @@ impl ReservationTable {
     /// before: if it differs from what the decision read, another decision reserved the same
     /// slot in between (use it to re-decide, or use [`reserve_at_most`](Self::reserve_at_most)).
     ///
+    /// The tokens are added before the request count, so a concurrent reader that counts
+    /// the request also counts its tokens.
+    ///
     /// Cost: three compare-and-swaps on the slot's cache line plus one on its tenancy; no
     /// lock; retries only when another thread changed the same word at the same instant.
     ///
@@ -622,12 +657,36 @@ impl ReservationTable {
         if generation.0 == VACANT || cell.tenancy.load(Ordering::Acquire) != generation.0 {
             return Err(stale());
         }
+        let contended = |prior_requests: u64| {
+            self.inner
+                .stats
+                .rejected_contended
+                .fetch_add(1, Ordering::Relaxed);
+            ReserveError::Contended {
+                slot,
+                prior_requests,
+            }
+        };
+        // Early exit before touching the tokens; the request's compare-and-swap below is
+        // what decides.
+        if let Some(max) = limit {
+            let prior = cell.fields[REQUESTS].total(Ordering::Relaxed);
+            if prior > max {
+                return Err(contended(prior));
+            }
+        }
         let amounts = [1, work.prefill_tokens, work.decode_tokens];
         let mut entries: [Option<Entry>; 3] = [None; 3];
         let mut prior = Reserved::default();
-        for f in 0..3 {
-            let lim = if f == REQUESTS { limit } else { None };
-            match cell.fields[f].add(amounts[f], lim) {
+        // Tokens first, the request count last with `Release`: a reader that sees the
+        // request count sees the tokens (`# Orderings`).
+        for f in [PREFILL, DECODE, REQUESTS] {
+            let (lim, order) = if f == REQUESTS {
+                (limit, Ordering::Release)
+            } else {
+                (None, Ordering::Relaxed)
+            };
+            match cell.fields[f].add(amounts[f], lim, order) {
                 Ok((entry, p)) => {
                     entries[f] = Some(entry);
                     prior.add_field(f, p);
@@ -645,16 +704,7 @@ impl ReservationTable {
                                 field: FIELD_NAMES[f],
                             }
                         }
-                        AddRefused::OverLimit { prior } => {
-                            self.inner
-                                .stats
-                                .rejected_contended
-                                .fetch_add(1, Ordering::Relaxed);
-                            ReserveError::Contended {
-                                slot,
-                                prior_requests: prior,
-                            }
-                        }
+                        AddRefused::OverLimit { prior } => contended(prior),
                     });
                 }
             }
