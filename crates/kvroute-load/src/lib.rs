@@ -39,5 +39,5 @@ pub use snapshot::{EngineLoad, LoadSnapshot, LoadStats, NO_ENGINE, SlotLoad};
 pub use time::Nanos;
 pub use update::{
     LoadSample, SglangRankLoad, TokenCapacity, UpdateError, VllmLoadUpdate, VllmRankLoad,
-    check_token_capacity,
+    check_token_capacity, int_count,
 };

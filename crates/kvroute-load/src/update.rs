@@ -359,7 +359,11 @@ pub fn check_token_capacity(w: WorkerId, c: TokenCapacity) -> Result<(), UpdateE
     Ok(())
 }
 
-pub(crate) fn int_count(w: WorkerId, field: &'static str, v: i64) -> Result<u32, UpdateError> {
+/// A reported count (requests or tokens) as `u32`, for decoders of the engines' formats.
+///
+/// # Errors
+/// [`UpdateError::Negative`] below 0; [`UpdateError::TooLarge`] above `u32::MAX`.
+pub fn int_count(w: WorkerId, field: &'static str, v: i64) -> Result<u32, UpdateError> {
     if v < 0 {
         return Err(UpdateError::Negative {
             worker: w,

@@ -168,11 +168,9 @@ impl Fleet {
         self.requests.get(i).copied().unwrap_or(0.0)
     }
 
-    fn reset(&mut self, slots: usize) {
-        let n = padded_len(slots);
-        debug_assert_eq!(n % LANE_PAD, 0);
-        self.len = slots;
-        for lane in [
+    /// Every `f32` lane, for sizing them together.
+    fn f32_lanes(&mut self) -> [&mut Vec<f32>; 10] {
+        [
             &mut self.occupied,
             &mut self.overlap,
             &mut self.requests,
@@ -183,7 +181,14 @@ impl Fleet {
             &mut self.occ,
             &mut self.ptps,
             &mut self.dtps,
-        ] {
+        ]
+    }
+
+    fn reset(&mut self, slots: usize) {
+        let n = padded_len(slots);
+        debug_assert_eq!(n % LANE_PAD, 0);
+        self.len = slots;
+        for lane in self.f32_lanes() {
             lane.clear();
             lane.resize(n, 0.0);
         }
@@ -199,18 +204,7 @@ impl Fleet {
     fn size(&mut self, slots: usize) {
         let n = padded_len(slots);
         self.len = slots;
-        for lane in [
-            &mut self.occupied,
-            &mut self.overlap,
-            &mut self.requests,
-            &mut self.queued,
-            &mut self.decode,
-            &mut self.kv,
-            &mut self.util,
-            &mut self.occ,
-            &mut self.ptps,
-            &mut self.dtps,
-        ] {
+        for lane in self.f32_lanes() {
             lane.resize(n, 0.0);
         }
         self.validity.resize(n, Validity::Vacant);

@@ -3,6 +3,7 @@
 //! A shorter array is malformed ([`WireError::TooFewFields`]), never zero-filled.
 
 use core::fmt;
+use kvroute_load::int_count as count;
 
 use kvroute_index::WorkerId;
 use kvroute_load::{LoadSample, UpdateError};
@@ -115,21 +116,6 @@ pub fn decode_load_stat(payload: &[u8]) -> Result<SglangLoadStat, WireError> {
         num_tokens,
         max_total_num_tokens,
         dp_rank,
-    })
-}
-
-fn count(w: WorkerId, field: &'static str, v: i64) -> Result<u32, UpdateError> {
-    if v < 0 {
-        return Err(UpdateError::Negative {
-            worker: w,
-            field,
-            value: v as f64,
-        });
-    }
-    u32::try_from(v).map_err(|_| UpdateError::TooLarge {
-        worker: w,
-        field,
-        value: v as f64,
     })
 }
 
