@@ -1,0 +1,3 @@
+//! `kvroute-sim`: the fleet simulator's command line.
+
+fn main() {}

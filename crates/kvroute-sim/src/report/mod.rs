@@ -1,0 +1,1 @@
+//! Metrics, the side-by-side table, JSON and SVG output.

@@ -1,0 +1,32 @@
+//! Workloads: the Mooncake trace reader and the built-in scenarios.
+
+use crate::engine::EngineConfig;
+use crate::fault::Fault;
+use crate::net::ChannelConfig;
+use crate::request::SimRequest;
+
+/// The fleet a workload runs on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FleetSpec {
+    /// Number of engines.
+    pub engines: u32,
+    /// Every engine's configuration.
+    pub engine: EngineConfig,
+    /// The channels between engines and router.
+    pub channels: ChannelConfig,
+}
+
+/// A complete simulation input.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    /// Short name (`"hot-owner-51"`, `"trace"`).
+    pub name: String,
+    /// What it reproduces (one paragraph).
+    pub description: String,
+    /// Requests, in arrival order (follow-ups anywhere).
+    pub requests: Vec<SimRequest>,
+    /// The fleet.
+    pub fleet: FleetSpec,
+    /// Faults on the schedule.
+    pub faults: Vec<Fault>,
+}
