@@ -199,14 +199,20 @@ impl Ctx<'_> {
         if self.fallback_cause().is_some() {
             return self.model::<E>(s, CostKind::Projected);
         }
-        let Some((p, pc)) = self.run::<E>(&mut s.costs, CostKind::Projected, Mask::ALL, &self.rule)
-        else {
+        E::costs2(
+            [CostKind::Projected, CostKind::LeastLoad],
+            &self.p,
+            self.fleet,
+            [&mut s.costs, &mut s.aux],
+        );
+        let Some(p) = E::select(self.fleet, &s.costs, Mask::ALL, &self.rule) else {
             return none();
         };
-        let Some((l, lc)) = self.run::<E>(&mut s.aux, CostKind::LeastLoad, Mask::ALL, &self.rule)
-        else {
+        let pc = s.costs[p];
+        let Some(l) = E::select(self.fleet, &s.aux, Mask::ALL, &self.rule) else {
             return none();
         };
+        let lc = s.aux[l];
         if s.aux[p] - lc > self.cfg.escape_margin_s {
             self.choice(l, Reason::LoadEscape, s.costs[l])
         } else {

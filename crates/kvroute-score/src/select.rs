@@ -13,6 +13,12 @@
 //!    keys never exclude; then the first kept slot at or after `cursor mod len`, wrapping.
 //!
 //! Every step is a comparison of exact values, so the two agree bit for bit.
+//!
+//! The SIMD selection makes two vector passes (eligibility with the running minimum, then
+//! the band, both into one candidate bit per slot); the tie keys of step 4 then visit only
+//! the band's slots, so a small band costs nothing more. `projected_time` computes its two
+//! cost kinds (projected seconds and the escape's `least_load` seconds) in one pass over the
+//! lanes ([`Engine::costs2`]).
 
 #![allow(clippy::needless_range_loop)] // parallel lanes are indexed together
 
@@ -46,6 +52,13 @@ pub(crate) struct TieRule {
 pub(crate) trait Engine {
     /// Writes the cost of every lane (padded length) into `out`.
     fn costs(kind: CostKind, p: &Params, fleet: &Fleet, out: &mut Vec<f32>);
+    /// [`costs`](Self::costs) of two kinds at once (one pass over the lanes where the
+    /// implementation can share the loads).
+    fn costs2(kinds: [CostKind; 2], p: &Params, fleet: &Fleet, out: [&mut Vec<f32>; 2]) {
+        let [a, b] = out;
+        Self::costs(kinds[0], p, fleet, a);
+        Self::costs(kinds[1], p, fleet, b);
+    }
     /// The chosen slot under `mask` and `rule`, or `None` when no slot is eligible.
     fn select(fleet: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize>;
 }
@@ -133,11 +146,80 @@ impl Engine for Scalar {
     }
 }
 
+/// A lane as whole chunks of eight, cut to exactly `chunks` of them so that indexing
+/// with `c < chunks` needs no bounds check in the loops below.
 #[inline(always)]
-fn v(lane: &[f32], c: usize) -> f32x8 {
-    let mut a = [0.0f32; 8];
-    a.copy_from_slice(&lane[c * 8..c * 8 + 8]);
-    f32x8::new(a)
+fn chunked(lane: &[f32], chunks: usize) -> &[[f32; 8]] {
+    let whole: &[[f32; 8]] = bytemuck::cast_slice(&lane[..chunks * 8]);
+    &whole[..chunks]
+}
+
+/// The mutable form of [`chunked`].
+#[inline(always)]
+fn chunked_mut(lane: &mut [f32], chunks: usize) -> &mut [[f32; 8]] {
+    let whole: &mut [[f32; 8]] = bytemuck::cast_slice_mut(&mut lane[..chunks * 8]);
+    &mut whole[..chunks]
+}
+
+/// Every lane the pass reads, chunked (see [`chunked`]).
+struct Cols<'a> {
+    chunks: usize,
+    occupied: &'a [[f32; 8]],
+    overlap: &'a [[f32; 8]],
+    requests: &'a [[f32; 8]],
+    queued: &'a [[f32; 8]],
+    decode: &'a [[f32; 8]],
+    kv: &'a [[f32; 8]],
+    util: &'a [[f32; 8]],
+    occ: &'a [[f32; 8]],
+    ptps: &'a [[f32; 8]],
+    dtps: &'a [[f32; 8]],
+}
+
+impl<'a> Cols<'a> {
+    #[inline(always)]
+    fn new(f: &'a Fleet) -> Self {
+        let n = f.lane_len() / 8;
+        Cols {
+            chunks: n,
+            occupied: chunked(&f.occupied, n),
+            overlap: chunked(&f.overlap, n),
+            requests: chunked(&f.requests, n),
+            queued: chunked(&f.queued, n),
+            decode: chunked(&f.decode, n),
+            kv: chunked(&f.kv, n),
+            util: chunked(&f.util, n),
+            occ: chunked(&f.occ, n),
+            ptps: chunked(&f.ptps, n),
+            dtps: chunked(&f.dtps, n),
+        }
+    }
+
+    /// The worker figures of chunk `c`.
+    #[inline(always)]
+    fn lanes(&self, c: usize) -> LaneIn<f32x8> {
+        LaneIn {
+            overlap: f32x8::from(self.overlap[c]),
+            requests: f32x8::from(self.requests[c]),
+            queued: f32x8::from(self.queued[c]),
+            decode: f32x8::from(self.decode[c]),
+            kv: f32x8::from(self.kv[c]),
+            util: f32x8::from(self.util[c]),
+            occ: f32x8::from(self.occ[c]),
+            ptps: f32x8::from(self.ptps[c]),
+            dtps: f32x8::from(self.dtps[c]),
+        }
+    }
+
+    /// Eligibility mask of chunk `c` with costs `cv`.
+    #[inline(always)]
+    fn eligible(&self, cv: f32x8, mask: Mask, c: usize) -> f32x8 {
+        let mut e = f32x8::from(self.occupied[c]).cmp_gt(f32x8::ZERO) & cv.is_finite();
+        if let Some(t) = mask.min_overlap {
+            e &= f32x8::from(self.overlap[c]).cmp_ge(f32x8::splat(t));
+        }
+        e
+    }
 }
 
 fn hmin(x: f32x8) -> f32 {
@@ -146,137 +228,172 @@ fn hmin(x: f32x8) -> f32 {
         .fold(f32::INFINITY, |m, e| if e < m { e } else { m })
 }
 
-fn hmax(x: f32x8) -> f32 {
-    x.to_array()
-        .into_iter()
-        .fold(f32::NEG_INFINITY, |m, e| if e > m { e } else { m })
-}
-
-impl Simd {
-    /// Eligibility mask of chunk `c`.
-    #[inline(always)]
-    fn eligible(f: &Fleet, costs: &[f32], mask: Mask, c: usize) -> f32x8 {
-        let cv = v(costs, c);
-        let mut e = v(&f.occupied, c).cmp_gt(f32x8::ZERO) & cv.is_finite();
-        if let Some(t) = mask.min_overlap {
-            e &= v(&f.overlap, c).cmp_ge(f32x8::splat(t));
-        }
-        e
-    }
-}
-
 impl Engine for Simd {
     fn costs(kind: CostKind, p: &Params, f: &Fleet, out: &mut Vec<f32>) {
-        let n = f.lane_len();
-        out.clear();
-        out.resize(n, 0.0);
-        for c in 0..n / 8 {
-            let x = LaneIn {
-                overlap: v(&f.overlap, c),
-                requests: v(&f.requests, c),
-                queued: v(&f.queued, c),
-                decode: v(&f.decode, c),
-                kv: v(&f.kv, c),
-                util: v(&f.util, c),
-                occ: v(&f.occ, c),
-                ptps: v(&f.ptps, c),
-                dtps: v(&f.dtps, c),
-            };
-            out[c * 8..c * 8 + 8].copy_from_slice(&cost::<f32x8>(kind, p, &x).to_array());
+        let cols = Cols::new(f);
+        // Every lane is overwritten below: size the buffer without clearing it.
+        out.resize(f.lane_len(), 0.0);
+        out.truncate(f.lane_len());
+        let o = chunked_mut(out, cols.chunks);
+        for c in 0..cols.chunks {
+            o[c] = cost::<f32x8>(kind, p, &cols.lanes(c)).to_array();
+        }
+    }
+
+    fn costs2(kinds: [CostKind; 2], p: &Params, f: &Fleet, out: [&mut Vec<f32>; 2]) {
+        let cols = Cols::new(f);
+        let [a, b] = out;
+        for o in [&mut *a, &mut *b] {
+            o.resize(f.lane_len(), 0.0);
+            o.truncate(f.lane_len());
+        }
+        let (a, b) = (chunked_mut(a, cols.chunks), chunked_mut(b, cols.chunks));
+        for c in 0..cols.chunks {
+            let x = cols.lanes(c);
+            a[c] = cost::<f32x8>(kinds[0], p, &x).to_array();
+            b[c] = cost::<f32x8>(kinds[1], p, &x).to_array();
         }
     }
 
     fn select(f: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize> {
-        let chunks = f.lane_len() / 8;
-        let inf = f32x8::splat(f32::INFINITY);
-        let mut acc = inf;
-        let mut any = false;
+        let words = f.lane_len().div_ceil(64);
+        if words <= STACK_WORDS {
+            let mut bits = [0u64; STACK_WORDS];
+            Self::select_in(f, costs, mask, rule, &mut bits[..words])
+        } else {
+            let mut bits = vec![0u64; words];
+            Self::select_in(f, costs, mask, rule, &mut bits)
+        }
+    }
+}
+
+/// Candidate bit words kept on the stack: 4,096 slots (the router's maximum).
+const STACK_WORDS: usize = 64;
+
+/// Calls `each(i)` for every set bit `i` of `bits` (slot order).
+#[inline(always)]
+fn for_each_bit(bits: &[u64], mut each: impl FnMut(usize)) {
+    for (w, &word) in bits.iter().enumerate() {
+        let mut b = word;
+        while b != 0 {
+            each(w * 64 + b.trailing_zeros() as usize);
+            b &= b - 1;
+        }
+    }
+}
+
+/// Clears every set bit `i` of `bits` for which `drop(i)` holds.
+#[inline(always)]
+fn retain_bits(bits: &mut [u64], mut drop: impl FnMut(usize) -> bool) {
+    for (w, word) in bits.iter_mut().enumerate() {
+        let mut b = *word;
+        while b != 0 {
+            let i = b.trailing_zeros() as usize;
+            if drop(w * 64 + i) {
+                *word &= !(1u64 << i);
+            }
+            b &= b - 1;
+        }
+    }
+}
+
+impl Simd {
+    /// The selection over the candidate bit words `bits` (one bit per lane, zeroed).
+    ///
+    /// Two vector passes: eligibility (into `bits`) with the running minimum, then the
+    /// band (`bits` narrowed by `cost <= limit`, chunks without a candidate skipped). The
+    /// tie keys then only visit band slots, one at a time in slot order, with the same
+    /// comparisons as the scalar reference.
+    fn select_in(
+        f: &Fleet,
+        costs: &[f32],
+        mask: Mask,
+        rule: &TieRule,
+        bits: &mut [u64],
+    ) -> Option<usize> {
+        let cols = Cols::new(f);
+        let chunks = cols.chunks;
+        let cs = chunked(costs, chunks);
+        let bits = &mut bits[..chunks.div_ceil(8)];
+        let mut acc = f32x8::splat(f32::INFINITY);
+        let mut any = 0u32;
         for c in 0..chunks {
-            let e = Self::eligible(f, costs, mask, c);
-            any |= e.any();
-            let cv = v(costs, c);
+            let cv = f32x8::from(cs[c]);
+            let e = cols.eligible(cv, mask, c);
+            let m = e.move_mask() as u32;
+            any |= m;
+            bits[c / 8] |= u64::from(m) << ((c % 8) * 8);
             acc = (e & cv.cmp_lt(acc)).blend(cv, acc);
         }
-        if !any {
+        if any == 0 {
             return None;
         }
         let t = f32x8::splat(band_limit(hmin(acc), rule.band));
-        let band = |c: usize| Self::eligible(f, costs, mask, c) & v(costs, c).cmp_le(t);
+        let mut n = 0u64;
+        for c in 0..chunks {
+            let shift = (c % 8) * 8;
+            let m = (bits[c / 8] >> shift) & 0xff;
+            if m == 0 {
+                continue;
+            }
+            let keep = m & (f32x8::from(cs[c]).cmp_le(t).move_mask() as u64);
+            bits[c / 8] &= !(0xffu64 << shift);
+            bits[c / 8] |= keep << shift;
+            n += u64::from(keep.count_ones());
+        }
         if let Some(r) = rule.random {
-            let n: u64 = (0..chunks)
-                .map(|c| u64::from((band(c).move_mask() as u32).count_ones()))
-                .sum();
-            let mut k = (r % n) as u32;
-            for c in 0..chunks {
-                let mut bits = band(c).move_mask() as u32;
-                let cnt = bits.count_ones();
-                if k < cnt {
-                    for _ in 0..k {
-                        bits &= bits - 1;
-                    }
-                    return Some(c * 8 + bits.trailing_zeros() as usize);
+            let mut k = r % n.max(1);
+            let mut pick = None;
+            for_each_bit(bits, |i| {
+                if k == 0 && pick.is_none() {
+                    pick = Some(i);
                 }
-                k -= cnt;
-            }
-            return None;
+                k = k.wrapping_sub(1);
+            });
+            return pick;
         }
-        let mut min_req = f32::INFINITY;
         if rule.load {
-            let mut acc = inf;
-            for c in 0..chunks {
-                let r = v(&f.requests, c);
-                acc = (band(c) & r.cmp_lt(acc)).blend(r, acc);
-            }
-            min_req = hmin(acc);
+            let mut min_req = f32::INFINITY;
+            for_each_bit(bits, |i| {
+                if f.requests[i] < min_req {
+                    min_req = f.requests[i];
+                }
+            });
+            retain_bits(bits, |i| f.requests[i] > min_req);
         }
-        let keep1 = |c: usize| {
-            let b = band(c);
-            if rule.load {
-                let over = v(&f.requests, c).cmp_gt(f32x8::splat(min_req));
-                b & !over
-            } else {
-                b
-            }
-        };
-        let mut max_ovl = f32::NEG_INFINITY;
         if rule.overlap {
-            let mut acc = f32x8::splat(f32::NEG_INFINITY);
-            for c in 0..chunks {
-                let o = v(&f.overlap, c);
-                acc = (keep1(c) & o.cmp_gt(acc)).blend(o, acc);
-            }
-            max_ovl = hmax(acc);
+            let mut max_ovl = f32::NEG_INFINITY;
+            for_each_bit(bits, |i| {
+                if f.overlap[i] > max_ovl {
+                    max_ovl = f.overlap[i];
+                }
+            });
+            retain_bits(bits, |i| f.overlap[i] < max_ovl);
         }
-        let keep2 = |c: usize| {
-            let k = keep1(c);
-            if rule.overlap {
-                let under = v(&f.overlap, c).cmp_lt(f32x8::splat(max_ovl));
-                k & !under
-            } else {
-                k
-            }
-        };
         // First kept slot at or after `start`, else the first kept slot (wrap).
         let start = rule.cursor as usize % f.len.max(1);
         let mut first = None;
-        for c in 0..chunks {
-            let mut bits = keep2(c).move_mask() as u32;
-            if bits == 0 {
+        let mut after = None;
+        for (w, &word) in bits.iter().enumerate() {
+            if word == 0 {
                 continue;
             }
             if first.is_none() {
-                first = Some(c * 8 + bits.trailing_zeros() as usize);
+                first = Some(w * 64 + word.trailing_zeros() as usize);
             }
-            if c * 8 + 8 <= start {
-                continue;
-            }
-            if c * 8 < start {
-                bits &= !((1u32 << (start - c * 8)) - 1);
-            }
-            if bits != 0 {
-                return Some(c * 8 + bits.trailing_zeros() as usize);
+            let lo = w * 64;
+            let masked = if start <= lo {
+                word
+            } else if start >= lo + 64 {
+                0
+            } else {
+                word & !((1u64 << (start - lo)) - 1)
+            };
+            if masked != 0 {
+                after = Some(lo + masked.trailing_zeros() as usize);
+                break;
             }
         }
-        first
+        after.or(first)
     }
 }
