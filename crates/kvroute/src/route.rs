@@ -125,15 +125,20 @@ impl Router {
                 cursor: cursor.wrapping_add(attempt),
                 random,
             };
+            // Every exit counts the re-scores made so far, whatever the outcome.
+            let fail = |e: RouteError| {
+                self.counters.rescores(attempt);
+                Err(e)
+            };
             let choice = scorer.score(fleet, sreq, &cfg, tie);
             let Some(picked) = choice.slot else {
-                return Err(RouteError::NoEligibleWorker);
+                return fail(RouteError::NoEligibleWorker);
             };
             let Some((picked_worker, _)) = snap.tenant(picked) else {
-                return Err(RouteError::NoEligibleWorker);
+                return fail(RouteError::NoEligibleWorker);
             };
-            let (slot, redirect) = match self.admission {
-                None => (picked, None),
+            let admitted = match self.admission {
+                None => Ok((picked, None)),
                 Some(a) => admit(
                     &snap,
                     fleet,
@@ -141,10 +146,14 @@ impl Router {
                     picked_worker,
                     a.max_outstanding_requests,
                     cursor,
-                )?,
+                ),
+            };
+            let (slot, redirect) = match admitted {
+                Ok(a) => a,
+                Err(e) => return fail(e),
             };
             let Some((worker, generation)) = snap.tenant(slot) else {
-                return Err(RouteError::NoEligibleWorker);
+                return fail(RouteError::NoEligibleWorker);
             };
             let i = slot.index();
             let reported = u64::from(snap.running()[i]) + u64::from(snap.waiting()[i]);
@@ -173,8 +182,7 @@ impl Router {
             let reservation = match reserved {
                 Ok(r) => r,
                 Err(ReserveError::Saturated { .. }) => {
-                    self.counters.rescores(attempt);
-                    return Err(RouteError::Saturated { worker });
+                    return fail(RouteError::Saturated { worker });
                 }
                 Err(
                     ReserveError::Contended { .. }
@@ -321,6 +329,52 @@ mod tests {
         let d = r.route_in(&mut scratch, &req, &mut hook).unwrap();
         assert_eq!((d.worker, d.rescores), (ws[0], 0));
         assert_eq!(r.stats().unchecked_reserves, 1);
+    }
+
+    /// A decision that loses its slot to a sibling and then finds every worker at the
+    /// admission bound is rejected; the re-score it made is counted all the same.
+    #[test]
+    fn rescores_before_a_rejection_are_counted() {
+        let mut cfg = RouterConfig::new(4, 16);
+        cfg.admission = Some(crate::config::AdmissionConfig {
+            max_outstanding_requests: 1,
+        });
+        let r = Router::new(cfg).unwrap();
+        let ws = [WorkerId::new(1, 0), WorkerId::new(2, 0)];
+        for w in ws {
+            r.add_worker(w).unwrap();
+        }
+        let now = Nanos::from_secs(1);
+        for w in ws {
+            r.update_load(w, LoadSample::idle(64), now).unwrap();
+        }
+        r.publish(now).unwrap();
+        let prompt: Vec<u32> = (0..64).collect();
+        let req = RouteRequest::tokens(&prompt, 16, now);
+        // Before the first reservation, a sibling takes one request on each worker: the
+        // chosen slot is contended, and on the re-score both are at the bound of 1.
+        let mut siblings = Vec::new();
+        let mut hook = |router: &Router, _: kvroute_index::Slot| {
+            if siblings.is_empty() {
+                for i in 0..2 {
+                    let slot = kvroute_index::Slot(i);
+                    let generation = router.table.tenancy(slot).unwrap();
+                    let work = Work::default();
+                    siblings.push(router.table.reserve(slot, generation, work, now).unwrap());
+                }
+            }
+        };
+        let mut scratch = Scratch::default();
+        let got = r.route_in(&mut scratch, &req, &mut hook);
+        assert_eq!(
+            got.map(|d| d.worker),
+            Err(RouteError::Rejected {
+                bound: 1,
+                least_outstanding: 1
+            })
+        );
+        assert_eq!(r.stats().reservations.rejected_contended, 1);
+        assert_eq!(r.stats().rescores, 1);
     }
 
     /// Sequentially, the second request sees the first's reservation and goes to the peer.

@@ -103,7 +103,8 @@ pub struct RouterStats {
     pub shadow_disagreements: u64,
     /// Fallbacks by cause.
     pub fallbacks: FallbackCounts,
-    /// Re-scores after a concurrent sibling took the chosen slot or the worker was removed.
+    /// Re-scores after a concurrent sibling took the chosen slot or the worker was removed,
+    /// counted whatever the request's outcome (a decision or an error).
     pub rescores: u64,
     /// Decisions that reserved without the sibling check because re-scores ran out.
     pub unchecked_reserves: u64,
