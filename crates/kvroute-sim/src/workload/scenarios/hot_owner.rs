@@ -21,9 +21,9 @@ pub const PREFIX_TOKENS: u32 = 6_144;
 /// Each request's own user text after the prefix (tokens).
 pub const USER_TOKENS: u32 = 256;
 /// Routed chat requests in the burst.
-pub const BURST_REQUESTS: u32 = 1_200;
+pub const BURST_REQUESTS: u32 = 1_800;
 /// Poisson arrival rate of the burst (requests/s).
-pub const BURST_RATE: f64 = 30.0;
+pub const BURST_RATE: f64 = 60.0;
 /// When the burst starts (seconds), after the owner's store events have reached the router.
 pub const BURST_START_S: f64 = 1.0;
 /// Output length range of every request (tokens, inclusive).
@@ -33,8 +33,9 @@ pub const OUTPUT_TOKENS: (u32, u32) = (256, 512);
 ///
 /// 51 engines of 38 slots; engine 0 is handed 147 pinned requests at t ≈ 0 (all sharing a
 /// 6,144-token prefix, so it holds the prefix in cache with 38 running and 109 waiting);
-/// from t = 1 s, 1,200 chat requests sharing the same prefix arrive as a Poisson burst of
-/// 30 requests/s, each with 256 tokens of its own and 256–512 output tokens.
+/// from t = 1 s, 1,800 chat requests sharing the same prefix arrive as a Poisson burst of
+/// 60 requests/s (about 30 s; spread over the fleet that keeps nearly every engine busy,
+/// on the owner alone many times what one engine serves), each with 256 tokens of its own and 256–512 output tokens.
 pub fn build(seed: u64) -> Workload {
     let mut rng = synth::rng(seed);
     let mut tokens = TokenSpace::default();

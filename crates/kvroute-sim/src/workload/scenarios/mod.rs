@@ -32,8 +32,8 @@ pub const RESTART: &str = "restart";
 pub const EVENT_LOSS: &str = "event-loss";
 
 const HOT_OWNER_51_REPRODUCES: &str = "Incident A: 51 engines of 38 slots; engine 0 holds a \
-    6,144-token shared prefix with 38 running and 109 waiting (pinned), then 1,200 chat \
-    requests on that prefix arrive at 30/s. Pure affinity piles them onto the owner while \
+    6,144-token shared prefix with 38 running and 109 waiting (pinned), then 1,800 chat \
+    requests on that prefix arrive at 60/s. Pure affinity piles them onto the owner while \
     50 engines idle; a good policy spills to the idle peers.";
 const OWNER_CANARY_REPRODUCES: &str = "Incident B: two engines of 38 slots, the owner starting \
     with 35 running (pinned) and the cached 67,500-token context, the peer idle; 76 \
