@@ -101,6 +101,7 @@ pub fn hand_run() -> RunResult {
         in_flight_at_end: 1,
         reservations_at_end: 0,
         wall_s: 0.25,
+        ..Default::default()
     }
 }
 

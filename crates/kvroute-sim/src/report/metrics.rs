@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::result::RunResult;
+use crate::result::{ChannelStats, RunResult};
 
 /// The nearest-rank `p`-th percentile of `values` (see the module docs); `None` when
 /// `values` is empty or `p` is not in `(0, 100]`. NaNs sort last.
@@ -121,6 +121,20 @@ pub struct Metrics {
     pub decisions_by_reason: BTreeMap<String, u64>,
     /// Fallbacks by cause name.
     pub fallbacks: BTreeMap<String, u64>,
+    /// Requests given up after their admission retries (pinned included).
+    pub rejected_for_good: u64,
+    /// Requests the chosen engine refused (prompt beyond its context or KV capacity).
+    pub refused: u64,
+    /// Follow-ups that never arrived because their parent did not complete.
+    pub never_arrived: u64,
+    /// Requests lost to an engine restart and routed again.
+    pub restarted_requests: u64,
+    /// Preemptions for lack of KV blocks.
+    pub preemptions: u64,
+    /// What went through the event and telemetry channels.
+    pub channel: ChannelStats,
+    /// Why the run could not start (`None` for a run that ran).
+    pub error: Option<String>,
     /// Requests still in flight when the run ended (pinned included).
     pub in_flight_at_end: u64,
     /// Reservations still held when the run ended (0 in a correct run).
@@ -225,6 +239,13 @@ pub fn compute(policy: &str, run: &RunResult) -> Metrics {
         rejections: run.rejections,
         decisions_by_reason: run.decisions_by_reason.clone(),
         fallbacks: run.fallbacks.clone(),
+        rejected_for_good: run.rejected_for_good,
+        refused: run.refused,
+        never_arrived: run.never_arrived,
+        restarted_requests: run.restarted_requests,
+        preemptions: run.preemptions,
+        channel: run.channel.clone(),
+        error: run.error.clone(),
         in_flight_at_end: run.in_flight_at_end,
         reservations_at_end: run.reservations_at_end,
         end_s: run.end_s,
