@@ -17,7 +17,8 @@ use crate::report::{PolicyRun, ReportError, WorkloadRuns};
 /// Above this many engines the occupancy plot is a heatmap.
 pub const LINE_PLOT_MAX_ENGINES: u32 = 8;
 
-/// Time columns of a heatmap (samples are averaged into this many bins at most).
+/// Most time columns of a heatmap: one per sampling instant up to this many, else samples
+/// are averaged into this many bins.
 pub const HEATMAP_COLUMNS: usize = 200;
 
 const SIZE: (u32, u32) = (1100, 800);
@@ -185,27 +186,36 @@ fn heatmap(
         .disable_mesh()
         .x_desc("time (s)")
         .y_desc("engine")
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
         .map_err(plot_err(path))?;
-    let bin = end / HEATMAP_COLUMNS as f64;
+    // One column per sampling instant, at most HEATMAP_COLUMNS (averaging when more).
+    let instants = series.iter().map(|s| s.t_s.len()).max().unwrap_or(0);
+    let columns = instants.clamp(1, HEATMAP_COLUMNS);
+    let bin = end / columns as f64;
     for s in series {
-        let mut sum = vec![0.0f64; HEATMAP_COLUMNS];
-        let mut count = vec![0u32; HEATMAP_COLUMNS];
+        let mut sum = vec![0.0f64; columns];
+        let mut count = vec![0u32; columns];
         for (&t, &v) in s.t_s.iter().zip(pick(s)) {
-            let c = ((t / bin) as usize).min(HEATMAP_COLUMNS - 1);
+            let c = ((t / bin) as usize).min(columns - 1);
             sum[c] += f64::from(v);
             count[c] += 1;
         }
         let y = f64::from(s.engine);
+        // Empty cells stay white (the background), which keeps idle fleets' files small.
         chart
-            .draw_series((0..HEATMAP_COLUMNS).filter(|&c| count[c] > 0).map(|c| {
-                let mean = sum[c] / f64::from(count[c]);
-                let x = c as f64 * bin;
-                Rectangle::new(
-                    [(x, y), (x + bin, y + 1.0)],
-                    heat(mean / f64::from(scale)).filled(),
-                )
-            }))
+            .draw_series(
+                (0..columns)
+                    .filter(|&c| count[c] > 0 && sum[c] > 0.0)
+                    .map(|c| {
+                        let mean = sum[c] / f64::from(count[c]);
+                        let x = c as f64 * bin;
+                        Rectangle::new(
+                            [(x, y), (x + bin, y + 1.0)],
+                            heat(mean / f64::from(scale)).filled(),
+                        )
+                    }),
+            )
             .map_err(plot_err(path))?;
     }
     Ok(())
