@@ -87,6 +87,10 @@ pub struct RunResult {
     pub refused: u64,
     /// Follow-ups that never arrived because their parent did not complete.
     pub never_arrived: u64,
+    /// Requests that had not arrived yet when the run stopped at its horizon.
+    /// `completed + rejected_for_good + refused + in_flight_at_end` are the requests that
+    /// arrived; with `never_arrived` and this, every request of the workload.
+    pub pending_at_end: u64,
     /// Requests lost to an engine restart and routed again (counted once per loss).
     pub restarted_requests: u64,
     /// Requests preempted by their engine (recompute) for lack of KV blocks.

@@ -51,7 +51,7 @@ pub(crate) enum Kind {
     /// A load report (observed at `observed` ns) reaches the router.
     Load {
         engine: u32,
-        sample: LoadSample,
+        sample: Box<LoadSample>,
         observed: u64,
     },
     /// Fault number `i` of the workload starts.
@@ -156,5 +156,7 @@ mod tests {
             .map(|(t, k)| format!("{t}:{k:?}"))
             .collect();
         assert_eq!(order, ["3:Sample", "5:Arrive(7)", "5:Wake(1)", "5:Wake(2)"]);
+        // Heap items stay small (payloads are out of line).
+        assert!(core::mem::size_of::<Item>() <= 56);
     }
 }

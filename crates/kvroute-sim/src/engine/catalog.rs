@@ -44,7 +44,24 @@ impl Catalog {
         let mut tokens = Vec::new();
         for r in requests {
             tokens.clear();
-            r.prompt.tokens_into(&mut tokens);
+            match &r.prompt {
+                PromptSpec::TraceBlocks {
+                    hash_ids,
+                    input_length,
+                } => {
+                    // `PromptSpec::tokens_into`'s rule, a trace block at a time.
+                    for &h in hash_ids.iter() {
+                        let have = tokens.len() as u32;
+                        if have >= *input_length {
+                            break;
+                        }
+                        let n = (*input_length - have).min(TRACE_BLOCK_TOKENS);
+                        let base = h.wrapping_mul(TRACE_BLOCK_TOKENS);
+                        tokens.extend((0..n).map(|t| base.wrapping_add(t)));
+                    }
+                }
+                PromptSpec::Tokens(t) => tokens.extend_from_slice(t),
+            }
             let hash_start = hashes.len();
             hasher.sequence_hashes_into(&tokens, None, &mut hashes);
             entries.push(Entry {
@@ -74,27 +91,44 @@ impl Catalog {
         &self.hashes[e.hash_start..e.hash_start + e.hash_len]
     }
 
-    /// Appends tokens `start..end` of request `i`'s sequence (prompt, then output) to `out`.
-    pub(crate) fn tokens_into(&self, i: u32, start: u32, end: u32, out: &mut Vec<u32>) {
+    /// Calls `run(first, len)` for consecutive runs of tokens `start..end` of request
+    /// `i`'s sequence (prompt, then output), in order: tokens `first, first + 1, …`
+    /// (wrapping in `u32`). Trace prompts and outputs come in long runs (a trace block's
+    /// 512 ids, an answer's ids); explicit prompts in runs of one.
+    pub(crate) fn token_runs(&self, i: u32, start: u32, end: u32, mut run: impl FnMut(u32, u32)) {
         let e = &self.entries[i as usize];
         let p_end = end.min(e.prompt_len);
         if start < p_end {
             match &e.prompt {
                 PromptSpec::TraceBlocks { hash_ids, .. } => {
-                    for pos in start..p_end {
+                    let mut pos = start;
+                    while pos < p_end {
+                        let off = pos % TRACE_BLOCK_TOKENS;
+                        let len = (TRACE_BLOCK_TOKENS - off).min(p_end - pos);
                         let h = hash_ids[(pos / TRACE_BLOCK_TOKENS) as usize];
-                        out.push(
-                            h.wrapping_mul(TRACE_BLOCK_TOKENS)
-                                .wrapping_add(pos % TRACE_BLOCK_TOKENS),
-                        );
+                        run(h.wrapping_mul(TRACE_BLOCK_TOKENS).wrapping_add(off), len);
+                        pos += len;
                     }
                 }
-                PromptSpec::Tokens(t) => out.extend_from_slice(&t[start as usize..p_end as usize]),
+                PromptSpec::Tokens(t) => {
+                    for &v in &t[start as usize..p_end as usize] {
+                        run(v, 1);
+                    }
+                }
             }
         }
-        for pos in start.max(e.prompt_len)..end {
-            out.push(output_token(e.id, pos - e.prompt_len));
+        let o_start = start.max(e.prompt_len);
+        if o_start < end {
+            run(output_token(e.id, o_start - e.prompt_len), end - o_start);
         }
+    }
+
+    /// Appends tokens `start..end` of request `i`'s sequence (prompt, then output) to `out`.
+    pub(crate) fn tokens_into(&self, i: u32, start: u32, end: u32, out: &mut Vec<u32>) {
+        out.reserve((end - start) as usize);
+        self.token_runs(i, start, end, |first, len| {
+            out.extend((0..len).map(|k| first.wrapping_add(k)));
+        });
     }
 
     /// The chained hash of the block of tokens `start..start + block_size` of request `i`,

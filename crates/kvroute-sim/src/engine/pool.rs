@@ -13,6 +13,7 @@
 //!   each copy is stored and later removed on its own; a lookup finds the first copy.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// "No block" in the free queue's links.
@@ -39,24 +40,36 @@ impl Hasher for IdHasher {
 /// A map keyed by block hashes.
 pub(crate) type HashMapId<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
+/// One physical block's state (one cache line holds several).
+#[derive(Clone, Copy, Debug)]
+struct Meta {
+    /// The block's hash while it is cached.
+    hash: u64,
+    refs: u32,
+    prev: u32,
+    next: u32,
+    cached: bool,
+}
+
+const FREE_META: Meta = Meta {
+    hash: 0,
+    refs: 0,
+    prev: NIL,
+    next: NIL,
+    cached: false,
+};
+
 /// The pool.
 #[derive(Debug)]
 pub(crate) struct BlockPool {
-    /// The block's hash while it is cached (`hashed[b]` says whether).
-    hash: Vec<u64>,
-    hashed: Vec<bool>,
-    refs: Vec<u32>,
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    /// Blocks handed out at least once (index = block id; block 0 is the null block).
+    meta: Vec<Meta>,
     head: u32,
     tail: u32,
     /// Blocks in the linked part of the free queue.
     listed: u32,
     /// Number of physical blocks (block 0 included).
     total: u32,
-    /// Blocks `fresh..total` were never handed out: they form the front of the free queue,
-    /// in id order (ahead of every freed block), so they need no links.
-    fresh: u32,
     /// Hash → first cached copy.
     cached: HashMapId<u32>,
     /// Hash → further copies, in caching order (rare).
@@ -65,19 +78,16 @@ pub(crate) struct BlockPool {
 
 impl BlockPool {
     /// A pool of `blocks` physical blocks (block 0 reserved), every usable block free.
-    /// The per-block arrays grow as blocks are first handed out.
+    /// Blocks `meta.len()..total` were never handed out: they form the front of the free
+    /// queue, in id order (ahead of every freed block), so they need no links and no state
+    /// until first used.
     pub(crate) fn new(blocks: u32) -> Self {
         Self {
-            total: blocks,
-            fresh: 1,
-            hash: vec![0],
-            hashed: vec![false],
-            refs: vec![0],
-            prev: vec![NIL],
-            next: vec![NIL],
+            meta: vec![FREE_META],
             head: NIL,
             tail: NIL,
             listed: 0,
+            total: blocks,
             cached: HashMapId::default(),
             extra: HashMapId::default(),
         }
@@ -88,9 +98,13 @@ impl BlockPool {
         self.total - 1
     }
 
+    fn fresh(&self) -> u32 {
+        self.meta.len() as u32
+    }
+
     /// Blocks in the free queue (free or cached-and-evictable).
     pub(crate) fn free_blocks(&self) -> u32 {
-        (self.total - self.fresh) + self.listed
+        (self.total - self.fresh()) + self.listed
     }
 
     /// Distinct hashes cached (any copy, referenced or not).
@@ -99,33 +113,34 @@ impl BlockPool {
     }
 
     fn push_back(&mut self, b: u32) {
-        let i = b as usize;
-        self.prev[i] = self.tail;
-        self.next[i] = NIL;
-        if self.tail == NIL {
+        let tail = self.tail;
+        let m = &mut self.meta[b as usize];
+        m.prev = tail;
+        m.next = NIL;
+        if tail == NIL {
             self.head = b;
         } else {
-            self.next[self.tail as usize] = b;
+            self.meta[tail as usize].next = b;
         }
         self.tail = b;
         self.listed += 1;
     }
 
     fn unlink(&mut self, b: u32) {
-        let i = b as usize;
-        let (p, n) = (self.prev[i], self.next[i]);
+        let m = &mut self.meta[b as usize];
+        let (p, n) = (m.prev, m.next);
+        m.prev = NIL;
+        m.next = NIL;
         if p == NIL {
             self.head = n;
         } else {
-            self.next[p as usize] = n;
+            self.meta[p as usize].next = n;
         }
         if n == NIL {
             self.tail = p;
         } else {
-            self.prev[n as usize] = p;
+            self.meta[n as usize].prev = p;
         }
-        self.prev[i] = NIL;
-        self.next[i] = NIL;
         self.listed -= 1;
     }
 
@@ -136,30 +151,28 @@ impl BlockPool {
 
     /// Whether block `b` is in the free queue (referenced by nobody).
     pub(crate) fn is_free(&self, b: u32) -> bool {
-        self.refs[b as usize] == 0
+        self.meta[b as usize].refs == 0
     }
 
     /// Takes a reference on a cached block (a prefix hit), removing it from the free queue
     /// if it was there.
     pub(crate) fn touch(&mut self, b: u32) {
-        if self.refs[b as usize] == 0 {
+        if self.meta[b as usize].refs == 0 {
             self.unlink(b);
         }
-        self.refs[b as usize] += 1;
+        self.meta[b as usize].refs += 1;
     }
 
     /// Pops one block from the front of the free queue for a new allocation. If it was
     /// cached, it is evicted and its hash returned (the caller emits `BlockRemoved`).
     /// Returns `None` when the queue is empty.
     pub(crate) fn pop(&mut self) -> Option<(u32, Option<u64>)> {
-        if self.fresh < self.total {
-            let b = self.fresh;
-            self.fresh += 1;
-            self.hash.push(0);
-            self.hashed.push(false);
-            self.refs.push(1);
-            self.prev.push(NIL);
-            self.next.push(NIL);
+        if self.fresh() < self.total {
+            let b = self.fresh();
+            self.meta.push(Meta {
+                refs: 1,
+                ..FREE_META
+            });
             return Some((b, None));
         }
         let b = self.head;
@@ -167,18 +180,18 @@ impl BlockPool {
             return None;
         }
         self.unlink(b);
-        self.refs[b as usize] = 1;
+        self.meta[b as usize].refs = 1;
         let evicted = self.evict(b);
         Some((b, evicted))
     }
 
     fn evict(&mut self, b: u32) -> Option<u64> {
-        let i = b as usize;
-        if !self.hashed[i] {
+        let m = &mut self.meta[b as usize];
+        if !m.cached {
             return None;
         }
-        self.hashed[i] = false;
-        let h = self.hash[i];
+        m.cached = false;
+        let h = m.hash;
         if self.cached.get(&h) == Some(&b) {
             match self.extra.get_mut(&h) {
                 Some(more) if !more.is_empty() => {
@@ -203,15 +216,15 @@ impl BlockPool {
 
     /// Marks block `b` cached under `hash` (a full block whose tokens are now known).
     pub(crate) fn cache(&mut self, b: u32, hash: u64) {
-        let i = b as usize;
-        debug_assert!(!self.hashed[i]);
-        self.hash[i] = hash;
-        self.hashed[i] = true;
-        match self.cached.get(&hash) {
-            None => {
-                self.cached.insert(hash, b);
+        let m = &mut self.meta[b as usize];
+        debug_assert!(!m.cached);
+        m.hash = hash;
+        m.cached = true;
+        match self.cached.entry(hash) {
+            Entry::Vacant(v) => {
+                v.insert(b);
             }
-            Some(_) => self.extra.entry(hash).or_default().push(b),
+            Entry::Occupied(_) => self.extra.entry(hash).or_default().push(b),
         }
     }
 
@@ -219,7 +232,7 @@ impl BlockPool {
     /// to the back of the free queue in that order.
     pub(crate) fn release(&mut self, blocks: impl Iterator<Item = u32>) {
         for b in blocks {
-            let r = &mut self.refs[b as usize];
+            let r = &mut self.meta[b as usize].refs;
             debug_assert!(*r > 0);
             *r -= 1;
             if *r == 0 {

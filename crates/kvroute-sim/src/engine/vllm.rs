@@ -78,8 +78,8 @@ impl Engine {
                 self.pool.cache(b, h);
             }
             self.seq_mut(si).blocks = blocks;
-            let tokens = self.events.store(&self.hash_buf, parent);
-            cat.tokens_into(req, from as u32 * bs, full as u32 * bs, tokens);
+            self.events
+                .store_request(&self.hash_buf, parent, req, from as u32 * bs);
             self.seq_mut(si).cached_blocks = full as u32;
         }
         true
