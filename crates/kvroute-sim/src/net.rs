@@ -26,9 +26,11 @@
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TelemetryMode {
     /// Exact figures through [`kvroute::Router::update_load`]: running, waiting, cap, KV
-    /// usage, uncached prompt tokens of waiting and prefilling requests, KV tokens of
+    /// usage, prompt tokens not yet computed of waiting and prefilling requests (a waiting
+    /// request's whole prompt: its prefix hit is only known at admission), KV tokens of
     /// running requests, the engine's prefill throughput and its nominal decode throughput
-    /// at the current batch (what SGLang's `/v1/loads` reports, roughly).
+    /// at the current batch (`EngineConfig::decode_tps`), roughly what SGLang's
+    /// `/v1/loads` reports.
     #[default]
     Full,
     /// vLLM's Prometheus gauges only, through [`kvroute::Router::update_vllm_load`]:

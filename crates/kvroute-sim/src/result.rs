@@ -74,7 +74,8 @@ pub struct RunResult {
     pub rejections: u64,
     /// Requests still in flight (arrived, not finished) when the run ended.
     pub in_flight_at_end: u64,
-    /// Reservations still held when the run ended (0 in a correct run).
+    /// Reservations (requests) still held in the router when the run ended: 0 after a run
+    /// that completed; at most the requests in flight when a horizon stopped it.
     pub reservations_at_end: u64,
     /// Wall-clock time of the run (seconds).
     pub wall_s: f64,
