@@ -26,4 +26,4 @@ pub mod result;
 pub mod workload;
 
 pub use request::{PromptSpec, SimRequest};
-pub use result::{EngineSample, RequestRecord, RunResult};
+pub use result::{ChannelStats, EngineSample, Probe, RequestRecord, RunResult};

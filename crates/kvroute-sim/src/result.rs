@@ -74,8 +74,80 @@ pub struct RunResult {
     pub rejections: u64,
     /// Requests still in flight (arrived, not finished) when the run ended.
     pub in_flight_at_end: u64,
-    /// Reservations still held when the run ended (0 in a correct run).
+    /// Reservations (requests) still held in the router when the run ended: 0 after a run
+    /// that completed; at most the requests in flight when a horizon stopped it.
     pub reservations_at_end: u64,
     /// Wall-clock time of the run (seconds).
     pub wall_s: f64,
+    /// Requests that produced their last output token.
+    pub completed: u64,
+    /// Requests given up after `max_retries` admission rejections (or routing errors).
+    pub rejected_for_good: u64,
+    /// Requests the chosen engine refused: the prompt does not fit its context length or
+    /// its KV cache (they never get a first token).
+    pub refused: u64,
+    /// Follow-ups that never arrived because their parent did not complete.
+    pub never_arrived: u64,
+    /// Requests that had not arrived yet when the run stopped at its horizon.
+    /// `completed + rejected_for_good + refused + in_flight_at_end` are the requests that
+    /// arrived; with `never_arrived` and this, every request of the workload.
+    pub pending_at_end: u64,
+    /// Requests lost to an engine restart and routed again (counted once per loss).
+    pub restarted_requests: u64,
+    /// Requests preempted by their engine (recompute) for lack of KV blocks.
+    pub preemptions: u64,
+    /// What went through the event and telemetry channels.
+    pub channel: ChannelStats,
+    /// The requested probes ([`RunOptions::probes`](crate::driver::RunOptions)), in time
+    /// order, one per engine and probe time.
+    pub probes: Vec<Probe>,
+    /// Why the run could not start (invalid workload or options); every other field is
+    /// then empty. `None` for a run that ran.
+    pub error: Option<String>,
+}
+
+/// One engine's cache against the router's view of it at one instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Probe {
+    /// Probe time (nanoseconds of virtual time).
+    pub t_ns: u64,
+    /// Engine index.
+    pub engine: u32,
+    /// Distinct block hashes the engine's cache holds (blocks).
+    pub engine_blocks: u64,
+    /// Engine block hashes the router's index holds for it (`PrefixIndex::worker_blocks`).
+    pub indexed_blocks: u64,
+    /// Whether the router credits the engine's overlap (`Router::is_trusted`).
+    pub trusted: bool,
+}
+
+/// Counts of the event and telemetry channels and of the router's ingest over one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ChannelStats {
+    /// Event batches the engines published.
+    pub batches_published: u64,
+    /// Event batches lost on the way (loss, bursts, disconnects).
+    pub batches_lost: u64,
+    /// Live event batches the router ingested.
+    pub batches_delivered: u64,
+    /// Replays the driver asked engines for.
+    pub replays_requested: u64,
+    /// Replayed batches the router ingested.
+    pub batches_replayed: u64,
+    /// Pending replays given up (`skip_replay`: replay off, or nothing to replay).
+    pub replays_skipped: u64,
+    /// Sequence gaps the router detected (`IngestStats::gaps` + `gaps_cleared`).
+    pub gaps: u64,
+    /// Engine restarts the router detected from sequence numbers.
+    pub resets: u64,
+    /// Batches `kvroute-wire` could not decode (0 unless the encoder is wrong).
+    pub decode_errors: u64,
+    /// Batches `Router::ingest` returned an error for (0 unless the events are wrong).
+    pub ingest_errors: u64,
+    /// Load reports sent.
+    pub telemetry_sent: u64,
+    /// Load reports lost (loss; blackouts and disconnects send none).
+    pub telemetry_lost: u64,
+    /// Load reports the router rejected.
+    pub telemetry_rejected: u64,
 }

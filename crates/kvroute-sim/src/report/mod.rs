@@ -1,1 +1,135 @@
 //! Metrics, the side-by-side table, JSON and SVG output.
+//!
+//! - [`metrics`]: what one policy did on one workload ([`Metrics`], computed from a
+//!   [`RunResult`]).
+//! - [`policy`]: policy names and labels as the command line and the table spell them.
+//! - [`series`]: per-engine time series and the TTFT distribution.
+//! - [`table`]: the plain-text table, one row per policy.
+//! - [`json`]: the `--json` document (metrics plus per-engine time series).
+//! - [`svg`]: the `--svg` plots (engine occupancy over time, TTFT CDF per policy).
+
+pub mod json;
+pub mod metrics;
+pub mod policy;
+pub mod series;
+pub mod svg;
+pub mod table;
+
+use std::fmt;
+use std::path::PathBuf;
+
+pub use metrics::{Latency, Metrics, compute, percentile};
+
+use crate::result::RunResult;
+use crate::workload::Workload;
+
+/// One policy's run over one workload, with its metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyRun {
+    /// The policy's label (`"load_aware:0.5"`, …).
+    pub label: String,
+    /// What the run recorded.
+    pub result: RunResult,
+    /// Its metrics ([`compute`] of `result`).
+    pub metrics: Metrics,
+}
+
+impl PolicyRun {
+    /// Wraps a run, computing its metrics.
+    pub fn new(label: &str, result: RunResult) -> Self {
+        let metrics = compute(label, &result);
+        Self {
+            label: label.to_string(),
+            result,
+            metrics,
+        }
+    }
+}
+
+/// Every policy's run over one workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadRuns {
+    /// The workload's name.
+    pub name: String,
+    /// What it reproduces.
+    pub description: String,
+    /// Engines in its fleet.
+    pub engines: u32,
+    /// Running-request cap per engine (scales the occupancy heatmap).
+    pub max_running: u32,
+    /// Routed (non-pinned) requests in the workload.
+    pub routed_requests: u64,
+    /// The runs, in the order the policies were given.
+    pub runs: Vec<PolicyRun>,
+}
+
+impl WorkloadRuns {
+    /// An empty set of runs for `workload`.
+    pub fn new(workload: &Workload) -> Self {
+        Self {
+            name: workload.name.clone(),
+            description: workload.description.clone(),
+            engines: workload.fleet.engines,
+            max_running: workload.fleet.engine.max_running,
+            routed_requests: workload
+                .requests
+                .iter()
+                .filter(|r| r.pinned.is_none())
+                .count() as u64,
+            runs: Vec::new(),
+        }
+    }
+
+    /// The side-by-side table of the runs (see [`table::render`]).
+    pub fn table(&self) -> String {
+        let title = format!(
+            "== {}: {} engines, {} routed requests ==",
+            self.name, self.engines, self.routed_requests
+        );
+        let metrics: Vec<Metrics> = self.runs.iter().map(|r| r.metrics.clone()).collect();
+        table::render(&title, &metrics)
+    }
+}
+
+/// Why an output file could not be written.
+#[derive(Debug)]
+pub enum ReportError {
+    /// Creating or writing `path` failed.
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Serialising the JSON document failed.
+    Json(serde_json::Error),
+    /// Drawing a plot into `path` failed.
+    Plot {
+        /// The SVG file.
+        path: PathBuf,
+        /// The plotting library's message.
+        message: String,
+    },
+}
+
+impl fmt::Display for ReportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReportError::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            ReportError::Json(e) => write!(f, "JSON output: {e}"),
+            ReportError::Plot { path, message } => {
+                write!(f, "{}: plotting failed: {message}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReportError::Io { source, .. } => Some(source),
+            ReportError::Json(e) => Some(e),
+            ReportError::Plot { .. } => None,
+        }
+    }
+}

@@ -5,6 +5,10 @@ use crate::fault::Fault;
 use crate::net::ChannelConfig;
 use crate::request::SimRequest;
 
+pub mod scenarios;
+pub mod synth;
+pub mod trace;
+
 /// The fleet a workload runs on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FleetSpec {

@@ -1,0 +1,92 @@
+//! The command line (clap derive).
+
+use std::path::PathBuf;
+
+use clap::builder::PossibleValuesParser;
+use clap::{Args, Parser, Subcommand};
+use kvroute_sim::report::policy::{self, PolicySpec};
+use kvroute_sim::workload::scenarios::SCENARIOS;
+
+/// kvroute's fleet simulator: runs workloads through the real kvroute Router under every
+/// routing policy and prints one table row per policy. With no command, runs the demo
+/// (hot-owner-51 plus a slice of zipf-prefixes).
+#[derive(Debug, Parser)]
+#[command(name = "kvroute-sim", version)]
+pub struct Cli {
+    /// What to run (default: `demo`).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Flags every command takes.
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Flags every command takes.
+#[derive(Debug, Args)]
+pub struct Common {
+    /// Seed of the scenarios' random draws and of the simulation.
+    #[arg(long, global = true, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the metrics and per-engine time series to this JSON file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also write plots (engine occupancy over time, TTFT CDF) into this folder.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub svg: Option<PathBuf>,
+    /// No progress bar and no status lines (the tables still go to stdout).
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// Policies to compare, comma-separated (default: all). Names: round_robin,
+    /// least_load, kv_aware, load_aware (beta 0.5) or load_aware:BETA, owner_pressure,
+    /// projected_time (enforce), projected_time:shadow, projected_time:off, dynamo_cost,
+    /// lmetric, cache_aware.
+    #[arg(long, global = true, value_delimiter = ',', value_parser = parse_policy, value_name = "LIST")]
+    pub policies: Vec<PolicySpec>,
+}
+
+fn parse_policy(s: &str) -> Result<PolicySpec, String> {
+    policy::parse(s).map_err(|e| e.to_string())
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The default demo: hot-owner-51 plus the first requests of zipf-prefixes.
+    Demo,
+    /// Run one built-in scenario.
+    Scenario {
+        /// The scenario (see `list`).
+        #[arg(value_parser = PossibleValuesParser::new(SCENARIOS.iter().map(|s| s.name)))]
+        name: String,
+        /// Keep only the first N requests (follow-ups of dropped requests go too).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// Replay a Mooncake JSONL trace.
+    Replay {
+        /// The trace file (one JSON object a line: timestamp, input_length, output_length,
+        /// hash_ids).
+        #[arg(long, value_name = "FILE")]
+        trace: PathBuf,
+        /// Engines in the fleet.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+        engines: u32,
+        /// Arrival-rate multiplier (arrival times are divided by it).
+        #[arg(long, default_value_t = 1.0, value_parser = parse_rate_scale)]
+        rate_scale: f64,
+        /// Keep only the first N requests.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// List the scenarios (with what each reproduces) and the policies.
+    List,
+}
+
+fn parse_rate_scale(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("rate scale must be finite and positive, got {s}"))
+    }
+}

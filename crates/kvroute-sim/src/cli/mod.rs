@@ -1,0 +1,153 @@
+//! The command line: arguments, the parallel runner, and what each command does.
+
+pub mod args;
+pub mod runner;
+
+use std::fmt::Write;
+use std::process::ExitCode;
+
+use kvroute_sim::driver::{self, RunOptions};
+use kvroute_sim::report::policy::{self, PolicySpec};
+use kvroute_sim::report::{WorkloadRuns, json, svg, table};
+use kvroute_sim::workload::Workload;
+use kvroute_sim::workload::scenarios::{self, SCENARIOS};
+use kvroute_sim::workload::synth::truncate;
+use kvroute_sim::workload::trace::{TraceOptions, load_trace};
+
+use args::{Cli, Command, Common};
+
+/// Runs the parsed command line; the exit code is 1 on an error (already printed).
+pub fn main(cli: Cli) -> ExitCode {
+    match dispatch(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<(), String> {
+    let common = cli.common;
+    let workloads = match cli.command.unwrap_or(Command::Demo) {
+        Command::List => {
+            print!("{}", list());
+            return Ok(());
+        }
+        Command::Demo => scenarios::demo(common.seed),
+        Command::Scenario { name, limit } => {
+            let s = scenarios::find(&name).ok_or_else(|| format!("unknown scenario `{name}`"))?;
+            let w = s.build(common.seed);
+            vec![match limit {
+                Some(n) => truncate(w, n),
+                None => w,
+            }]
+        }
+        Command::Replay {
+            trace,
+            engines,
+            rate_scale,
+            limit,
+        } => {
+            let opts = TraceOptions {
+                engines,
+                rate_scale,
+                limit,
+                ..Default::default()
+            };
+            let (w, stats) =
+                load_trace(&trace, &opts).map_err(|e| format!("{}: {e}", trace.display()))?;
+            if !common.quiet {
+                eprintln!(
+                    "read {} requests from {} ({} lines, {} blank)",
+                    stats.requests,
+                    trace.display(),
+                    stats.lines,
+                    stats.blank_lines
+                );
+            }
+            vec![w]
+        }
+    };
+    run_and_report(&common, &workloads)
+}
+
+fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String> {
+    let policies: Vec<PolicySpec> = if common.policies.is_empty() {
+        policy::all()
+    } else {
+        common.policies.clone()
+    };
+    let started = std::time::Instant::now();
+    let seed = common.seed;
+    let runs: Vec<WorkloadRuns> =
+        runner::run_all(workloads, &policies, common.quiet, |w, p, progress| {
+            let opts = RunOptions {
+                seed,
+                progress: Some(progress),
+                ..Default::default()
+            };
+            driver::run(w, p, &opts)
+        });
+    let failed: Vec<String> = runs
+        .iter()
+        .flat_map(|w| {
+            w.runs.iter().filter_map(move |r| {
+                r.result
+                    .error
+                    .as_ref()
+                    .map(|e| format!("{} / {}: {e}", w.name, r.label))
+            })
+        })
+        .collect();
+    for (i, w) in runs.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        print!("{}", w.table());
+    }
+    if !common.quiet {
+        eprintln!(
+            "{} runs in {:.1} s wall time",
+            workloads.len() * policies.len(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    if let Some(path) = &common.json {
+        json::write(path, common.seed, &runs).map_err(|e| e.to_string())?;
+        if !common.quiet {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if let Some(dir) = &common.svg {
+        let files = svg::write_all(dir, &runs).map_err(|e| e.to_string())?;
+        if !common.quiet {
+            eprintln!("wrote {} plots into {}", files.len(), dir.display());
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "some runs could not start:\n  {}",
+            failed.join("\n  ")
+        ))
+    }
+}
+
+/// The `list` output: every scenario with what it reproduces, then the policy names.
+fn list() -> String {
+    let mut out = String::from("scenarios:\n");
+    for s in &SCENARIOS {
+        let _ = writeln!(out, "  {}", s.name);
+        for line in table::wrap(s.reproduces, 76) {
+            let _ = writeln!(out, "      {line}");
+        }
+    }
+    out.push_str("\npolicies (--policies a,b,c):\n");
+    for n in policy::NAMES {
+        let _ = writeln!(out, "  {n}");
+    }
+    out.push_str("  (also load_aware:BETA with BETA in 0..=100, projected_time:off)\n");
+    out
+}

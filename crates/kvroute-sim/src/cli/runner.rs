@@ -1,0 +1,112 @@
+//! Runs every (workload, policy) pair in parallel on up to `available_parallelism`
+//! threads, with a progress bar once the runs have taken more than a second.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kvroute::Policy;
+use kvroute_sim::RunResult;
+use kvroute_sim::report::policy::PolicySpec;
+use kvroute_sim::report::{PolicyRun, WorkloadRuns};
+use kvroute_sim::workload::Workload;
+
+/// How long the runs go before the progress bar appears.
+const SHOW_AFTER: Duration = Duration::from_secs(1);
+
+/// Steps of the progress bar per run (each run reports the fraction of its requests done).
+const STEPS_PER_RUN: u64 = 1000;
+
+/// The progress callback a run gets: the fraction of its requests done (0..=1).
+pub type Progress<'a> = &'a (dyn Fn(f64) + Sync);
+
+/// Runs `run(workload, policy, progress)` for every workload and policy and collects the
+/// results in input order. `quiet` hides the progress bar.
+pub fn run_all<F>(
+    workloads: &[Workload],
+    policies: &[PolicySpec],
+    quiet: bool,
+    run: F,
+) -> Vec<WorkloadRuns>
+where
+    F: Fn(&Workload, Policy, Progress<'_>) -> RunResult + Sync,
+{
+    let jobs: Vec<(usize, usize)> = (0..workloads.len())
+        .flat_map(|w| (0..policies.len()).map(move |p| (w, p)))
+        .collect();
+    let results: Mutex<Vec<Option<RunResult>>> = Mutex::new(vec![None; jobs.len()]);
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let steps: Vec<AtomicU64> = jobs.iter().map(|_| AtomicU64::new(0)).collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len())
+        .max(1);
+    let bar = ProgressBar::with_draw_target(
+        Some(jobs.len() as u64 * STEPS_PER_RUN),
+        ProgressDrawTarget::hidden(),
+    );
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {percent:>3}% of {msg} runs",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(jobs.len().to_string());
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(w, p)) = jobs.get(i) else { break };
+                    // Counted even if the run panics, so the progress loop ends and the
+                    // scope re-raises the panic.
+                    let _count = Done(&done);
+                    let progress = |f: f64| {
+                        let step = (f.clamp(0.0, 1.0) * STEPS_PER_RUN as f64) as u64;
+                        steps[i].store(step, Ordering::Relaxed);
+                    };
+                    let r = run(&workloads[w], policies[p].policy, &progress);
+                    steps[i].store(STEPS_PER_RUN, Ordering::Relaxed);
+                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+                }
+            });
+        }
+        let mut shown = false;
+        while done.load(Ordering::Acquire) < jobs.len() {
+            std::thread::sleep(Duration::from_millis(50));
+            if !quiet && !shown && start.elapsed() >= SHOW_AFTER {
+                bar.set_draw_target(ProgressDrawTarget::stderr());
+                bar.enable_steady_tick(Duration::from_millis(100));
+                shown = true;
+            }
+            bar.set_position(steps.iter().map(|s| s.load(Ordering::Relaxed)).sum());
+        }
+    });
+    bar.finish_and_clear();
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    workloads
+        .iter()
+        .enumerate()
+        .map(|(w, workload)| {
+            let mut runs = WorkloadRuns::new(workload);
+            for (p, spec) in policies.iter().enumerate() {
+                let i = w * policies.len() + p;
+                let result = results[i].take().expect("every job ran");
+                runs.runs.push(PolicyRun::new(&spec.label(), result));
+            }
+            runs
+        })
+        .collect()
+}
+
+/// Counts one finished job when dropped.
+struct Done<'a>(&'a AtomicUsize);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
+}

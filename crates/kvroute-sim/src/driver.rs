@@ -1,1 +1,0 @@
-//! The discrete-event loop: one policy over one workload.

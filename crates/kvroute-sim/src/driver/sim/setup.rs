@@ -1,0 +1,203 @@
+//! Checking the workload and options, and building the router, the engines and the state.
+
+use std::collections::{HashMap, VecDeque};
+
+use kvroute::{Policy, Router, RouterConfig, WorkerId};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::{ReqState, Sim, Status};
+use crate::driver::queue::Queue;
+use crate::driver::{RunError, RunOptions};
+use crate::engine::{Catalog, Engine};
+use crate::fault::{FaultWindows, secs_to_ns};
+use crate::result::RunResult;
+use crate::workload::Workload;
+
+impl<'a> Sim<'a> {
+    pub(in crate::driver) fn new(
+        w: &'a Workload,
+        policy: Policy,
+        opts: &'a RunOptions<'a>,
+    ) -> Result<Self, RunError> {
+        let fleet = &w.fleet;
+        if fleet.engines == 0 {
+            return Err(RunError::NoEngines);
+        }
+        fleet.engine.validate().map_err(RunError::Engine)?;
+        fleet
+            .channels
+            .validate()
+            .map_err(|(f, r)| RunError::Channel(f, r))?;
+        let pos = |v: f64| v.is_finite() && v > 0.0;
+        let nonneg = |v: f64| v.is_finite() && v >= 0.0;
+        if !nonneg(opts.sample_interval_s) {
+            return Err(RunError::Option(
+                "sample_interval_s",
+                "finite and >= 0 seconds",
+            ));
+        }
+        if !nonneg(opts.retry_backoff_s) {
+            return Err(RunError::Option(
+                "retry_backoff_s",
+                "finite and >= 0 seconds",
+            ));
+        }
+        if !pos(opts.sweep_interval_s) {
+            return Err(RunError::Option(
+                "sweep_interval_s",
+                "finite and > 0 seconds",
+            ));
+        }
+        if opts.horizon_s.is_some_and(|h| !nonneg(h)) {
+            return Err(RunError::Option("horizon_s", "finite and >= 0 seconds"));
+        }
+        if opts.probes.iter().any(|&p| !nonneg(p)) {
+            return Err(RunError::Option("probes", "finite and >= 0 seconds"));
+        }
+        for (index, f) in w.faults.iter().enumerate() {
+            f.check(fleet.engines)
+                .map_err(|why| RunError::Fault { index, why })?;
+        }
+        let mut index_of = HashMap::with_capacity(w.requests.len());
+        for (index, r) in w.requests.iter().enumerate() {
+            if index_of.insert(r.id, index as u32).is_some() {
+                return Err(RunError::Request {
+                    index,
+                    why: "duplicate id",
+                });
+            }
+            if !nonneg(r.arrival_s) {
+                return Err(RunError::Request {
+                    index,
+                    why: "arrival_s must be finite and >= 0 seconds",
+                });
+            }
+            if r.pinned.is_some_and(|e| e >= fleet.engines) {
+                return Err(RunError::Request {
+                    index,
+                    why: "pinned to an engine not in the fleet",
+                });
+            }
+        }
+        let mut children = vec![Vec::new(); w.requests.len()];
+        for (index, r) in w.requests.iter().enumerate() {
+            if let Some(f) = r.follows {
+                let Some(&p) = index_of.get(&f.parent) else {
+                    return Err(RunError::Request {
+                        index,
+                        why: "follows an unknown request",
+                    });
+                };
+                if p as usize == index || !nonneg(f.think_s) {
+                    return Err(RunError::Request {
+                        index,
+                        why: "follows itself or has a bad think_s",
+                    });
+                }
+                children[p as usize].push(index as u32);
+            }
+        }
+        // A follow-up chain must end at a request that arrives on its own.
+        for (index, r) in w.requests.iter().enumerate() {
+            let mut cur = r.follows;
+            let mut hops = 0;
+            while let Some(f) = cur {
+                hops += 1;
+                if hops > w.requests.len() {
+                    return Err(RunError::Request {
+                        index,
+                        why: "follow-up cycle",
+                    });
+                }
+                cur = w.requests[index_of[&f.parent] as usize].follows;
+            }
+        }
+
+        let engines_n = fleet.engines as usize;
+        let bs = fleet.engine.block_size as usize;
+        let mut rc = RouterConfig::new(engines_n, bs);
+        rc.admission = opts.admission;
+        rc.near_tie_seed = opts.seed;
+        rc.index.max_blocks_per_worker = rc
+            .index
+            .max_blocks_per_worker
+            .max(2 * fleet.engine.kv_blocks as usize);
+        let mut score = opts.score.unwrap_or_default();
+        score.policy = policy;
+        rc.score = score;
+        let router = Router::new(rc).map_err(|e| RunError::Router(e.to_string()))?;
+        let mut workers = Vec::with_capacity(engines_n);
+        for e in 0..engines_n {
+            let wid = WorkerId::new(e as u64, 0);
+            router
+                .add_worker(wid)
+                .map_err(|e| RunError::Router(e.to_string()))?;
+            router
+                .configure_engine(
+                    e as u64,
+                    kvroute::EngineConfig {
+                        dp_size: Some(1),
+                        max_running_per_rank: Some(fleet.engine.max_running),
+                        decode_tps: Some(fleet.engine.decode_tps(fleet.engine.max_running) as f32),
+                        prefill_tps: Some(fleet.engine.prefill_tps as f32),
+                    },
+                )
+                .map_err(|e| RunError::Router(e.to_string()))?;
+            workers.push(wid);
+        }
+        let chan = fleet.channels;
+        let buffer_replays = chan.replay
+            && chan.replay_buffer_batches > 0
+            && (chan.event_loss > 0.0 || chan.event_jitter_s > 0.0 || !w.faults.is_empty());
+        let reqs = w
+            .requests
+            .iter()
+            .map(|r| ReqState {
+                status: Status::Pending,
+                arrived: false,
+                decision: None,
+                engine: None,
+                arrival: secs_to_ns(r.arrival_s),
+                first_token: None,
+                finish: None,
+                cached: 0,
+                predicted: 0,
+                rejections: 0,
+                reason: "",
+            })
+            .collect();
+        let res = RunResult {
+            workload: w.name.clone(),
+            engines: fleet.engines,
+            ..RunResult::default()
+        };
+        Ok(Self {
+            w,
+            opts,
+            chan,
+            cat: Catalog::new(&w.requests, fleet.engine.block_size),
+            router,
+            workers,
+            engines: (0..engines_n)
+                .map(|_| Engine::new(&fleet.engine, 0))
+                .collect(),
+            q: Queue::default(),
+            rng: StdRng::seed_from_u64(opts.seed),
+            faults: FaultWindows::new(&w.faults, fleet.engines),
+            buffer_replays,
+            replay_buf: vec![VecDeque::new(); engines_n],
+            replay_inflight: vec![false; engines_n],
+            wake_pending: vec![false; engines_n],
+            reqs,
+            children,
+            notices: Vec::new(),
+            enc: Vec::new(),
+            res,
+            now: 0,
+            horizon: opts.horizon_s.map_or(u64::MAX, secs_to_ns),
+            done: 0,
+            progress_pct: None,
+        })
+    }
+}

@@ -1,0 +1,123 @@
+//! The built-in scenarios: each reproduces one incident or failure kind of the field notes
+//! (`docs/FAILURE-MODES.md` and the design notes), deterministically for a seed.
+//!
+//! | name | reproduces |
+//! |---|---|
+//! | `hot-owner-51` | incident A: one overloaded cached owner, 50 idle peers |
+//! | `owner-canary` | incident B: the two-engine owner-pressure canary |
+//! | `zipf-prefixes` | incident C: pure affinity on Zipf-popular prefixes |
+//! | `burst-siblings` | failure kind 6: identical requests at once |
+//! | `restart` | failure kinds 4, 5: cache wipes and sequence restarts |
+//! | `event-loss` | incident A's list: KV event delay, loss, reordering, disconnects |
+
+pub mod burst;
+pub mod faults;
+pub mod hot_owner;
+pub mod owner_canary;
+pub mod zipf;
+
+use crate::workload::{Workload, synth};
+
+/// Name of incident A's scenario.
+pub const HOT_OWNER_51: &str = "hot-owner-51";
+/// Name of incident B's scenario.
+pub const OWNER_CANARY: &str = "owner-canary";
+/// Name of incident C's scenario.
+pub const ZIPF_PREFIXES: &str = "zipf-prefixes";
+/// Name of failure kind 6's scenario.
+pub const BURST_SIBLINGS: &str = "burst-siblings";
+/// Name of the restart scenario.
+pub const RESTART: &str = "restart";
+/// Name of the lossy-channel scenario.
+pub const EVENT_LOSS: &str = "event-loss";
+
+const HOT_OWNER_51_REPRODUCES: &str = "Incident A: 51 engines of 38 slots; engine 0 holds a \
+    6,144-token shared prefix with 38 running and 109 waiting (pinned), then 1,800 chat \
+    requests on that prefix arrive at 60/s. Pure affinity piles them onto the owner while \
+    50 engines idle; a good policy spills to the idle peers.";
+const OWNER_CANARY_REPRODUCES: &str = "Incident B: two engines of 38 slots, the owner starting \
+    with 35 running (pinned) and the cached 67,500-token context, the peer idle; 76 \
+    growing-prefix trajectories x 3 turns x 1,000 output tokens (~16.1 M prompt tokens). \
+    Affinity keeps a 100:0 generation share; occupancy pressure splits it.";
+const ZIPF_PREFIXES_REPRODUCES: &str = "Incident C: two engines, 128 prefixes of 2,048 tokens \
+    drawn with Zipf s = 0.9, Poisson 16 requests/s, 500 requests. Pure affinity unbalances \
+    the engines; a load term restores balance at almost the same hit rate.";
+const BURST_SIBLINGS_REPRODUCES: &str = "Failure kind 6: 64 identical 4,096-token requests \
+    arrive at once on 8 idle engines, before any engine has reported storing the prompt \
+    (best-of-N, agent fan-out). Reservations must spread them.";
+const RESTART_REPRODUCES: &str = "Failure kinds 4 and 5: 8 engines under a steady load of 16 \
+    Zipf-popular prefixes (12 requests/s, 90 s); engines 0, 1, 2 and 0 again restart at \
+    20, 35, 50 and 65 s (cache wiped, event sequence back at 0). The router must stop \
+    predicting hits on wiped engines.";
+const EVENT_LOSS_REPRODUCES: &str = "Incident A's fault list: the restart load over lossy \
+    channels (KV events delayed 50 ms + up to 100 ms jitter so batches reorder, 1% of \
+    batches and 5% of load reports lost), a 5 s disconnect of engine 1 at 20 s, 50% batch \
+    loss on engine 2 for 20 s from 30 s, a 10 s telemetry blackout of engine 3 at 40 s.";
+
+/// A built-in scenario: its name, what it reproduces, and its builder.
+#[derive(Clone, Copy, Debug)]
+pub struct Scenario {
+    /// The name `kvroute-sim scenario NAME` takes.
+    pub name: &'static str,
+    /// What it reproduces (one paragraph; also the workload's description).
+    pub reproduces: &'static str,
+    build: fn(u64) -> Workload,
+}
+
+impl Scenario {
+    /// The workload for `seed` (the same seed always gives the same workload).
+    pub fn build(&self, seed: u64) -> Workload {
+        (self.build)(seed)
+    }
+}
+
+/// Every built-in scenario, in `list` order.
+pub const SCENARIOS: [Scenario; 6] = [
+    Scenario {
+        name: HOT_OWNER_51,
+        reproduces: HOT_OWNER_51_REPRODUCES,
+        build: hot_owner::build,
+    },
+    Scenario {
+        name: OWNER_CANARY,
+        reproduces: OWNER_CANARY_REPRODUCES,
+        build: owner_canary::build,
+    },
+    Scenario {
+        name: ZIPF_PREFIXES,
+        reproduces: ZIPF_PREFIXES_REPRODUCES,
+        build: zipf::build,
+    },
+    Scenario {
+        name: BURST_SIBLINGS,
+        reproduces: BURST_SIBLINGS_REPRODUCES,
+        build: burst::build,
+    },
+    Scenario {
+        name: RESTART,
+        reproduces: RESTART_REPRODUCES,
+        build: faults::build_restart,
+    },
+    Scenario {
+        name: EVENT_LOSS,
+        reproduces: EVENT_LOSS_REPRODUCES,
+        build: faults::build_event_loss,
+    },
+];
+
+/// The scenario called `name`, if any.
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    SCENARIOS.iter().find(|s| s.name == name)
+}
+
+/// Requests of `zipf-prefixes` the default demo keeps.
+pub const DEMO_SLICE: usize = 200;
+
+/// The default demo's workloads for `seed`: `hot-owner-51` and the first
+/// [`DEMO_SLICE`] requests of `zipf-prefixes`.
+pub fn demo(seed: u64) -> Vec<Workload> {
+    vec![
+        hot_owner::build(seed),
+        synth::truncate(zipf::build(seed), DEMO_SLICE),
+    ]
+}

@@ -1,0 +1,99 @@
+//! `owner-canary`: incident B (field notes), the two-engine canary of owner pressure.
+
+use std::sync::Arc;
+
+use rand::Rng;
+
+use crate::engine::EngineConfig;
+use crate::net::ChannelConfig;
+use crate::request::SimRequest;
+use crate::workload::synth::{self, TokenSpace};
+use crate::workload::{FleetSpec, Workload};
+
+/// Engines in the canary.
+pub const ENGINES: u32 = 2;
+/// The engine that starts as the cached owner (index).
+pub const OWNER: u32 = 0;
+/// Running-request cap per engine (38 slots each).
+pub const MAX_RUNNING: u32 = 38;
+/// Pinned requests that give the owner its starting load (35 running, peer 0).
+pub const PINNED: u32 = 35;
+/// Growing-prefix trajectories.
+pub const TRAJECTORIES: u32 = 76;
+/// Turns per trajectory.
+pub const TURNS: u32 = 3;
+/// Output length of every turn (tokens).
+pub const OUTPUT_TOKENS: u32 = 1_000;
+/// The context every trajectory starts from (tokens). With 1,000 user tokens per turn the
+/// routed prompts total 76 · (68,500 + 70,500 + 72,500) ≈ 16.1 M tokens, prompt:output
+/// ≈ 70.5:1, as in the canary.
+pub const SHARED_TOKENS: u32 = 67_500;
+/// New user text per turn (tokens).
+pub const USER_TOKENS: u32 = 1_000;
+/// When the trajectories' first turns start arriving (seconds).
+pub const START_S: f64 = 1.0;
+/// Spacing of the first turns (seconds).
+pub const SPACING_S: f64 = 0.05;
+/// Think time range between a turn's last token and the next turn (seconds).
+pub const THINK_S: (f64, f64) = (0.5, 2.0);
+
+/// Builds the scenario for `seed` (the seed only draws think times).
+///
+/// Two engines of 38 slots. Engine 0 is handed 35 pinned requests at t ≈ 0 (the shared
+/// 67,500-token context plus 1,000 tokens each, 1,000 output tokens), so it starts as the
+/// cached owner with 35 running while the peer is idle. From t = 1 s, 76 trajectories start
+/// 50 ms apart; each has 3 turns of 1,000 output tokens, turn `k + 1` arriving 0.5–2 s
+/// after turn `k` finishes with prompt = turn `k`'s prompt + its output + 1,000 new tokens.
+pub fn build(seed: u64) -> Workload {
+    let mut rng = synth::rng(seed);
+    let mut tokens = TokenSpace::default();
+    let shared = tokens.fresh(SHARED_TOKENS);
+    let mut requests: Vec<SimRequest> = Vec::new();
+    let mut id = 0u64;
+    for i in 0..PINNED {
+        let prompt = synth::concat(&shared, &tokens.fresh(USER_TOKENS));
+        let mut r = synth::request(id, f64::from(i) * 1e-3, prompt, OUTPUT_TOKENS);
+        r.pinned = Some(OWNER);
+        requests.push(r);
+        id += 1;
+    }
+    for k in 0..TRAJECTORIES {
+        let mut prompt: Arc<[u32]> = synth::concat(&shared, &tokens.fresh(USER_TOKENS));
+        let mut parent = id;
+        requests.push(synth::request(
+            id,
+            START_S + f64::from(k) * SPACING_S,
+            prompt.clone(),
+            OUTPUT_TOKENS,
+        ));
+        id += 1;
+        for _ in 1..TURNS {
+            prompt =
+                synth::follow_up_prompt(parent, &prompt, OUTPUT_TOKENS, &tokens.fresh(USER_TOKENS));
+            let think = rng.random_range(THINK_S.0..=THINK_S.1);
+            requests.push(synth::follow_up(
+                id,
+                parent,
+                think,
+                prompt.clone(),
+                OUTPUT_TOKENS,
+            ));
+            parent = id;
+            id += 1;
+        }
+    }
+    Workload {
+        name: super::OWNER_CANARY.to_string(),
+        description: super::OWNER_CANARY_REPRODUCES.to_string(),
+        requests,
+        fleet: FleetSpec {
+            engines: ENGINES,
+            engine: EngineConfig {
+                max_running: MAX_RUNNING,
+                ..Default::default()
+            },
+            channels: ChannelConfig::default(),
+        },
+        faults: Vec::new(),
+    }
+}

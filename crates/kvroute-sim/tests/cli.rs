@@ -1,0 +1,159 @@
+//! The `kvroute-sim` binary: `list`, argument errors, and tiny runs with `--quiet --json`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn sim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvroute-sim"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kvroute-sim-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn list_shows_every_scenario_and_policy() {
+    let out = sim(&["list"]);
+    assert!(out.status.success());
+    let s = text(&out.stdout);
+    for name in [
+        "hot-owner-51",
+        "owner-canary",
+        "zipf-prefixes",
+        "burst-siblings",
+        "restart",
+        "event-loss",
+        "round_robin",
+        "projected_time:shadow",
+        "cache_aware",
+    ] {
+        assert!(s.contains(name), "{name} missing from:\n{s}");
+    }
+    assert!(s.contains("Incident A") && s.contains("Failure kind 6"));
+}
+
+#[test]
+fn unknown_policy_is_a_usage_error_listing_valid_names() {
+    let out = sim(&["scenario", "burst-siblings", "--policies", "kv_aware,magic"]);
+    // clap's usage errors exit with 2.
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("unknown policy `magic`"), "{err}");
+    for name in ["round_robin", "load_aware", "owner_pressure", "lmetric"] {
+        assert!(err.contains(name), "{err}");
+    }
+    let out = sim(&["--policies", "load_aware:500"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("out of range"));
+}
+
+#[test]
+fn unknown_scenario_lists_the_scenarios() {
+    let out = sim(&["scenario", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("hot-owner-51") && err.contains("event-loss"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tiny_scenario_quiet_json() {
+    let dir = scratch("tiny");
+    let json = dir.join("out.json");
+    let out = sim(&[
+        "scenario",
+        "burst-siblings",
+        "--limit",
+        "8",
+        "--policies",
+        "kv_aware,load_aware:1.0",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "--quiet writes nothing to stderr");
+    let table = text(&out.stdout);
+    assert!(table.contains("burst-siblings[..8]"));
+    assert!(table.lines().any(|l| l.starts_with("kv_aware ")));
+    assert!(table.lines().any(|l| l.starts_with("load_aware:1 ")));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let w = &v["workloads"][0];
+    assert_eq!(w["name"], "burst-siblings[..8]");
+    assert_eq!(w["engines"], 8);
+    let runs = w["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["policy"], "kv_aware");
+    assert_eq!(runs[1]["policy"], "load_aware:1");
+    for r in runs {
+        // 8 identical requests, all served.
+        assert_eq!(r["metrics"]["requests"], 8);
+        assert_eq!(r["metrics"]["finished"], 8);
+        assert_eq!(r["engines"].as_array().unwrap().len(), 8);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn replay_reads_a_trace_and_reports_bad_lines() {
+    let dir = scratch("replay");
+    let trace = dir.join("t.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [0, 1]}\n\
+         {\"timestamp\": 500, \"input_length\": 700, \"output_length\": 4, \"hash_ids\": [0, 2]}\n",
+    )
+    .unwrap();
+    let json = dir.join("r.json");
+    let out = sim(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--engines",
+        "2",
+        "--rate-scale",
+        "2",
+        "--policies",
+        "least_load",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["workloads"][0]["engines"], 2);
+    assert_eq!(v["workloads"][0]["routed_requests"], 2);
+
+    std::fs::write(&trace, "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [0, 1]}\nnot json\n").unwrap();
+    let out = sim(&["replay", "--trace", trace.to_str().unwrap(), "--quiet"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("line 2"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = sim(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--rate-scale",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,225 @@
+//! Faults, replays and the router's view of the engines' caches.
+
+mod driver_common;
+
+use driver_common::{assert_totals, conversations, request, small_engine, tokens, workload};
+use kvroute::Policy;
+use kvroute_sim::RunResult;
+use kvroute_sim::driver::{RunOptions, run};
+use kvroute_sim::fault::{Fault, FaultKind};
+use kvroute_sim::net::ChannelConfig;
+
+fn probes_of(r: &RunResult, engine: u32) -> Vec<(f64, u64, u64, bool)> {
+    r.probes
+        .iter()
+        .filter(|p| p.engine == engine)
+        .map(|p| {
+            (
+                p.t_ns as f64 / 1e9,
+                p.engine_blocks,
+                p.indexed_blocks,
+                p.trusted,
+            )
+        })
+        .collect()
+}
+
+/// Engine 0 serves three pinned requests, then sits idle with a full cache; it restarts at
+/// 10 s. Just before, the router's index holds exactly the engine's blocks; one event delay
+/// (5 ms) after the restart, it holds none of them (the restarted engine's first batch,
+/// sequence 0 with `AllBlocksCleared`, made the router clear the worker), while the other
+/// engine's residency is untouched. A late request on engine 1 keeps the run going.
+#[test]
+fn restarted_engine_leaves_the_index_within_one_event_delay() {
+    let mut reqs = vec![
+        request(1, 0.0, tokens(1, 3_000), 30),
+        request(2, 0.5, tokens(2, 2_000), 30),
+        request(3, 1.0, tokens(3, 1_000), 30),
+        request(4, 0.0, tokens(4, 1_500), 10),
+        request(5, 20.0, tokens(5, 500), 10),
+    ];
+    for r in &mut reqs[..3] {
+        r.pinned = Some(0);
+    }
+    for r in &mut reqs[3..] {
+        r.pinned = Some(1);
+    }
+    let channels = ChannelConfig::default();
+    let faults = vec![Fault {
+        at_s: 10.0,
+        engine: 0,
+        kind: FaultKind::Restart,
+    }];
+    let w = workload(2, small_engine(4_000), channels, reqs, faults);
+    let opts = RunOptions {
+        probes: vec![9.99, 10.0 + channels.event_delay_s, 15.0],
+        ..RunOptions::default()
+    };
+    let r = run(&w, Policy::RoundRobin, &opts);
+    assert_eq!(r.error, None);
+    let e0 = probes_of(&r, 0);
+    let e1 = probes_of(&r, 1);
+    // (3,000 + 30 − 1) / 16 + (2,000 + 29) / 16 + (1,000 + 29) / 16 = 189 + 126 + 64 blocks.
+    assert_eq!(e0[0].1, 379);
+    assert_eq!((e0[0].2, e0[0].3), (379, true));
+    assert_eq!((e0[1].1, e0[1].2, e0[1].3), (0, 0, true));
+    assert_eq!((e0[2].1, e0[2].2), (0, 0));
+    // (1,500 + 9) / 16 = 94 blocks, before and after.
+    assert!(e1.iter().all(|p| p.1 == 94 && p.2 == 94 && p.3));
+    assert_eq!(r.channel.resets, 1);
+    assert_eq!(r.restarted_requests, 0);
+    assert_totals(&r);
+}
+
+/// Restarts while requests run (every engine restarts at 0.3 s; conversation 1's first
+/// turn arrived at 0.2 s and runs for 0.01 + 456/20,000 + 19 × 0.011 = 0.242 s on one of
+/// them): the lost requests are routed again and complete; no reservation is left. The
+/// router detects the restart of the engine that served conversation 0 (it published its
+/// prefill store and, at about 0.12 s, a decode block, so its sequence goes back from 1 to
+/// 0); an engine that published at most its first batch cannot be told from a duplicate
+/// by sequence numbers (the router's `RESET_WINDOW` rule), and one that published nothing
+/// needs no clearing.
+#[test]
+fn restart_with_requests_on_the_engine() {
+    let reqs = conversations(12, 3, 0.2, 0.5);
+    let faults = (0..3)
+        .map(|engine| Fault {
+            at_s: 0.3,
+            engine,
+            kind: FaultKind::Restart,
+        })
+        .collect();
+    let w = workload(
+        3,
+        small_engine(3_000),
+        ChannelConfig::default(),
+        reqs,
+        faults,
+    );
+    let r = run(&w, Policy::RoundRobin, &RunOptions::default());
+    assert_eq!(r.error, None);
+    assert!(r.restarted_requests > 0);
+    assert_eq!(r.completed, 36);
+    assert_eq!(r.reservations_at_end, 0);
+    assert!(r.channel.resets >= 1);
+    assert_totals(&r);
+}
+
+/// Engine 0 is disconnected for 2 s while serving: its batches meanwhile are lost, the next
+/// one shows a gap, the replay brings the missing ones, and at quiescence the router's
+/// index again holds exactly the engine's blocks and trusts it. With replay off, the
+/// router gives the replay up (clearing the worker), so it holds fewer.
+#[test]
+fn disconnect_gap_is_recovered_by_replay() {
+    for replay in [true, false] {
+        let reqs = vec![
+            request(1, 0.0, tokens(1, 4_000), 200),
+            request(2, 0.5, tokens(2, 4_000), 200),
+            request(3, 3.0, tokens(3, 600), 40),
+            request(4, 30.0, tokens(4, 100), 5),
+        ];
+        let mut reqs = reqs;
+        for r in &mut reqs[..3] {
+            r.pinned = Some(0);
+        }
+        reqs[3].pinned = Some(1);
+        let channels = ChannelConfig {
+            replay,
+            ..ChannelConfig::default()
+        };
+        let faults = vec![Fault {
+            at_s: 1.0,
+            engine: 0,
+            kind: FaultKind::Disconnect { duration_s: 2.0 },
+        }];
+        let w = workload(2, small_engine(4_000), channels, reqs, faults);
+        let opts = RunOptions {
+            probes: vec![2.0, 25.0],
+            ..RunOptions::default()
+        };
+        let r = run(&w, Policy::RoundRobin, &opts);
+        assert_eq!(r.error, None);
+        assert!(r.channel.batches_lost > 0);
+        assert!(r.channel.gaps >= 1);
+        let e0 = probes_of(&r, 0);
+        let (_, engine_blocks, indexed, trusted) = e0[1];
+        assert!(trusted);
+        if replay {
+            assert!(r.channel.replays_requested >= 1);
+            assert!(r.channel.batches_replayed > 0);
+            assert_eq!(indexed, engine_blocks);
+        } else {
+            assert_eq!(r.channel.replays_requested, 0);
+            assert!(r.channel.replays_skipped >= 1);
+            assert!(indexed < engine_blocks);
+        }
+        assert_eq!(r.reservations_at_end, 0);
+        assert_totals(&r);
+    }
+}
+
+/// Every kind of fault at once, with lossy, jittery channels, a small cache (evictions and
+/// preemptions) and admission control: nothing panics, nothing fails to decode or ingest,
+/// every request is accounted for, and no reservation is left.
+#[test]
+fn every_fault_together() {
+    let reqs = conversations(40, 4, 0.05, 0.3);
+    let n = reqs.len() as u64;
+    let channels = ChannelConfig {
+        event_loss: 0.05,
+        event_jitter_s: 0.02,
+        telemetry_loss: 0.1,
+        ..ChannelConfig::default()
+    };
+    let faults = vec![
+        Fault {
+            at_s: 0.5,
+            engine: 0,
+            kind: FaultKind::Restart,
+        },
+        Fault {
+            at_s: 0.7,
+            engine: 1,
+            kind: FaultKind::Disconnect { duration_s: 1.5 },
+        },
+        Fault {
+            at_s: 0.2,
+            engine: 2,
+            kind: FaultKind::TelemetryBlackout { duration_s: 3.0 },
+        },
+        Fault {
+            at_s: 1.0,
+            engine: 3,
+            kind: FaultKind::EventLoss {
+                duration_s: 2.0,
+                loss: 0.8,
+            },
+        },
+        Fault {
+            at_s: 2.5,
+            engine: 1,
+            kind: FaultKind::Restart,
+        },
+    ];
+    for policy in [Policy::default(), Policy::KvAware, Policy::OwnerPressure] {
+        let w = workload(4, small_engine(800), channels, reqs.clone(), faults.clone());
+        let opts = RunOptions {
+            admission: Some(kvroute::AdmissionConfig {
+                max_outstanding_requests: 12,
+            }),
+            retry_backoff_s: 0.2,
+            max_retries: 50,
+            ..RunOptions::default()
+        };
+        let r = run(&w, policy, &opts);
+        assert_eq!(r.error, None);
+        assert_eq!(r.channel.decode_errors, 0);
+        assert_eq!(r.channel.ingest_errors, 0);
+        assert_eq!(r.completed, n, "{policy:?}");
+        assert_eq!(r.reservations_at_end, 0);
+        assert!(r.channel.batches_lost > 0);
+        assert!(r.channel.gaps > 0);
+        assert!(r.preemptions > 0 || r.restarted_requests > 0);
+        assert_totals(&r);
+    }
+}

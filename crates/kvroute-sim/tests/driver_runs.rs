@@ -1,0 +1,315 @@
+//! Whole runs: determinism, accounting of every request, admission and retries, follow-ups,
+//! invalid input.
+
+mod driver_common;
+
+use driver_common::{assert_totals, conversations, request, small_engine, tokens, workload};
+use kvroute::{AdmissionConfig, Policy, ScoreConfig};
+use kvroute_sim::driver::{RunError, RunOptions, run, try_run};
+use kvroute_sim::fault::{Fault, FaultKind};
+use kvroute_sim::net::{ChannelConfig, TelemetryMode};
+use kvroute_sim::request::FollowUp;
+
+fn lossy() -> ChannelConfig {
+    ChannelConfig {
+        event_loss: 0.1,
+        event_jitter_s: 0.01,
+        telemetry_loss: 0.2,
+        ..ChannelConfig::default()
+    }
+}
+
+/// Same seed, same result (wall-clock time aside), with every random draw in play: event
+/// and telemetry loss, jitter, faults and the router's near-tie draws. Another seed draws
+/// other losses.
+#[test]
+fn same_seed_same_result() {
+    let faults = vec![
+        Fault {
+            at_s: 1.0,
+            engine: 2,
+            kind: FaultKind::Restart,
+        },
+        Fault {
+            at_s: 0.5,
+            engine: 0,
+            kind: FaultKind::Disconnect { duration_s: 1.0 },
+        },
+    ];
+    let w = workload(
+        4,
+        small_engine(1_500),
+        lossy(),
+        conversations(30, 4, 0.1, 0.4),
+        faults,
+    );
+    let score = ScoreConfig {
+        near_tie_band: 0.2,
+        ..ScoreConfig::default()
+    };
+    let go = |seed| {
+        let opts = RunOptions {
+            seed,
+            score: Some(score),
+            probes: vec![1.0, 2.0],
+            ..RunOptions::default()
+        };
+        let mut r = run(&w, Policy::default(), &opts);
+        assert_eq!(r.error, None);
+        r.wall_s = 0.0;
+        r
+    };
+    let a = go(7);
+    let b = go(7);
+    assert_eq!(a, b);
+    assert!(a.channel.batches_lost > 0 && a.channel.telemetry_lost > 0);
+    let c = go(8);
+    assert_ne!(a.channel, c.channel);
+}
+
+/// Admission bound 1 on 2 idle engines, 6 requests at once, no retry: the first two are
+/// placed (one per engine: each reservation makes its engine's outstanding count 1), the
+/// other four are rejected for good.
+#[test]
+fn admission_rejects_over_the_bound() {
+    let reqs = (0..6)
+        .map(|i| request(i, 0.0, tokens(i as u32 + 1, 800), 10))
+        .collect();
+    let w = workload(
+        2,
+        small_engine(4_000),
+        ChannelConfig::default(),
+        reqs,
+        vec![],
+    );
+    let opts = RunOptions {
+        admission: Some(AdmissionConfig {
+            max_outstanding_requests: 1,
+        }),
+        max_retries: 0,
+        ..RunOptions::default()
+    };
+    let r = run(&w, Policy::LeastLoad, &opts);
+    assert_eq!((r.completed, r.rejected_for_good, r.rejections), (2, 4, 4));
+    let engines: Vec<_> = r.requests.iter().filter_map(|q| q.engine).collect();
+    assert_eq!(engines.len(), 2);
+    assert_ne!(engines[0], engines[1]);
+    assert!(
+        r.requests
+            .iter()
+            .filter(|q| q.engine.is_none())
+            .all(|q| q.reason == "rejected" && q.rejections == 1)
+    );
+    assert_eq!(r.reservations_at_end, 0);
+    assert_totals(&r);
+}
+
+/// With retries every rejected request is placed eventually (2 at a time, 0.1 s apart):
+/// all complete and some were rejected first.
+#[test]
+fn rejected_requests_retry_after_the_backoff() {
+    let reqs = (0..6)
+        .map(|i| request(i, 0.0, tokens(i as u32 + 1, 800), 10))
+        .collect();
+    let w = workload(
+        2,
+        small_engine(4_000),
+        ChannelConfig::default(),
+        reqs,
+        vec![],
+    );
+    let opts = RunOptions {
+        admission: Some(AdmissionConfig {
+            max_outstanding_requests: 1,
+        }),
+        retry_backoff_s: 0.1,
+        max_retries: 100,
+        ..RunOptions::default()
+    };
+    let r = run(&w, Policy::LeastLoad, &opts);
+    assert_eq!(r.completed, 6);
+    assert!(r.rejections >= 4);
+    // A retried request arrives at its first arrival time; its wait is in its latency.
+    assert!(r.requests.iter().all(|q| q.arrival_s == 0.0));
+    assert!(
+        r.requests
+            .iter()
+            .any(|q| q.first_token_s.unwrap() > 0.1 && q.rejections > 0)
+    );
+    assert_eq!(r.reservations_at_end, 0);
+    assert_totals(&r);
+}
+
+/// Follow-ups arrive `think_s` after their parent's last token; those of a request given
+/// up never arrive.
+#[test]
+fn follow_ups_arrive_after_their_parent() {
+    let mut reqs = Vec::new();
+    for c in 0..4u64 {
+        reqs.push(request(c * 10, 0.0, tokens(c as u32 + 1, 800), 10));
+        let mut next = request(c * 10 + 1, 0.0, tokens(c as u32 + 1, 1_200), 10);
+        next.follows = Some(FollowUp {
+            parent: c * 10,
+            think_s: 2.0,
+        });
+        reqs.push(next);
+    }
+    let w = workload(
+        2,
+        small_engine(4_000),
+        ChannelConfig::default(),
+        reqs,
+        vec![],
+    );
+    let opts = RunOptions {
+        admission: Some(AdmissionConfig {
+            max_outstanding_requests: 1,
+        }),
+        max_retries: 0,
+        ..RunOptions::default()
+    };
+    let r = run(&w, Policy::LeastLoad, &opts);
+    assert_eq!(
+        (r.completed, r.rejected_for_good, r.never_arrived),
+        (4, 2, 2)
+    );
+    for pair in r.requests.chunks(2) {
+        let (parent, child) = (&pair[0], &pair[1]);
+        match parent.finish_s {
+            Some(f) => {
+                assert!((child.arrival_s - (f + 2.0)).abs() < 1e-6);
+                // The second turn extends the first: the engine that served it hits.
+                assert_eq!(child.engine, parent.engine);
+                assert_eq!(child.cached_tokens, 800 / 16 * 16);
+            }
+            None => assert_eq!(child.reason, "never_arrived"),
+        }
+    }
+    assert_totals(&r);
+}
+
+/// A horizon stops the run with requests in flight; they still hold their reservations,
+/// and every request is accounted for.
+#[test]
+fn horizon_leaves_requests_in_flight() {
+    let w = workload(
+        2,
+        small_engine(4_000),
+        ChannelConfig::default(),
+        conversations(10, 3, 0.2, 0.5),
+        vec![],
+    );
+    let opts = RunOptions {
+        horizon_s: Some(1.0),
+        ..RunOptions::default()
+    };
+    let r = run(&w, Policy::RoundRobin, &opts);
+    assert!(r.end_s <= 1.0);
+    assert!(r.in_flight_at_end > 0);
+    assert!(r.reservations_at_end > 0);
+    assert!(r.reservations_at_end <= r.in_flight_at_end);
+    assert_totals(&r);
+}
+
+/// vLLM-style telemetry (requests and KV usage only) also drives a complete run.
+#[test]
+fn vllm_metrics_telemetry() {
+    let channels = ChannelConfig {
+        telemetry: TelemetryMode::VllmMetrics,
+        ..ChannelConfig::default()
+    };
+    let w = workload(
+        3,
+        small_engine(2_000),
+        channels,
+        conversations(15, 3, 0.1, 0.3),
+        vec![],
+    );
+    let r = run(&w, Policy::default(), &RunOptions::default());
+    assert_eq!(r.completed, 45);
+    assert_eq!(r.channel.telemetry_rejected, 0);
+    assert!(r.fallbacks.is_empty(), "{:?}", r.fallbacks);
+    assert_totals(&r);
+}
+
+/// Invalid workloads and options are typed errors, and `run` reports them without
+/// panicking.
+#[test]
+fn invalid_input_is_an_error() {
+    let base = workload(
+        2,
+        small_engine(2_000),
+        ChannelConfig::default(),
+        vec![request(1, 0.0, tokens(1, 100), 1)],
+        vec![],
+    );
+    let opts = RunOptions::default();
+    let mut w = base.clone();
+    w.fleet.engines = 0;
+    assert_eq!(
+        try_run(&w, Policy::RoundRobin, &opts).unwrap_err(),
+        RunError::NoEngines
+    );
+    let mut w = base.clone();
+    w.faults.push(Fault {
+        at_s: 1.0,
+        engine: 5,
+        kind: FaultKind::Restart,
+    });
+    assert!(matches!(
+        try_run(&w, Policy::RoundRobin, &opts),
+        Err(RunError::Fault { index: 0, .. })
+    ));
+    let mut w = base.clone();
+    w.requests[0].follows = Some(FollowUp {
+        parent: 42,
+        think_s: 1.0,
+    });
+    assert!(matches!(
+        try_run(&w, Policy::RoundRobin, &opts),
+        Err(RunError::Request { index: 0, .. })
+    ));
+    let mut w = base.clone();
+    w.fleet.channels.event_loss = 1.5;
+    assert!(matches!(
+        try_run(&w, Policy::RoundRobin, &opts),
+        Err(RunError::Channel("event_loss", _))
+    ));
+    let mut w = base.clone();
+    w.fleet.engine.prefill_tps = 0.0;
+    let r = run(&w, Policy::RoundRobin, &opts);
+    assert!(r.error.is_some() && r.requests.is_empty());
+    let bad = RunOptions {
+        sweep_interval_s: 0.0,
+        ..RunOptions::default()
+    };
+    assert!(matches!(
+        try_run(&base, Policy::RoundRobin, &bad),
+        Err(RunError::Option("sweep_interval_s", _))
+    ));
+}
+
+/// A prompt longer than the engine's context is refused (no first token, reservation
+/// released); the rest of the run is unaffected.
+#[test]
+fn oversized_prompt_is_refused() {
+    let mut engine = small_engine(2_000);
+    engine.max_model_len = 1_000;
+    let w = workload(
+        1,
+        engine,
+        ChannelConfig::default(),
+        vec![
+            request(1, 0.0, tokens(1, 1_000), 5),
+            request(2, 0.0, tokens(2, 999), 5),
+        ],
+        vec![],
+    );
+    let r = run(&w, Policy::RoundRobin, &RunOptions::default());
+    assert_eq!((r.refused, r.completed), (1, 1));
+    assert_eq!(r.requests[0].first_token_s, None);
+    // 999 prompt tokens + 5 outputs exceed 1,000: output stops at the context length.
+    assert_eq!(r.generated_tokens, vec![1]);
+    assert_eq!(r.reservations_at_end, 0);
+    assert_totals(&r);
+}

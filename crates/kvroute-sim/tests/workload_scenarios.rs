@@ -1,0 +1,241 @@
+//! The built-in scenarios: shapes from the field notes, determinism, follow-up prompts,
+//! slicing.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use kvroute_sim::fault::FaultKind;
+use kvroute_sim::request::output_token;
+use kvroute_sim::workload::scenarios::{
+    self, SCENARIOS, burst, faults, hot_owner, owner_canary, zipf,
+};
+use kvroute_sim::workload::synth::truncate;
+use kvroute_sim::workload::{FleetSpec, Workload};
+use kvroute_sim::{PromptSpec, SimRequest};
+
+fn tokens(r: &SimRequest) -> Vec<u32> {
+    let mut v = Vec::new();
+    r.prompt.tokens_into(&mut v);
+    v
+}
+
+#[test]
+fn list_names_are_unique_and_documented() {
+    let names: HashSet<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+    assert_eq!(names.len(), 6);
+    for want in [
+        "hot-owner-51",
+        "owner-canary",
+        "zipf-prefixes",
+        "burst-siblings",
+        "restart",
+        "event-loss",
+    ] {
+        let s = scenarios::find(want).unwrap();
+        assert!(s.reproduces.len() > 80, "{want} says what it reproduces");
+        let w = s.build(1);
+        assert_eq!(w.name, want);
+        assert_eq!(w.description, s.reproduces);
+        assert!(!w.requests.is_empty());
+    }
+    assert!(scenarios::find("nope").is_none());
+}
+
+#[test]
+fn same_seed_same_workload_other_seed_other_arrivals() {
+    for s in &SCENARIOS {
+        assert_eq!(s.build(7), s.build(7), "{}", s.name);
+    }
+    for name in ["hot-owner-51", "zipf-prefixes", "restart", "event-loss"] {
+        let s = scenarios::find(name).unwrap();
+        assert_ne!(s.build(7).requests, s.build(8).requests, "{name}");
+    }
+}
+
+#[test]
+fn hot_owner_51_starts_from_the_incident_state() {
+    let w = hot_owner::build(1);
+    assert_eq!(w.fleet.engines, 51);
+    assert_eq!(w.fleet.engine.max_running, 38);
+    let (pinned, routed): (Vec<_>, Vec<_>) = w.requests.iter().partition(|r| r.pinned.is_some());
+    // 38 running + 109 waiting on the owner.
+    assert_eq!(pinned.len(), 147);
+    assert!(pinned.iter().all(|r| r.pinned == Some(0)));
+    assert_eq!(routed.len(), 1_800);
+    let prefix: Vec<u32> = tokens(pinned[0])[..6_144].to_vec();
+    for r in &w.requests {
+        let t = tokens(r);
+        assert_eq!(t.len(), 6_144 + 256);
+        assert_eq!(t[..6_144], prefix[..]);
+        assert!((256..=512).contains(&r.output_tokens));
+    }
+    // Own user text is never shared.
+    let tails: HashSet<u32> = w.requests.iter().map(|r| tokens(r)[6_144]).collect();
+    assert_eq!(tails.len(), w.requests.len());
+    // The burst starts after 1 s at about 60 requests/s: 1,800 exponential gaps of mean
+    // 1/60 s sum to 30 s ± 0.7 s (one standard deviation).
+    let first = routed
+        .iter()
+        .map(|r| r.arrival_s)
+        .fold(f64::INFINITY, f64::min);
+    let last = routed.iter().map(|r| r.arrival_s).fold(0.0, f64::max);
+    assert!(first > 1.0);
+    assert!((last - 1.0 - 30.0).abs() < 3.5, "{last}");
+    assert!(routed.windows(2).all(|p| p[0].arrival_s <= p[1].arrival_s));
+}
+
+#[test]
+fn owner_canary_trajectories_grow_their_prefix() {
+    let w = owner_canary::build(3);
+    assert_eq!(w.fleet.engines, 2);
+    assert_eq!(w.fleet.engine.max_running, 38);
+    let by_id: HashMap<u64, &SimRequest> = w.requests.iter().map(|r| (r.id, r)).collect();
+    assert_eq!(by_id.len(), w.requests.len());
+    let pinned: Vec<_> = w.requests.iter().filter(|r| r.pinned.is_some()).collect();
+    assert_eq!(pinned.len(), 35);
+    assert!(pinned.iter().all(|r| r.pinned == Some(0)));
+    let routed: Vec<_> = w.requests.iter().filter(|r| r.pinned.is_none()).collect();
+    assert_eq!(routed.len(), 76 * 3);
+    assert!(routed.iter().all(|r| r.output_tokens == 1_000));
+    let shared = tokens(pinned[0])[..67_500].to_vec();
+    let mut followups = 0;
+    for r in &routed {
+        let t = tokens(r);
+        assert_eq!(t[..67_500], shared[..]);
+        if let Some(f) = r.follows {
+            followups += 1;
+            assert!((0.5..=2.0).contains(&f.think_s));
+            let parent = by_id[&f.parent];
+            let p = tokens(parent);
+            // Parent prompt, then the parent's 1,000 output tokens, then 1,000 new ones.
+            assert_eq!(t.len(), p.len() + 2_000);
+            assert_eq!(t[..p.len()], p[..]);
+            for j in 0..1_000u32 {
+                assert_eq!(t[p.len() + j as usize], output_token(parent.id, j));
+            }
+        } else {
+            assert_eq!(t.len(), 68_500);
+        }
+    }
+    assert_eq!(followups, 76 * 2);
+    // Routed prompt tokens: 76 · (68,500 + 70,500 + 72,500) = 16,074,000 ≈ 16.1 M;
+    // prompt:output = 16,074,000 / 228,000 = 70.5.
+    let prompt: u64 = routed.iter().map(|r| u64::from(r.prompt.len())).sum();
+    assert_eq!(prompt, 16_074_000);
+    let output: u64 = routed.iter().map(|r| u64::from(r.output_tokens)).sum();
+    assert!((prompt as f64 / output as f64 - 70.5).abs() < 0.01);
+}
+
+#[test]
+fn zipf_prefixes_follow_the_zipf_law() {
+    let w = zipf::build(11);
+    assert_eq!(w.fleet.engines, 2);
+    assert_eq!(w.requests.len(), 500);
+    let mut counts: HashMap<Vec<u32>, u32> = HashMap::new();
+    for r in &w.requests {
+        let t = tokens(r);
+        assert!((2_048 + 32..=2_048 + 128).contains(&t.len()));
+        *counts.entry(t[..2_048].to_vec()).or_default() += 1;
+    }
+    assert!(counts.len() <= 128);
+    // P(rank 1) = 1 / Σ_{k=1}^{128} k^−0.9 ≈ 0.1466: about 73 of 500, binomial sd ≈ 7.9.
+    let h: f64 = (1..=128).map(|k| f64::from(k).powf(-0.9)).sum();
+    let top = f64::from(*counts.values().max().unwrap());
+    let expect = 500.0 / h;
+    let sd = (500.0 * (1.0 / h) * (1.0 - 1.0 / h)).sqrt();
+    assert!(
+        (top - expect).abs() < 4.0 * sd,
+        "top {top}, expected {expect:.1}"
+    );
+    // 16 requests/s: 500 gaps sum to 31.25 s ± 1.4 s.
+    let last = w.requests.last().unwrap().arrival_s;
+    assert!((last - 31.25).abs() < 6.0, "{last}");
+}
+
+#[test]
+fn burst_siblings_are_identical_and_simultaneous() {
+    let w = burst::build(0);
+    assert_eq!(w.fleet.engines, 8);
+    assert_eq!(w.requests.len(), 64);
+    let first = &w.requests[0];
+    assert_eq!(first.prompt.len(), 4_096);
+    for r in &w.requests {
+        assert_eq!(r.prompt, first.prompt);
+        assert_eq!(r.arrival_s, 0.0);
+        assert_eq!(r.output_tokens, 256);
+    }
+}
+
+#[test]
+fn fault_scenarios_schedule_their_faults() {
+    let r = faults::build_restart(5);
+    assert_eq!(r.fleet.engines, 8);
+    assert_eq!(r.faults.len(), 4);
+    assert!(r.faults.iter().all(|f| f.kind == FaultKind::Restart));
+    assert_eq!(
+        r.faults
+            .iter()
+            .map(|f| (f.at_s, f.engine))
+            .collect::<Vec<_>>(),
+        faults::RESTARTS.to_vec()
+    );
+    let l = faults::build_event_loss(5);
+    // Same load, different channels and faults.
+    assert_eq!(l.requests, r.requests);
+    assert_eq!(l.fleet.channels.event_loss, 0.01);
+    assert!(l.fleet.channels.event_jitter_s > l.fleet.channels.event_delay_s);
+    let kinds: Vec<_> = l.faults.iter().map(|f| f.kind).collect();
+    assert!(matches!(kinds[0], FaultKind::Disconnect { duration_s } if duration_s == 5.0));
+    assert!(matches!(kinds[1], FaultKind::EventLoss { loss, .. } if loss == 0.5));
+    assert!(matches!(kinds[2], FaultKind::TelemetryBlackout { .. }));
+}
+
+fn req(id: u64, parent: Option<u64>) -> SimRequest {
+    SimRequest {
+        id,
+        arrival_s: id as f64,
+        prompt: PromptSpec::Tokens(Arc::from(vec![1u32])),
+        output_tokens: 1,
+        follows: parent.map(|parent| kvroute_sim::request::FollowUp {
+            parent,
+            think_s: 0.0,
+        }),
+        pinned: None,
+    }
+}
+
+#[test]
+fn truncate_cuts_orphaned_follow_ups_transitively() {
+    // List order: 0, 3 (child of 2), 1, 4 (child of 3), 2. Keeping the first 4 drops 2, so
+    // 3 and then 4 lose their parents.
+    let w = Workload {
+        name: "w".into(),
+        description: String::new(),
+        requests: vec![
+            req(0, None),
+            req(3, Some(2)),
+            req(1, None),
+            req(4, Some(3)),
+            req(2, None),
+        ],
+        fleet: FleetSpec {
+            engines: 1,
+            engine: Default::default(),
+            channels: Default::default(),
+        },
+        faults: Vec::new(),
+    };
+    let t = truncate(w.clone(), 4);
+    assert_eq!(t.requests.iter().map(|r| r.id).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(t.name, "w[..4]");
+    assert_eq!(truncate(w.clone(), 5), w);
+}
+
+#[test]
+fn demo_is_hot_owner_plus_a_zipf_slice() {
+    let d = scenarios::demo(1);
+    assert_eq!(d.len(), 2);
+    assert_eq!(d[0], hot_owner::build(1));
+    assert_eq!(d[1].name, "zipf-prefixes[..200]");
+    assert_eq!(d[1].requests[..], zipf::build(1).requests[..200]);
+}
