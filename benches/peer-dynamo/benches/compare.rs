@@ -25,7 +25,11 @@ use kvroute_peer_dynamo::{
 const CHECKED_QUERIES: usize = 64;
 
 fn main() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("peer-criterion");
+    // criterion's output folder: `KVROUTE_PEER_OUT` when set (e.g. running the built binary
+    // on another machine), else under cargo's target folder.
+    let dir = std::env::var_os("KVROUTE_PEER_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("peer-criterion"));
     let since = SystemTime::now();
     let mut c = Criterion::default()
         .output_directory(&dir)
@@ -49,8 +53,9 @@ fn main() {
     println!("{}", table(&rows, &dir, since));
 }
 
-/// Table order: match rows, then decision rows, then ingest; by worker count within each.
-fn order_key(label: &str) -> (u8, usize, String) {
+/// Table order: match rows, then decision rows, then ingest; by worker count within each
+/// (the sort is stable: warm before cold, as the rows were measured).
+fn order_key(label: &str) -> (u8, usize) {
     let kind = ["match", "decision", "ingest"]
         .iter()
         .position(|k| label.starts_with(k))
@@ -59,7 +64,7 @@ fn order_key(label: &str) -> (u8, usize, String) {
         .split_whitespace()
         .find_map(|w| w.parse().ok())
         .unwrap_or(0);
-    (kind, workers, label.to_owned())
+    (kind, workers)
 }
 
 /// Checks both sides index the same workload: equal overlaps for the first
@@ -257,7 +262,7 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
         b.iter_custom(|iters| replay_peer(iters, &mut tree, &peer_load, true, false));
     });
     group.finish();
-    rows.push(row("ingest store 512", "ingest/store", Some(blocks)));
+    rows.push(row("ingest 512 store", "ingest/store", Some(blocks)));
 
     let mut group = c.benchmark_group("ingest/store_remove");
     group.sampling_mode(SamplingMode::Flat);
@@ -300,12 +305,12 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
     });
     group.finish();
     rows.push(row(
-        "ingest store+remove 512",
+        "ingest 512 store+remove",
         "ingest/store_remove",
         Some(blocks),
     ));
     rows.push(Row {
-        label: "ingest store+remove 512, peer thread pool (1 thread)".to_owned(),
+        label: "ingest 512 store+remove, peer thread pool (1 thread)".to_owned(),
         kvroute: BenchRef::new("ingest/store_remove", "kvroute", None),
         peer: BenchRef::new("ingest/store_remove", "dynamo_pool", None),
         blocks: Some(blocks),
