@@ -77,6 +77,7 @@ mod decision;
 mod error;
 pub mod ingest;
 mod request;
+mod rescore;
 mod route;
 mod router;
 mod scratch;
