@@ -3,11 +3,12 @@
 //!
 //! * `match_prefix`: `PrefixIndex::match_prefix` of a known conversation (`warm`: two
 //!   workers match all 128 blocks, the rest 32) and of a new one (`cold`: 32, then a miss).
-//! * `score`: the scorer pass alone, `projected_time` (enforce), SIMD (`Scorer::score`).
-//! * `route`: `Router::route` end to end with precomputed hashes (match + snapshot + score +
-//!   reserve + release), `warm` and `cold` as above.
-//! * `ingest`: the 256 store events of the ingest bench, each stored then removed again
-//!   (`store_hashes` + `remove`, and `store` with token ids + `remove`).
+//! * `scorer_pass`: the scorer pass alone, `projected_time` (enforce), SIMD
+//!   (`Scorer::score`).
+//! * `route_end_to_end`: `Router::route` with precomputed hashes (match, snapshot, score,
+//!   reserve and release), `warm` and `cold` as above.
+//! * `ingest_hashes`, `ingest_tokens`: the 256 store events of the ingest bench, each stored
+//!   then removed again (`store_hashes` + `remove`; `store` with token ids + `remove`).
 //!
 //! Only the benchmark function is measured: the setup (building the 196,640-block index,
 //! a first call that sizes the reusable buffers) runs before it, and the workload is
