@@ -12,3 +12,8 @@ RUSTFLAGS="--cfg kvroute_loom ${RUSTFLAGS:-}" \
 RUSTFLAGS="--cfg kvroute_loom ${RUSTFLAGS:-}" \
   CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
   cargo test --release -p kvroute-load --lib --tests -- loom_
+# The decision's optimistic re-score loop on the real reservation table (kvroute's
+# src/rescore/loom_models.rs).
+RUSTFLAGS="--cfg kvroute_loom ${RUSTFLAGS:-}" \
+  CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
+  cargo test --release -p kvroute --lib -- loom_

@@ -10,20 +10,14 @@ use std::time::{Duration, Instant};
 use criterion::{
     BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
-use kvroute_bench::{ConversationFleet, StoreWorkload};
+use kvroute_bench::{
+    COLD_SEED, ConversationFleet, EVENTS_SEED, FLEET_SEED, ORDER_SEED, STORE_EVENTS, STORE_WORKERS,
+    StoreWorkload,
+};
 use kvroute_index::index::PrefixIndex;
-
-const FLEET_SEED: u64 = 0x6b76_726f_7574_6501;
-const ORDER_SEED: u64 = 0x6b76_726f_7574_6502;
-const COLD_SEED: u64 = 0x6b76_726f_7574_6503;
-const EVENTS_SEED: u64 = 0x6b76_726f_7574_6504;
 
 /// Worker counts of the `match_prefix` benches.
 const WORKER_COUNTS: [usize; 4] = [16, 128, 512, 1024];
-/// Workers registered for the store benches.
-const STORE_WORKERS: usize = 512;
-/// Events replayed per measured iteration of the store benches.
-const STORE_EVENTS: usize = 256;
 
 /// `match_prefix` of one conversation's full 128 blocks ("warm": two workers match all 128,
 /// the rest 32), rotating through every conversation in a fixed shuffled order (each query

@@ -9,9 +9,30 @@
 //! * [`StoreWorkload`]: realistic `BlockStored` events of 16 to 512 blocks on top of a
 //!   populated fleet, for ingest throughput.
 //! * [`OneOwnerData`]: every block on exactly one worker (memory accounting).
+//! * [`route`]: a router holding a [`ConversationFleet`] with fresh, varied load (the
+//!   `Router::route` shape); [`score`]: the fixed fleet of the scorer-pass benches.
+//!
+//! The criterion benches (`benches/*.rs`) and the instruction-count benches of
+//! `benches/kvroute-gungraun` build their workloads here, with the seeds below.
 
 use kvroute_index::index::{BlockStore, EngineHash, IndexConfig, PrefixIndex};
 use kvroute_index::{BlockHasher, HashNamespace, SequenceHash, Slot};
+
+pub mod route;
+pub mod score;
+
+/// Seed of every [`ConversationFleet`] the benches build.
+pub const FLEET_SEED: u64 = 0x6b76_726f_7574_6501;
+/// Seed of the conversations' visiting order ([`ConversationFleet::query_order`]).
+pub const ORDER_SEED: u64 = 0x6b76_726f_7574_6502;
+/// Seed of the new conversation ([`ConversationFleet::cold_request`]).
+pub const COLD_SEED: u64 = 0x6b76_726f_7574_6503;
+/// Seed of the store events ([`StoreWorkload::new`]).
+pub const EVENTS_SEED: u64 = 0x6b76_726f_7574_6504;
+/// Workers of the store (ingest) benches.
+pub const STORE_WORKERS: usize = 512;
+/// Store events of the ingest benches (replayed per measured iteration).
+pub const STORE_EVENTS: usize = 256;
 
 /// Tokens per block in every benchmark (the index's default).
 pub const BLOCK_SIZE: usize = 16;

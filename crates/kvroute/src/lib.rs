@@ -17,7 +17,9 @@
 //! * Time is the caller's ([`Nanos`]); kvroute reads no clock, does no I/O and needs no
 //!   async runtime.
 //!
-//! The `metrics` crate integration is not provided; export [`RouterStats`] yourself.
+//! With the cargo feature `metrics`, [`Router::export_metrics`] records every counter into
+//! the process's `metrics` recorder (names in the module docs of `kvroute::metrics`);
+//! without it, export [`RouterStats`] and [`IngestStats`] yourself.
 //!
 //! # Embedding in an afternoon
 //! ```
@@ -76,7 +78,10 @@ mod config;
 mod decision;
 mod error;
 pub mod ingest;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod request;
+mod rescore;
 mod route;
 mod router;
 mod scratch;

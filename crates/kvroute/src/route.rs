@@ -8,7 +8,8 @@
 //! concurrent decision reserved the slot in between, the reservation is refused (nothing is
 //! held) and the decision re-reads the counters and re-scores, up to `max_rescores` times;
 //! the last attempt reserves unconditionally (counted as an unchecked reserve), or, with
-//! admission enabled, only within the admission bound.
+//! admission enabled, only within the admission bound. That loop is `rescore.rs`'s
+//! `claim_rescoring`, which the loom models in `rescore/loom_models.rs` run too.
 //!
 //! Why this spreads siblings: a checked reservation succeeds only if the slot still holds
 //! what the decision read, and counters only grow while siblings are in flight, so at the
@@ -26,7 +27,7 @@
 //! the safe side), or the request of a reservation being returned without its tokens (an
 //! ending request, not a sibling). The `+ 1` of the bound is the unchecked last attempt's.
 
-use kvroute_load::{ReserveError, Work};
+use kvroute_load::Work;
 use kvroute_score::{ScoreRequest, TieInput};
 use kvroute_sync::atomic::Ordering::Relaxed;
 
@@ -34,6 +35,7 @@ use crate::admission::{admit, outstanding};
 use crate::decision::{Decision, Shadow};
 use crate::error::RouteError;
 use crate::request::{Prompt, RouteRequest};
+use crate::rescore::{Claim, Claimed, claim_rescoring};
 use crate::router::Router;
 use crate::scratch::Scratch;
 
@@ -116,8 +118,11 @@ impl Router {
             block_size: u32::try_from(bs).unwrap_or(u32::MAX),
         };
         let max = self.max_rescores;
-        for attempt in 0..=max {
-            let last = attempt == max;
+        // The attempt in progress, so that an exit with an error still counts the re-scores
+        // made before it.
+        let mut current = 0;
+        let claimed = claim_rescoring(&self.table, max, req.now, |attempt| {
+            current = attempt;
             // The snapshot is loaded before the counters are read (reconciliation rule).
             let snap = self.reader.load();
             fleet.fill(&snap, &self.table, overlaps, cfg.tokens_per_request);
@@ -125,20 +130,15 @@ impl Router {
                 cursor: cursor.wrapping_add(attempt),
                 random,
             };
-            // Every exit counts the re-scores made so far, whatever the outcome.
-            let fail = |e: RouteError| {
-                self.counters.rescores(attempt);
-                Err(e)
-            };
             let choice = scorer.score(fleet, sreq, &cfg, tie);
             let Some(picked) = choice.slot else {
-                return fail(RouteError::NoEligibleWorker);
+                return Err(RouteError::NoEligibleWorker);
             };
             let Some((picked_worker, _)) = snap.tenant(picked) else {
-                return fail(RouteError::NoEligibleWorker);
+                return Err(RouteError::NoEligibleWorker);
             };
-            let admitted = match self.admission {
-                None => Ok((picked, None)),
+            let (slot, redirect) = match self.admission {
+                None => (picked, None),
                 Some(a) => admit(
                     &snap,
                     fleet,
@@ -146,87 +146,91 @@ impl Router {
                     picked_worker,
                     a.max_outstanding_requests,
                     cursor,
-                ),
-            };
-            let (slot, redirect) = match admitted {
-                Ok(a) => a,
-                Err(e) => return fail(e),
+                )?,
             };
             let Some((worker, generation)) = snap.tenant(slot) else {
-                return fail(RouteError::NoEligibleWorker);
+                return Err(RouteError::NoEligibleWorker);
             };
             let i = slot.index();
             let reported = u64::from(snap.running()[i]) + u64::from(snap.waiting()[i]);
-            let seen = outstanding(fleet, i).saturating_sub(reported);
             let overlap = overlaps.get(slot);
             let cached = (u64::from(overlap) * bs as u64).min(u64::from(req.prompt_tokens));
-            let work = Work {
-                prefill_tokens: req.prompt_tokens - cached as u32,
-                decode_tokens: req.expected_output_tokens,
-            };
-            let limit = match (last, self.admission) {
-                (false, _) => Some(seen),
-                (true, Some(a)) => Some(
-                    u64::from(a.max_outstanding_requests.saturating_sub(1))
-                        .saturating_sub(reported),
-                ),
-                (true, None) => None,
+            let claim = Claim {
+                slot,
+                generation,
+                work: Work {
+                    prefill_tokens: req.prompt_tokens - cached as u32,
+                    decode_tokens: req.expected_output_tokens,
+                },
+                seen: outstanding(fleet, i).saturating_sub(reported),
+                last_limit: self.admission.map(|a| {
+                    u64::from(a.max_outstanding_requests.saturating_sub(1)).saturating_sub(reported)
+                }),
             };
             between(self, slot);
-            let reserved = match limit {
-                Some(l) => self
-                    .table
-                    .reserve_at_most(slot, generation, work, req.now, l),
-                None => self.table.reserve(slot, generation, work, req.now),
-            };
-            let reservation = match reserved {
-                Ok(r) => r,
-                Err(ReserveError::Saturated { .. }) => {
-                    return fail(RouteError::Saturated { worker });
-                }
-                Err(
-                    ReserveError::Contended { .. }
-                    | ReserveError::StaleSlot { .. }
-                    | ReserveError::UnknownSlot(_),
-                ) => continue,
-            };
-            if limit.is_none() {
-                self.counters.unchecked();
-            }
-            self.counters.rescores(attempt);
             let shadow = choice.shadow.map(|cf| Shadow {
                 worker: cf.slot.and_then(|s| snap.tenant(s)).map(|t| t.0),
                 reason: cf.reason,
                 cost: cf.cost,
             });
-            let (reason, cost) = match redirect {
-                Some(_) => (kvroute_score::Reason::LoadEscape, f32::NAN),
-                None => (choice.reason, choice.cost),
-            };
-            self.counters.decision(
-                &cfg.policy,
-                &reason,
-                choice.fallback,
-                choice.shadow.is_some_and(|cf| cf.slot != choice.slot),
-                redirect.is_some(),
-            );
-            return Ok(Decision {
-                worker,
-                slot,
-                generation,
-                overlap_blocks: overlap,
-                cost,
-                policy: cfg.policy,
-                reason,
-                fallback: choice.fallback,
-                shadow,
-                redirect,
-                rescores: attempt,
+            Ok((claim, (choice, shadow, redirect, worker, overlap)))
+        });
+        let claimed = match claimed {
+            Ok(c) => c,
+            Err(e) => {
+                self.counters.rescores(current);
+                return Err(e);
+            }
+        };
+        let (reservation, attempt, checked, pick) = match claimed {
+            Claimed::Won {
                 reservation,
-            });
+                attempt,
+                checked,
+                pick,
+            } => (reservation, attempt, checked, pick),
+            Claimed::Saturated {
+                attempt,
+                pick: (.., worker, _),
+            } => {
+                self.counters.rescores(attempt);
+                return Err(RouteError::Saturated { worker });
+            }
+            Claimed::Contended => {
+                self.counters.rescores(max);
+                return Err(RouteError::Contended { rescores: max });
+            }
+        };
+        let (choice, shadow, redirect, worker, overlap) = pick;
+        if !checked {
+            self.counters.unchecked();
         }
-        self.counters.rescores(max);
-        Err(RouteError::Contended { rescores: max })
+        self.counters.rescores(attempt);
+        let (reason, cost) = match redirect {
+            Some(_) => (kvroute_score::Reason::LoadEscape, f32::NAN),
+            None => (choice.reason, choice.cost),
+        };
+        self.counters.decision(
+            &cfg.policy,
+            &reason,
+            choice.fallback,
+            choice.shadow.is_some_and(|cf| cf.slot != choice.slot),
+            redirect.is_some(),
+        );
+        Ok(Decision {
+            worker,
+            slot: reservation.slot(),
+            generation: reservation.generation(),
+            overlap_blocks: overlap,
+            cost,
+            policy: cfg.policy,
+            reason,
+            fallback: choice.fallback,
+            shadow,
+            redirect,
+            rescores: attempt,
+            reservation,
+        })
     }
 }
 

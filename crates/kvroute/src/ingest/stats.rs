@@ -60,6 +60,22 @@ macro_rules! counters {
             /// Block-size mismatches (failure kind 7) per engine worker and engine block size.
             pub block_size_mismatches: Vec<BlockSizeMismatchCount>,
         }
+
+        #[cfg(feature = "metrics")]
+        impl IngestStats {
+            /// Each counter as `(metric name, its field's doc, value)`, in declaration order:
+            /// the field `name` is exported as `kvroute_ingest_<name>_total`.
+            pub(crate) fn metric_counters(
+                &self,
+            ) -> impl Iterator<Item = (&'static str, &'static str, u64)> {
+                [$((
+                    concat!("kvroute_ingest_", stringify!($name), "_total"),
+                    concat!($($doc),*),
+                    self.$name,
+                ),)*]
+                .into_iter()
+            }
+        }
     };
 }
 

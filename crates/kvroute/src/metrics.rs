@@ -1,0 +1,209 @@
+//! The router's counters as [`metrics`](https://docs.rs/metrics/0.24) counters and gauges
+//! (cargo feature `metrics`).
+//!
+//! kvroute keeps its own tallies ([`RouterStats`], [`IngestStats`]); exporting copies them
+//! into whatever recorder the process installed (Prometheus, StatsD, …). Call
+//! [`Router::export_metrics`] periodically (each scrape, or every few seconds): every
+//! counter is set to its absolute value ([`Counter::absolute`](::metrics::Counter::absolute)),
+//! so calls can be as frequent or rare as wanted and nothing is counted twice. The
+//! counters are monotonic since the router was built; a counter that is still zero may be
+//! absent until it first moves (decisions, block-size mismatches).
+//! [`describe_metrics`] registers each name's unit and description once.
+//!
+//! | metric | kind | labels | source |
+//! |---|---|---|---|
+//! | `kvroute_decisions_total` | counter | `policy`, `reason` ([`Policy::name`](crate::Policy::name), [`Reason::name`](crate::Reason::name)) | [`RouterStats::decisions`] |
+//! | `kvroute_fallbacks_total` | counter | `cause`: `missing`, `invalid`, `stale`, `partial` | [`RouterStats::fallbacks`] |
+//! | `kvroute_shadow_disagreements_total` | counter | | [`RouterStats::shadow_disagreements`] |
+//! | `kvroute_rescores_total` | counter | | [`RouterStats::rescores`] |
+//! | `kvroute_unchecked_reserves_total` | counter | | [`RouterStats::unchecked_reserves`] |
+//! | `kvroute_admission_redirects_total` | counter | | [`RouterStats::admission_redirects`] |
+//! | `kvroute_rejections_total` | counter | `kind`: `invalid_request`, `no_eligible_worker`, `over_bound`, `contended`, `saturated` | [`RouterStats::rejections`] |
+//! | `kvroute_reservation_refusals_total` | counter | `cause`: `stale`, `saturated`, `contended` | [`ReservationStats`](kvroute_load::ReservationStats) `rejected_*` |
+//! | `kvroute_reservations_swept_total` | counter | `field`: `requests`, `prefill_tokens`, `decode_tokens` | [`RouterStats::reservations_swept`] (requests; tokens) |
+//! | `kvroute_reservations_reconciled_total` | counter | `field` as above | `reservations.reconciled` |
+//! | `kvroute_reservations_removed_total` | counter | `field` as above | `reservations.removed` |
+//! | `kvroute_reservation_underflow_clamped_total` | counter | | `reservations.underflow_clamped` |
+//! | `kvroute_ingest_<counter>_total` | counter | | each `u64` counter of [`IngestStats`], by field name (`kvroute_ingest_gaps_total`, `kvroute_ingest_stored_blocks_total`, …) |
+//! | `kvroute_ingest_untrusted_workers` | gauge | | [`IngestStats::untrusted_workers`] (workers) |
+//! | `kvroute_ingest_block_size_mismatches_total` | counter | `worker_id`, `dp_rank`, `engine_block_size`, `router_block_size` | [`IngestStats::block_size_mismatches`] (rejected stores) |
+
+use ::metrics::{Unit, counter, describe_counter, describe_gauge, gauge};
+
+use crate::ingest::IngestStats;
+use crate::router::Router;
+use crate::stats::RouterStats;
+use kvroute_load::Reserved;
+
+/// Sets the three counters of `name`, one per reservation field.
+fn reserved(name: &'static str, r: &Reserved) {
+    for (field, v) in [
+        ("requests", r.requests),
+        ("prefill_tokens", r.prefill_tokens),
+        ("decode_tokens", r.decode_tokens),
+    ] {
+        counter!(name, "field" => field).absolute(v);
+    }
+}
+
+impl RouterStats {
+    /// Records these figures into the current `metrics` recorder (names in the module docs
+    /// of [`kvroute::metrics`](crate::metrics)); every counter is set to its absolute value.
+    pub fn record_metrics(&self) {
+        for d in &self.decisions {
+            counter!("kvroute_decisions_total", "policy" => d.policy, "reason" => d.reason)
+                .absolute(d.count);
+        }
+        let f = &self.fallbacks;
+        for (cause, v) in [
+            ("missing", f.missing),
+            ("invalid", f.invalid),
+            ("stale", f.stale),
+            ("partial", f.partial),
+        ] {
+            counter!("kvroute_fallbacks_total", "cause" => cause).absolute(v);
+        }
+        counter!("kvroute_shadow_disagreements_total").absolute(self.shadow_disagreements);
+        counter!("kvroute_rescores_total").absolute(self.rescores);
+        counter!("kvroute_unchecked_reserves_total").absolute(self.unchecked_reserves);
+        counter!("kvroute_admission_redirects_total").absolute(self.admission_redirects);
+        let r = &self.rejections;
+        for (kind, v) in [
+            ("invalid_request", r.invalid_request),
+            ("no_eligible_worker", r.no_eligible_worker),
+            ("over_bound", r.over_bound),
+            ("contended", r.contended),
+            ("saturated", r.saturated),
+        ] {
+            counter!("kvroute_rejections_total", "kind" => kind).absolute(v);
+        }
+        let t = &self.reservations;
+        for (cause, v) in [
+            ("stale", t.rejected_stale),
+            ("saturated", t.rejected_saturated),
+            ("contended", t.rejected_contended),
+        ] {
+            counter!("kvroute_reservation_refusals_total", "cause" => cause).absolute(v);
+        }
+        reserved("kvroute_reservations_swept_total", &self.reservations_swept);
+        reserved("kvroute_reservations_reconciled_total", &t.reconciled);
+        reserved("kvroute_reservations_removed_total", &t.removed);
+        counter!("kvroute_reservation_underflow_clamped_total").absolute(t.underflow_clamped);
+    }
+}
+
+impl IngestStats {
+    /// Records these figures into the current `metrics` recorder (names in the module docs
+    /// of [`kvroute::metrics`](crate::metrics)): counters set to their absolute values, the
+    /// untrusted-worker gauge set.
+    pub fn record_metrics(&self) {
+        for (name, _, v) in self.metric_counters() {
+            counter!(name).absolute(v);
+        }
+        gauge!("kvroute_ingest_untrusted_workers").set(self.untrusted_workers as f64);
+        for m in &self.block_size_mismatches {
+            counter!(
+                "kvroute_ingest_block_size_mismatches_total",
+                "worker_id" => m.worker.worker_id.to_string(),
+                "dp_rank" => m.worker.dp_rank.to_string(),
+                "engine_block_size" => m.engine_block_size.to_string(),
+                "router_block_size" => m.router_block_size.to_string(),
+            )
+            .absolute(m.stores);
+        }
+    }
+}
+
+impl Router {
+    /// Records [`stats`](Self::stats) and [`ingest_stats`](Self::ingest_stats) into the
+    /// current `metrics` recorder (the global one, or a thread's local one); see the module
+    /// docs of [`kvroute::metrics`](crate::metrics) for the names. Takes the ingest path's
+    /// mismatch-table lock briefly; never blocks routing.
+    pub fn export_metrics(&self) {
+        self.stats().record_metrics();
+        self.ingest_stats().record_metrics();
+    }
+}
+
+/// Registers the unit and description of every kvroute metric with the current recorder
+/// (call once, after installing it). Each `kvroute_ingest_<counter>_total` is described by
+/// its field's doc on [`IngestStats`].
+pub fn describe_metrics() {
+    let c = |name: &'static str, unit: Unit, text: &'static str| {
+        describe_counter!(name, unit, text);
+    };
+    c(
+        "kvroute_decisions_total",
+        Unit::Count,
+        "Routing decisions by policy and reason.",
+    );
+    c(
+        "kvroute_fallbacks_total",
+        Unit::Count,
+        "Decisions that fell back to load-only scoring, by the telemetry that forced it.",
+    );
+    c(
+        "kvroute_shadow_disagreements_total",
+        Unit::Count,
+        "Shadow-mode decisions whose counterfactual chose another worker.",
+    );
+    c(
+        "kvroute_rescores_total",
+        Unit::Count,
+        "Re-scores after a concurrent decision took the chosen worker.",
+    );
+    c(
+        "kvroute_unchecked_reserves_total",
+        Unit::Count,
+        "Decisions that reserved without the sibling check (re-scores ran out).",
+    );
+    c(
+        "kvroute_admission_redirects_total",
+        Unit::Count,
+        "Decisions admission moved off the scorer's pick.",
+    );
+    c(
+        "kvroute_rejections_total",
+        Unit::Count,
+        "route calls that returned an error, by kind.",
+    );
+    c(
+        "kvroute_reservation_refusals_total",
+        Unit::Count,
+        "Reservations the table refused, by cause.",
+    );
+    for (name, text) in [
+        (
+            "kvroute_reservations_swept_total",
+            "Reserved requests or tokens dropped by the TTL sweeper.",
+        ),
+        (
+            "kvroute_reservations_reconciled_total",
+            "Reserved requests or tokens dropped because telemetry counted them.",
+        ),
+        (
+            "kvroute_reservations_removed_total",
+            "Reserved requests or tokens dropped because their worker was removed.",
+        ),
+    ] {
+        c(name, Unit::Count, text);
+    }
+    c(
+        "kvroute_reservation_underflow_clamped_total",
+        Unit::Count,
+        "Reservation subtractions clamped at zero.",
+    );
+    c(
+        "kvroute_ingest_block_size_mismatches_total",
+        Unit::Count,
+        "Stores rejected because the engine's block size differs from the router's.",
+    );
+    describe_gauge!(
+        "kvroute_ingest_untrusted_workers",
+        Unit::Count,
+        "Workers whose prefix overlap routing currently treats as zero."
+    );
+    for (name, doc, _) in IngestStats::default().metric_counters() {
+        describe_counter!(name, Unit::Count, doc.trim());
+    }
+}

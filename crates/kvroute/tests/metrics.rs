@@ -1,0 +1,199 @@
+//! The `metrics` feature: `Router::export_metrics` through a debugging recorder, against
+//! counts worked out by hand from the scenario below.
+//!
+//! Fleet (block size 16, `projected_time`, 8,000 prefill tokens/s): worker 1 has 200 queued
+//! prefill tokens (0.025 s) and holds the 40-block prompt `p`; worker 2 is idle. Request
+//! `q` = `p` + one more block (656 tokens, 64 output tokens):
+//! * worker 1: 0.025 s + 16 uncached / 8,000 = 0.027 s; worker 2: 656 / 8,000 = 0.082 s,
+//!   so worker 1 wins on cache (`cache_hold`), reserving 1 request, 16 prefill and 64
+//!   decode tokens.
+//! * After worker 3 joins without ever reporting, the policy falls back to `least_load`
+//!   (`fallback_missing`).
+
+mod common;
+mod ingest_support;
+
+use std::collections::BTreeMap;
+
+use common::{BS, NOW, publish, router, sample, tokens};
+use ingest_support::{batch, store, stored};
+use kvroute::{Channel, Nanos, RouteRequest, Router, WorkerId};
+use kvroute_wire::{KvEvent, KvMessage};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+/// Every exported series as `name{label=value,…}` → value (gauges as `f64`).
+fn export(r: &Router) -> BTreeMap<String, f64> {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || r.export_metrics());
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let (_, key) = key.into_parts();
+            let mut labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            labels.sort();
+            let series = format!("{}{{{}}}", key.name(), labels.join(","));
+            let v = match value {
+                DebugValue::Counter(c) => c as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(_) => panic!("no histogram is exported: {series}"),
+            };
+            (series, v)
+        })
+        .collect()
+}
+
+/// The scenario's expected non-zero series.
+fn expected_nonzero(fallback_decisions: u32) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    let mut put = |k: &str, v: f64| {
+        m.insert(k.to_owned(), v);
+    };
+    put(
+        "kvroute_decisions_total{policy=projected_time,reason=cache_hold}",
+        2.0,
+    );
+    put(
+        "kvroute_decisions_total{policy=projected_time,reason=fallback_missing}",
+        f64::from(fallback_decisions),
+    );
+    put(
+        "kvroute_fallbacks_total{cause=missing}",
+        f64::from(fallback_decisions),
+    );
+    put("kvroute_rejections_total{kind=invalid_request}", 1.0);
+    put("kvroute_reservations_swept_total{field=requests}", 1.0);
+    put(
+        "kvroute_reservations_swept_total{field=prefill_tokens}",
+        16.0,
+    );
+    put(
+        "kvroute_reservations_swept_total{field=decode_tokens}",
+        64.0,
+    );
+    // Ingest: worker 1's store (40 blocks), a message of an unknown worker, worker 2's
+    // batch with a block-size-8 store (rejected: worker 2 untrusted).
+    put("kvroute_ingest_messages_total{}", 3.0);
+    put("kvroute_ingest_contiguous_total{}", 2.0);
+    put("kvroute_ingest_stored_blocks_total{}", 40.0);
+    put("kvroute_ingest_rejected_events_total{}", 1.0);
+    put("kvroute_ingest_unknown_worker_messages_total{}", 1.0);
+    put("kvroute_ingest_untrusted_workers{}", 1.0);
+    put(
+        "kvroute_ingest_block_size_mismatches_total{dp_rank=0,engine_block_size=8,router_block_size=16,worker_id=2}",
+        1.0,
+    );
+    m
+}
+
+#[test]
+fn export_metrics_reports_hand_counted_values() {
+    let (r, ws) = router(4, 2, |_| {});
+    publish(&r, &ws, &[(ws[0], sample(0, 0, 200, 0, 0.0))]);
+    let p = tokens(11, 40 * BS);
+    r.ingest(ws[0], Channel::Live, &batch(0, vec![store(1, None, &p)]))
+        .unwrap();
+    let mut q = p.clone();
+    q.extend(tokens(12, BS));
+    let req = RouteRequest::tokens(&q, 64, NOW);
+
+    // Two cache_hold decisions on worker 1; the second stays held.
+    drop(r.route(&req).unwrap());
+    let held = r.route(&req).unwrap();
+    assert_eq!((held.worker, held.reason.name()), (ws[0], "cache_hold"));
+    // The sweeper ages the slots (70 s: 60 s after they were added), then drops what is
+    // still reserved (140 s); the guard's later drop returns nothing.
+    assert_eq!(r.sweep(Nanos::from_secs(70)).released.requests, 0);
+    assert_eq!(r.sweep(Nanos::from_secs(140)).released.requests, 1);
+    drop(held);
+
+    // A malformed request: 5 prompt tokens announced, 656 given.
+    let bad = RouteRequest {
+        prompt_tokens: 5,
+        ..req
+    };
+    assert!(r.route(&bad).is_err());
+
+    // Ingest: an unknown publisher, then a store of the wrong block size from worker 2.
+    let stranger = WorkerId::new(9, 0);
+    assert!(
+        r.ingest(stranger, Channel::Live, &KvMessage::EndOfReplay)
+            .is_err()
+    );
+    let mut wrong = stored(100, None, &tokens(3, 64));
+    wrong.block_size = 8;
+    wrong.block_hashes = (100..108).map(kvroute::EngineHash).collect();
+    let wrong = batch(0, vec![KvEvent::BlockStored(wrong)]);
+    assert!(r.ingest(ws[1], Channel::Live, &wrong).is_err());
+
+    // Worker 3 joins and never reports: decisions fall back.
+    r.add_worker(WorkerId::new(3, 0)).unwrap();
+    r.publish(NOW).unwrap();
+    let d = r.route(&req).unwrap();
+    assert_eq!(d.reason.name(), "fallback_missing");
+    drop(d);
+
+    let got = export(&r);
+    let want = expected_nonzero(1);
+    let nonzero: BTreeMap<String, f64> = got
+        .iter()
+        .filter(|(_, v)| **v != 0.0)
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    assert_eq!(nonzero, want);
+    // Every documented series is there, zeros included: 26 ingest counters and the gauge,
+    // 4 fallback causes, 5 rejection kinds, 3 refusal causes, 3 × 3 released fields, and
+    // the five single counters; plus the two decision series and the mismatch series.
+    assert_eq!(got.len(), 26 + 1 + 4 + 5 + 3 + 9 + 5 + 2 + 1, "{got:#?}");
+    for name in [
+        "kvroute_shadow_disagreements_total{}",
+        "kvroute_rescores_total{}",
+        "kvroute_unchecked_reserves_total{}",
+        "kvroute_admission_redirects_total{}",
+        "kvroute_reservation_underflow_clamped_total{}",
+        "kvroute_reservation_refusals_total{cause=contended}",
+        "kvroute_reservations_reconciled_total{field=requests}",
+        "kvroute_reservations_removed_total{field=decode_tokens}",
+        "kvroute_ingest_gaps_total{}",
+    ] {
+        assert_eq!(got.get(name), Some(&0.0), "{name}");
+    }
+
+    // Counters are absolute: exporting again after one more decision moves only that one.
+    drop(r.route(&req).unwrap());
+    let again: BTreeMap<String, f64> = export(&r).into_iter().filter(|(_, v)| *v != 0.0).collect();
+    assert_eq!(again, expected_nonzero(2));
+}
+
+/// After `describe_metrics`, every exported series carries a unit and a description; an
+/// ingest counter's is its field's doc.
+#[test]
+fn describe_metrics_describes_every_series() {
+    let (r, _) = router(2, 1, |_| {});
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        kvroute::metrics::describe_metrics();
+        r.export_metrics();
+    });
+    let series = snapshotter.snapshot().into_vec();
+    assert_eq!(series.len(), 26 + 1 + 4 + 5 + 3 + 9 + 5);
+    for (key, unit, text, _) in &series {
+        let name = key.key().name();
+        assert_eq!(*unit, Some(metrics::Unit::Count), "{name}");
+        assert!(text.as_ref().is_some_and(|t| !t.is_empty()), "{name}");
+        if name == "kvroute_ingest_gaps_total" {
+            assert_eq!(
+                text.as_deref(),
+                Some(
+                    "Sequence gaps detected on the live stream (each marks the worker untrusted)."
+                )
+            );
+        }
+    }
+}
