@@ -8,8 +8,10 @@
 //! (past the test harness's output capture), except when the `CI` environment variable is
 //! set to anything but empty, `0` or `false`, where a missing file fails the test.
 //!
-//! [`stream`] reads the real engine KV event streams of the shared data.
+//! [`stream`] reads the real engine KV event streams of the shared data; [`msgpack`] builds
+//! msgpack inputs.
 
+pub mod msgpack;
 pub mod stream;
 
 use std::io::Write;
