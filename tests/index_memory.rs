@@ -455,6 +455,44 @@ fn succ_cycle_scenario() -> Result<(), String> {
     Ok(())
 }
 
+/// Successor links forming a cycle among nodes that are still held when the index itself
+/// is dropped: the drop breaks the links, so every node is freed and live bytes return to
+/// the value before the index was built (a leaked cycle would keep its 500 nodes).
+fn succ_cycle_drop_scenario() -> Result<(), String> {
+    let chain: Vec<(EngineHash, SequenceHash)> = (1..=500u64)
+        .map(|k| {
+            (
+                EngineHash(k),
+                SequenceHash(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            )
+        })
+        .collect();
+    let back = [
+        (EngineHash(10_000_001), chain[499].1),
+        (EngineHash(10_000_002), chain[0].1),
+    ];
+    let baseline = settled_minimum();
+    {
+        let index = PrefixIndex::new(config()).unwrap();
+        index.store_hashes(Slot(0), &chain).unwrap();
+        index.store_hashes(Slot(65), &back).unwrap();
+        let s = index.stats();
+        if (s.nodes, s.residencies) != (500, 502) {
+            return Err(format!("{} nodes, {} residencies", s.nodes, s.residencies));
+        }
+    }
+    for _ in 0..MAX_FLUSH_ROUNDS {
+        if live() == baseline {
+            return Ok(());
+        }
+        single_flush();
+    }
+    Err(format!(
+        "live heap {} bytes above the level before the index was built",
+        live() - baseline
+    ))
+}
+
 /// The settled live-bytes level with the index as it is (after flushing its garbage).
 fn settled_after(index: &PrefixIndex) -> isize {
     for _ in 0..MAX_FLUSH_ROUNDS {
@@ -503,6 +541,10 @@ fn main() {
             succ_chain_scenario as fn() -> Result<(), String>,
         ),
         ("successor_cycles_are_freed_on_clear", succ_cycle_scenario),
+        (
+            "successor_cycles_are_freed_when_the_index_is_dropped",
+            succ_cycle_drop_scenario,
+        ),
     ] {
         let result =
             std::panic::catch_unwind(f).unwrap_or_else(|_| Err(format!("{name}: panicked")));

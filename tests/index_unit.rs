@@ -126,6 +126,34 @@ fn duplicate_store_keeps_the_block_until_its_second_remove() {
     assert_eq!(idx.stats().unknown_removes, 1);
 }
 
+/// `engine_hashes` lists what the worker's engine reported, copies included: 0xa1..0xa3
+/// once, 0xa3 stored a second time (2 copies), then one copy of 0xa3 and all of 0xa1
+/// removed: {0xa2: 1, 0xa3: 1}. Other slots and slots out of range list nothing.
+#[test]
+fn engine_hashes_list_each_reported_hash_with_its_copies() {
+    let idx = index(4);
+    let w = Slot(2);
+    let t = tokens(300, 3);
+    let h = ehs(&[0xa1, 0xa2, 0xa3]);
+    idx.store(w, &ev(None, &h, &t)).unwrap();
+    idx.store(w, &ev(Some(0xa2), &h[2..], &t[2 * BS..]))
+        .unwrap();
+    let sorted = |mut v: Vec<(EngineHash, u32)>| {
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(
+        sorted(idx.engine_hashes(w)),
+        vec![(h[0], 1), (h[1], 1), (h[2], 2)]
+    );
+    idx.remove(w, &[h[2], h[0]]).unwrap();
+    assert_eq!(sorted(idx.engine_hashes(w)), vec![(h[1], 1), (h[2], 1)]);
+    assert!(idx.engine_hashes(Slot(0)).is_empty());
+    assert!(idx.engine_hashes(Slot(4)).is_empty());
+    idx.clear(w).unwrap();
+    assert!(idx.engine_hashes(w).is_empty());
+}
+
 #[test]
 fn unknown_removes_are_counted_and_harmless() {
     let idx = index(4);

@@ -7,6 +7,12 @@
 //! they are missing, a test skips with a notice written straight to the terminal's stderr
 //! (past the test harness's output capture), except when the `CI` environment variable is
 //! set to anything but empty, `0` or `false`, where a missing file fails the test.
+//!
+//! [`stream`] reads the real engine KV event streams of the shared data; [`msgpack`] builds
+//! msgpack inputs.
+
+pub mod msgpack;
+pub mod stream;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -3,70 +3,23 @@
 //! batch by batch into one worker of a `PrefixIndex` (block size 16). For every request
 //! record, the index's prefix match over the request's rebuilt prompt, capped as the
 //! engine caps it, must equal the engine's own hit; at the snapshot record, the index's
-//! residency and an independent engine-hash model (copies counted) must equal the engine's
-//! cached-hash count, and the model's sorted hashes must reproduce the engine's SHA-256.
+//! residency, its engine-hash map (`PrefixIndex::engine_hashes`) and an independent
+//! engine-hash model must each give the engine's cached-hash count, copy count and SHA-256
+//! over the sorted hashes. Records are read by `kvroute_tests::stream`.
 //!
 //! Streams are decompressed and decoded line by line (197 MB raw for vLLM). Release-mode
 //! run time and throughput are printed.
 
-mod support;
-
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::time::Instant;
 
 use kvroute_index::index::{IndexConfig, PrefixIndex};
 use kvroute_index::{BlockHasher, HashNamespace, Slot};
+use kvroute_tests::data_file;
+use kvroute_tests::stream::{Engine, STREAM_BLOCK_SIZE as BLOCK, records, unhex};
 use kvroute_wire::{KvEvent, Medium, WireCounters};
-use serde::Deserialize;
-use sha2::{Digest, Sha256};
-use support::{data_file, unhex};
 
-const BLOCK: usize = 16;
 const SLOT: Slot = Slot(0);
-
-#[derive(Deserialize)]
-struct Record {
-    kind: String,
-    seq: Option<u64>,
-    payload_hex: Option<String>,
-    index: Option<u64>,
-    engine_hit_tokens: Option<usize>,
-    hash_ids: Option<Vec<u32>>,
-    input_length: Option<usize>,
-    num_cached_hashes: Option<usize>,
-    cached_hashes_sha256: Option<String>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Engine {
-    Vllm,
-    Sglang,
-}
-
-/// The prompt of a trace request: token `t` of trace block `h` is `h * 512 + t`,
-/// concatenated and cut to `input_length`.
-fn prompt(hash_ids: &[u32], input_length: usize) -> Vec<u32> {
-    let mut t: Vec<u32> = hash_ids
-        .iter()
-        .flat_map(|&h| (0..512).map(move |i| h * 512 + i))
-        .collect();
-    t.truncate(input_length);
-    t
-}
-
-/// The engine's cap on a hit, in tokens: vLLM counts at most `(n - 1) / 16` blocks;
-/// SGLang at most `n - 1` tokens rounded down to a page. For page size 16 both are
-/// `((n - 1) / 16) * 16`, written out per engine all the same.
-fn cap_tokens(engine: Engine, n: usize) -> usize {
-    match engine {
-        Engine::Vllm => (n.saturating_sub(1) / BLOCK) * BLOCK,
-        Engine::Sglang => {
-            let max = n.saturating_sub(1);
-            max - max % BLOCK
-        }
-    }
-}
 
 struct Mismatch {
     request: u64,
@@ -76,15 +29,12 @@ struct Mismatch {
     uncapped_blocks: u32,
 }
 
-fn replay(file: &str, engine: Engine) {
-    let Some(path) = data_file(&format!("kv_events/{file}")) else {
+fn replay(engine: Engine) {
+    let file = engine.stream_file();
+    let Some(path) = data_file(file) else {
         return;
     };
     let start = Instant::now();
-    let reader = BufReader::with_capacity(
-        1 << 20,
-        xz2::read::XzDecoder::new(std::fs::File::open(path).unwrap()),
-    );
     let index = PrefixIndex::new(IndexConfig {
         worker_slots: 1,
         block_size: BLOCK,
@@ -102,15 +52,12 @@ fn replay(file: &str, engine: Engine) {
     let mut mismatches: Vec<Mismatch> = Vec::new();
     let mut store_errors = Vec::new();
     let (mut hit_tokens_sum, mut non_device) = (0usize, 0usize);
-    for line in reader.lines() {
-        let line = line.unwrap();
-        let rec: Record = serde_json::from_str(&line).unwrap();
+    for rec in records(&path) {
         match rec.kind.as_str() {
             "batch" => {
                 assert_eq!(rec.seq, Some(next_seq), "batch sequence not contiguous");
                 next_seq += 1;
-                let payload = unhex(rec.payload_hex.as_deref().unwrap());
-                let batch = counters.decode_payload(&payload).unwrap_or_else(|e| {
+                let batch = counters.decode_payload(&rec.payload()).unwrap_or_else(|e| {
                     panic!("batch {}: {e}", next_seq - 1);
                 });
                 assert_eq!(batch.dp_rank, Some(0));
@@ -151,12 +98,12 @@ fn replay(file: &str, engine: Engine) {
             "request" => {
                 requests += 1;
                 let n = rec.input_length.unwrap();
-                let tokens = prompt(rec.hash_ids.as_deref().unwrap(), n);
+                let tokens = rec.prompt();
                 keys.clear();
                 hasher.sequence_hashes_into(&tokens, None, &mut keys);
                 index.match_prefix(&keys, &mut overlaps);
                 let blocks = overlaps.get(SLOT);
-                let predicted = (blocks as usize * BLOCK).min(cap_tokens(engine, n));
+                let predicted = (blocks as usize * BLOCK).min(engine.cap_tokens(n));
                 let engine_hit = rec.engine_hit_tokens.unwrap();
                 hit_tokens_sum += engine_hit;
                 if predicted != engine_hit {
@@ -173,21 +120,27 @@ fn replay(file: &str, engine: Engine) {
                 snapshots += 1;
                 let want = rec.num_cached_hashes.unwrap();
                 assert_eq!(model.len(), want, "model's distinct hashes vs engine");
-                let mut sorted: Vec<u64> = model.keys().copied().collect();
-                match engine {
-                    Engine::Vllm => sorted.sort_unstable(),
-                    Engine::Sglang => sorted.sort_unstable_by_key(|&h| h as i64),
-                }
-                let mut sha = Sha256::new();
-                for h in &sorted {
-                    sha.update(h.to_be_bytes());
-                }
-                let digest: Vec<u8> = sha.finalize().to_vec();
+                let copies: usize = model.values().map(|&c| c as usize).sum();
                 assert_eq!(
+                    Some(copies),
+                    rec.num_cached_blocks,
+                    "model's copies vs engine"
+                );
+                let digest = unhex(rec.cached_hashes_sha256.as_deref().unwrap());
+                assert_eq!(
+                    engine.cached_hashes_digest(model.keys().copied()),
                     digest,
-                    unhex(rec.cached_hashes_sha256.as_deref().unwrap()),
                     "sorted cached hashes digest"
                 );
+                // The index's own engine-hash map, compared with the engine's listing.
+                let indexed = index.engine_hashes(SLOT);
+                assert_eq!(
+                    engine.cached_hashes_digest(indexed.iter().map(|(h, _)| h.0)),
+                    digest,
+                    "index's engine hashes digest"
+                );
+                let indexed_copies: usize = indexed.iter().map(|&(_, c)| c as usize).sum();
+                assert_eq!(Some(indexed_copies), rec.num_cached_blocks, "index copies");
                 let stats = index.stats();
                 assert_eq!(index.worker_blocks(SLOT), want, "index engine hashes");
                 assert_eq!(stats.residencies as usize, want, "index residencies");
@@ -244,13 +197,10 @@ fn replay(file: &str, engine: Engine) {
 
 #[test]
 fn vllm_0_33_stream_hits_match_the_engine() {
-    replay("vllm_0.33_conversation_first1000.jsonl.xz", Engine::Vllm);
+    replay(Engine::Vllm);
 }
 
 #[test]
 fn sglang_0_5_23_stream_hits_match_the_engine() {
-    replay(
-        "sglang_0.5.23_conversation_first300.jsonl.xz",
-        Engine::Sglang,
-    );
+    replay(Engine::Sglang);
 }

@@ -1,4 +1,4 @@
-//! Applying events: storage tiers, KV groups, namespaces, unknown parents, duplicate
+//! Applying events: storage tiers, KV groups, namespaces (LoRA, cache salt), unknown parents, duplicate
 //! stores and removes, unknown event kinds (one idle worker, block size 16).
 
 mod common;
@@ -102,6 +102,33 @@ fn lora_blocks_match_only_their_namespace() {
     let mut req = RouteRequest::tokens(&p, 64, common::NOW);
     req.namespace = Some(HashNamespace::new(Some("sql-adapter"), None));
     assert_eq!(r.route(&req).unwrap().overlap_blocks, 3);
+}
+
+/// A cache salt (SGLang's `cache_salt`) namespaces blocks as a LoRA name does: only a
+/// request with the same salt matches them; salt and LoRA together are a third namespace.
+#[test]
+fn salted_blocks_match_only_their_namespace() {
+    let (r, w, p) = one();
+    let mut salted = stored(1, None, &p);
+    salted.cache_salt = Some("tenant-1".into());
+    let mut both = stored(11, None, &p[..2 * BS]);
+    both.cache_salt = Some("tenant-1".into());
+    both.lora_name = Some("sql-adapter".into());
+    let events = vec![KvEvent::BlockStored(salted), KvEvent::BlockStored(both)];
+    r.ingest(w, LIVE, &batch(0, events)).unwrap();
+    assert_eq!(route(&r, &p).1, 0);
+    let overlap = |ns: HashNamespace| {
+        let mut req = RouteRequest::tokens(&p, 64, common::NOW);
+        req.namespace = Some(ns);
+        r.route(&req).unwrap().overlap_blocks
+    };
+    assert_eq!(overlap(HashNamespace::new(None, Some("tenant-1"))), 3);
+    assert_eq!(overlap(HashNamespace::new(None, Some("tenant-2"))), 0);
+    assert_eq!(
+        overlap(HashNamespace::new(Some("sql-adapter"), Some("tenant-1"))),
+        2
+    );
+    assert_eq!(overlap(HashNamespace::new(Some("sql-adapter"), None)), 0);
 }
 
 /// Rule: a store whose parent the worker does not hold is not indexed (it could never

@@ -485,6 +485,25 @@ impl PrefixIndex {
             .unwrap_or(0)
     }
 
+    /// The engine block hashes the worker in `slot` has indexed, each with its copy count
+    /// (stores of that hash minus removals, at least 1, saturating at 65,535), in no
+    /// particular order; empty outside the slot range. For inspection (comparing a worker's
+    /// residency with the engine's own cache listing, tests): it copies the worker's map
+    /// under the worker's lock, `O(blocks)`, so it is not for the hot path.
+    pub fn engine_hashes(&self, slot: Slot) -> Vec<(EngineHash, u32)> {
+        self.workers
+            .get(slot.index())
+            .map(|m| {
+                let state = m.lock().unwrap_or_else(|p| p.into_inner());
+                state
+                    .entries
+                    .iter()
+                    .map(|(&h, e)| (EngineHash(h), u32::from(e.copies)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Asks the epoch collector to free retired nodes now. Frees happen on their own as
     /// threads pin and unpin; this is for tests and memory gauges. A freed node can release
     /// its successor, which is then freed a grace period later, so this flushes repeatedly.

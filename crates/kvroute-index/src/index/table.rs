@@ -460,10 +460,20 @@ impl Drop for Table {
     fn drop(&mut self) {
         let arr = self.array.load(Ordering::Acquire);
         // SAFETY: `&mut self`: no reader or writer remains. The current array was
-        // allocated with `Box::into_raw` and is freed once here; each node it links owns
-        // one table reference, dropped once here (nodes whose last reference goes are
-        // freed through the epoch collector).
+        // allocated with `Box::into_raw` and is freed once here. First every linked node
+        // gives up its successor link, as a node leaving the table does, so that nodes
+        // still held whose links form a cycle (possible with caller-chosen hashes) do not
+        // keep each other allocated; each node keeps its table reference meanwhile, so
+        // only retired nodes (off the table) can be freed by that pass. Then each node's
+        // table reference is dropped once (nodes whose last reference goes are freed
+        // through the epoch collector).
         unsafe {
+            for slot in (*arr).slots.iter() {
+                let p = slot.node.load(Ordering::Acquire);
+                if !p.is_null() {
+                    (*p).unlink_succ();
+                }
+            }
             for slot in (*arr).slots.iter() {
                 let p = slot.node.load(Ordering::Acquire);
                 if !p.is_null() {

@@ -1,5 +1,6 @@
-//! Helpers of kvroute-wire's data-driven tests: where the shared data lives, hex, and an
-//! independent implementation of kvroute's block hashing to check against.
+//! Helpers of kvroute-wire's data-driven tests: where the shared data lives and hex (both
+//! from the workspace's shared test helpers), and an independent implementation of
+//! kvroute's block hashing to check against.
 //!
 //! Data files are found by the workspace's shared test helpers (`kvroute_tests::data_file`:
 //! `../shared/data` beside the checkout or `$KVROUTE_DATA_DIR`; a missing file skips the
@@ -10,21 +11,7 @@
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 pub use kvroute_tests::data_file;
-
-/// Lower- or upper-case hex to bytes.
-pub fn unhex(s: &str) -> Vec<u8> {
-    assert!(s.len() % 2 == 0, "odd hex length");
-    let nib = |c: u8| match c {
-        b'0'..=b'9' => c - b'0',
-        b'a'..=b'f' => c - b'a' + 10,
-        b'A'..=b'F' => c - b'A' + 10,
-        _ => panic!("bad hex digit {c}"),
-    };
-    s.as_bytes()
-        .chunks_exact(2)
-        .map(|p| (nib(p[0]) << 4) | nib(p[1]))
-        .collect()
-}
+pub use kvroute_tests::stream::unhex;
 
 /// The seed of a namespace, written out from the design brief's rule (not the crate's).
 pub fn seed(lora: Option<&str>, salt: Option<&str>) -> u64 {

@@ -1,0 +1,411 @@
+//! Decodes arbitrary bytes as KV event messages (ZMQ frames around msgpack batches), applies
+//! them to a two-worker `Router` through `Router::ingest` (sequence tracking, trust, tiers,
+//! KV groups, namespaces, parents, copies), and after every step checks the router against
+//! a reference model written from the documented rules (module docs of `kvroute::ingest`,
+//! its `sequence` and `apply` modules, and `kvroute-index`): per worker, a map engine hash
+//! -> (chained hash, copies), the sequence frontier, the pending replay and the block-size
+//! distrust. Checked each step: the worker's engine-hash map in the index
+//! (`PrefixIndex::engine_hashes`), `match_prefix` over recent stores against the model's
+//! hash sets, `Router::is_trusted`, the report's trust flag, and the ingest counters the
+//! model can tally.
+//!
+//! Input: a sequence of operations. Each starts with an op byte: bit 3 the worker, bit 4
+//! the channel (replay when set), bits 5-6 the frame shape (`[topic "", seq, payload]`,
+//! `[seq, payload]`, `[topic "kv", seq, payload]`, or a 7-byte sequence frame, which must
+//! fail to decode), and the low 3 bits the kind:
+//! * 0-1, a message of raw bytes: a signed delta byte (the sequence number is the worker's
+//!   next live number for live, its frontier for replay, plus the delta; -128 means the
+//!   end-marker number), a little-endian u16 payload length, and the payload bytes;
+//! * 2-3, a generated message: the delta byte, a count byte (1-4 events), and 4 bytes per
+//!   event from which a named-map batch (stores, removes, clears over 16 engine hashes and
+//!   8 block contents, with tiers, KV groups, namespaces, parents and block sizes) is
+//!   built and msgpack-encoded, so that mutations explore router states, not only msgpack;
+//! * 4: the replay end marker for the worker; 5: `skip_replay`; 6: remove and re-add the
+//!   worker; 7: nothing (a check only).
+//!
+//! Seed the corpus with `bash seed_decode_apply.sh` (in `fuzz/`): the example payloads of
+//! the shared data wrapped in this format.
+#![no_main]
+
+use std::collections::{HashMap, HashSet};
+
+use kvroute::{
+    BlockHasher, Channel, EngineHash, HashNamespace, IngestError, IngestStats, Router,
+    RouterConfig, SequenceHash, WorkerId,
+};
+use kvroute_wire::{BlockRemoved, BlockStored, KvEvent, KvMessage, Medium, decode_message};
+use libfuzzer_sys::fuzz_target;
+
+mod batch_gen;
+
+const BS: usize = 16;
+const RESET_WINDOW: u64 = 64;
+const WORKERS: [WorkerId; 2] = [WorkerId::new(1, 0), WorkerId::new(2, 1)];
+
+/// One worker as the documented rules say it must be.
+#[derive(Default)]
+struct Model {
+    /// Engine hash -> (chained hash, copies).
+    blocks: HashMap<u64, (u64, u32)>,
+    next: u64,
+    last_live: Option<u64>,
+    pending: bool,
+    size_distrust: bool,
+    main_group: Option<u32>,
+}
+
+/// Counters the model tallies (`IngestStats` fields of the same names).
+#[derive(Default, Debug, PartialEq, Eq)]
+struct Tally {
+    stored_blocks: u64,
+    removed_blocks: u64,
+    clears: u64,
+    non_device_blocks: u64,
+    non_main_group_blocks: u64,
+    unknown_parent_stores: u64,
+    rejected_events: u64,
+    unknown_events: u64,
+}
+
+impl Tally {
+    fn of(s: &IngestStats) -> Self {
+        Self {
+            stored_blocks: s.stored_blocks,
+            removed_blocks: s.removed_blocks,
+            clears: s.clears,
+            non_device_blocks: s.non_device_blocks,
+            non_main_group_blocks: s.non_main_group_blocks,
+            unknown_parent_stores: s.unknown_parent_stores,
+            rejected_events: s.rejected_events,
+            unknown_events: s.unknown_events,
+        }
+    }
+}
+
+/// The chained hashes of a store's blocks, by the documented namespace rule (LoRA name,
+/// else the decimal LoRA id; cache salt), chaining from `parent`.
+fn chain(s: &BlockStored, parent: Option<u64>) -> Vec<u64> {
+    let id_text = s.lora_id.map(|id| id.to_string());
+    let lora = s.lora_name.as_deref().or(id_text.as_deref());
+    let ns = HashNamespace::new(lora, s.cache_salt.as_deref());
+    let mut out = Vec::new();
+    BlockHasher::new(BS, ns).sequence_hashes_into(&s.token_ids, parent.map(SequenceHash), &mut out);
+    out.iter().map(|h| h.0).collect()
+}
+
+fn is_main(s: &BlockStored) -> bool {
+    match s.kv_cache_spec_kind.as_deref() {
+        Some(kind) => kind == "full_attention",
+        None => matches!(s.group_idx, None | Some(0)),
+    }
+}
+
+impl Model {
+    fn trusted(&self) -> bool {
+        !self.pending && !self.size_distrust
+    }
+
+    fn clear(&mut self) {
+        self.blocks.clear();
+        self.size_distrust = false;
+    }
+
+    fn settle(&mut self) {
+        if self.pending && self.last_live.is_none_or(|l| self.next > l) {
+            self.pending = false;
+        }
+    }
+
+    fn give_up(&mut self) {
+        let after_live = self.last_live.map_or(self.next, |l| l + 1);
+        self.next = self.next.max(after_live);
+        self.pending = false;
+    }
+
+    fn store(&mut self, s: &BlockStored, t: &mut Tally, queries: &mut Vec<Vec<u64>>) {
+        let n = s.block_hashes.len() as u64;
+        if s.medium != Medium::Gpu {
+            t.non_device_blocks += n;
+            return;
+        }
+        if !is_main(s) {
+            t.non_main_group_blocks += n;
+            return;
+        }
+        if s.kv_cache_spec_kind.is_some() && s.group_idx.is_some() {
+            self.main_group = s.group_idx;
+        }
+        if s.block_size as usize != BS {
+            self.size_distrust = true;
+            t.rejected_events += 1;
+            return;
+        }
+        let parent = match s.parent_block_hash {
+            None => None,
+            Some(p) => match self.blocks.get(&p.0) {
+                Some(&(seq, _)) => Some(seq),
+                None => {
+                    t.unknown_parent_stores += 1;
+                    return;
+                }
+            },
+        };
+        let seqs = chain(s, parent);
+        for (eh, &seq) in s.block_hashes.iter().zip(&seqs) {
+            match self.blocks.get_mut(&eh.0) {
+                Some(e) if e.0 == seq => e.1 = (e.1 + 1).min(u32::from(u16::MAX)),
+                _ => {
+                    self.blocks.insert(eh.0, (seq, 1));
+                }
+            }
+        }
+        t.stored_blocks += n;
+        queries.push(seqs);
+    }
+
+    fn remove(&mut self, r: &BlockRemoved, t: &mut Tally) {
+        let n = r.block_hashes.len() as u64;
+        if r.medium != Medium::Gpu {
+            t.non_device_blocks += n;
+            return;
+        }
+        if r.group_idx
+            .is_some_and(|g| g != self.main_group.unwrap_or(0))
+        {
+            t.non_main_group_blocks += n;
+            return;
+        }
+        for h in &r.block_hashes {
+            if let Some(e) = self.blocks.get_mut(&h.0) {
+                e.1 -= 1;
+                if e.1 == 0 {
+                    self.blocks.remove(&h.0);
+                }
+            }
+        }
+        t.removed_blocks += n;
+    }
+
+    fn apply(&mut self, events: &[KvEvent], from: usize, t: &mut Tally, q: &mut Vec<Vec<u64>>) {
+        for ev in &events[from..] {
+            match ev {
+                KvEvent::BlockStored(s) => self.store(s, t, q),
+                KvEvent::BlockRemoved(r) => self.remove(r, t),
+                KvEvent::AllBlocksCleared => {
+                    self.clear();
+                    t.clears += 1;
+                }
+                KvEvent::Unknown { .. } => t.unknown_events += 1,
+            }
+        }
+    }
+
+    /// A live batch `s` (the sequence table of `kvroute::ingest`'s `sequence` module).
+    fn live(&mut self, s: u64, events: &[KvEvent], t: &mut Tally, q: &mut Vec<Vec<u64>>) {
+        if let Some(l) = self.last_live {
+            if s < l && s < RESET_WINDOW {
+                // Engine restart: cleared, the stream starts again from 0.
+                self.clear();
+                (self.next, self.last_live, self.pending) = (0, None, false);
+            } else if s <= l {
+                return;
+            }
+        }
+        self.last_live = Some(s);
+        if s < self.next {
+            return;
+        }
+        if s == self.next {
+            self.next += 1;
+            self.apply(events, 0, t, q);
+            self.settle();
+            return;
+        }
+        match last_clear(events) {
+            Some(i) => {
+                self.next = s + 1;
+                self.apply(events, i, t, q);
+                self.settle();
+            }
+            None => self.pending = true,
+        }
+    }
+
+    /// A replayed batch `s`.
+    fn replay(&mut self, s: u64, events: &[KvEvent], t: &mut Tally, q: &mut Vec<Vec<u64>>) {
+        if s < self.next || (s > self.next && !self.pending) {
+            return;
+        }
+        if s == self.next {
+            self.apply(events, 0, t, q);
+        } else if let Some(i) = last_clear(events) {
+            self.apply(events, i, t, q);
+        } else {
+            // Truncated: the engine no longer has the batches between.
+            self.clear();
+            self.apply(events, 0, t, q);
+        }
+        self.next = s + 1;
+        self.settle();
+    }
+
+    fn end_of_replay(&mut self) {
+        if self.pending {
+            self.give_up();
+            self.clear();
+        }
+    }
+}
+
+fn last_clear(events: &[KvEvent]) -> Option<usize> {
+    events
+        .iter()
+        .rposition(|e| matches!(e, KvEvent::AllBlocksCleared))
+}
+
+fn check(r: &Router, models: &[Model; 2], tally: &Tally, queries: &[Vec<u64>]) {
+    let mut out = r.index().new_overlaps();
+    for (w, m) in WORKERS.iter().zip(models) {
+        assert_eq!(r.is_trusted(*w), Some(m.trusted()), "trust of {w}");
+        let slot = r.slot_of(*w).expect("registered");
+        let mut got = r.index().engine_hashes(slot);
+        got.sort_unstable();
+        let mut want: Vec<(EngineHash, u32)> = m
+            .blocks
+            .iter()
+            .map(|(&h, &(_, c))| (EngineHash(h), c))
+            .collect();
+        want.sort_unstable();
+        assert_eq!(got, want, "engine hashes of {w}");
+        let held: HashSet<u64> = m.blocks.values().map(|&(s, _)| s).collect();
+        for q in queries {
+            let keys: Vec<SequenceHash> = q.iter().map(|&h| SequenceHash(h)).collect();
+            r.index().match_prefix(&keys, &mut out);
+            let want = q.iter().take_while(|h| held.contains(h)).count() as u32;
+            assert_eq!(out.get(slot), want, "overlap of {w}");
+        }
+    }
+    assert_eq!(&Tally::of(&r.ingest_stats()), tally, "ingest counters");
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut cfg = RouterConfig::new(4, BS);
+    cfg.index.expected_blocks = 64;
+    let r = Router::new(cfg).expect("valid config");
+    for w in WORKERS {
+        r.add_worker(w).expect("room");
+    }
+    let mut models = [Model::default(), Model::default()];
+    let mut tally = Tally::default();
+    let mut queries: Vec<Vec<u64>> = Vec::new();
+    let mut rest = data;
+    while let Some((&op, tail)) = rest.split_first() {
+        rest = tail;
+        let wi = usize::from((op >> 3) & 1);
+        let worker = WORKERS[wi];
+        let m = &mut models[wi];
+        match op & 7 {
+            0..=3 => {
+                let [delta, ..] = *rest else {
+                    break;
+                };
+                rest = &rest[1..];
+                let payload: Vec<u8> = if op & 2 == 0 {
+                    let [lo, hi, ..] = *rest else {
+                        break;
+                    };
+                    let len = usize::from(u16::from_le_bytes([lo, hi])).min(rest.len() - 2);
+                    let p = rest[2..2 + len].to_vec();
+                    rest = &rest[2 + len..];
+                    p
+                } else {
+                    let [count, ..] = *rest else {
+                        break;
+                    };
+                    let n = (usize::from(count & 3) + 1).min((rest.len() - 1) / 4);
+                    let p = batch_gen::batch(count, &rest[1..1 + 4 * n]);
+                    rest = &rest[1 + 4 * n..];
+                    p
+                };
+                let payload = &payload[..];
+                let channel = if op & 0x10 != 0 {
+                    Channel::Replay
+                } else {
+                    Channel::Live
+                };
+                let base = match channel {
+                    Channel::Live => m.last_live.map_or(0, |l| l + 1),
+                    Channel::Replay => m.next,
+                };
+                let seq = if delta == 0x80 {
+                    u64::MAX
+                } else {
+                    base.saturating_add_signed(i64::from(delta as i8))
+                };
+                let seq_bytes = seq.to_be_bytes();
+                let frames: Vec<&[u8]> = match (op >> 5) & 3 {
+                    0 => vec![b"", &seq_bytes, payload],
+                    1 => vec![&seq_bytes, payload],
+                    2 => vec![b"kv", &seq_bytes, payload],
+                    _ => vec![b"", &seq_bytes[1..], payload],
+                };
+                let Ok(msg) = decode_message(&frames) else {
+                    check(&r, &models, &tally, &queries);
+                    continue;
+                };
+                assert!((op >> 5) & 3 != 3, "a 7-byte sequence frame decoded");
+                let report = r.ingest(worker, channel, &msg);
+                match &msg {
+                    KvMessage::EndOfReplay => m.end_of_replay(),
+                    KvMessage::Batch { seq, batch } => {
+                        if batch.dp_rank.is_some_and(|d| d != worker.dp_rank) {
+                            assert!(report.is_err(), "DP rank mismatch accepted");
+                        } else {
+                            match channel {
+                                Channel::Live => {
+                                    m.live(*seq, &batch.events, &mut tally, &mut queries)
+                                }
+                                Channel::Replay => {
+                                    m.replay(*seq, &batch.events, &mut tally, &mut queries)
+                                }
+                            }
+                        }
+                    }
+                }
+                let trusted = match &report {
+                    Ok(rep) => Some(rep.trusted),
+                    Err(IngestError::Rejected(b)) => Some(b.report.trusted),
+                    Err(_) => None,
+                };
+                if let Some(t) = trusted {
+                    assert_eq!(t, m.trusted(), "report's trust");
+                }
+            }
+            4 => {
+                let end = u64::MAX.to_be_bytes();
+                let msg = decode_message(&[b"", &end, b""]).expect("end marker decodes");
+                assert_eq!(msg, KvMessage::EndOfReplay);
+                r.ingest(worker, Channel::Replay, &msg)
+                    .expect("end marker applies");
+                m.end_of_replay();
+            }
+            5 => {
+                r.skip_replay(worker).expect("registered");
+                if m.pending {
+                    m.give_up();
+                    m.clear();
+                }
+            }
+            6 => {
+                r.remove_worker(worker).expect("registered");
+                r.add_worker(worker).expect("room");
+                *m = Model::default();
+            }
+            _ => {}
+        }
+        if queries.len() > 16 {
+            queries.drain(..queries.len() - 16);
+        }
+        check(&r, &models, &tally, &queries);
+    }
+});
