@@ -157,6 +157,74 @@ pub fn follow_up(
     }
 }
 
+/// `count` requests pinned to `engine` that give it a starting load: request `i` (ids
+/// `0..count`) arrives at `i` ms with prompt `shared` + `user_tokens` fresh tokens and
+/// `output()` output tokens (called once a request, after its tokens are drawn).
+pub fn pinned(
+    tokens: &mut TokenSpace,
+    shared: &[u32],
+    count: u32,
+    user_tokens: u32,
+    engine: u32,
+    mut output: impl FnMut() -> u32,
+) -> Vec<SimRequest> {
+    (0..count)
+        .map(|i| {
+            let prompt = concat(shared, &tokens.fresh(user_tokens));
+            let mut r = request(u64::from(i), f64::from(i) * 1e-3, prompt, output());
+            r.pinned = Some(engine);
+            r
+        })
+        .collect()
+}
+
+/// A steady load on Zipf-popular shared prefixes: `requests` Poisson arrivals from t = 0,
+/// each one of `prefixes` prefixes of `prefix_tokens` tokens (Zipf exponent `zipf_s`, rank 1
+/// most popular) followed by a suffix of its own.
+#[derive(Clone, Copy, Debug)]
+pub struct ZipfLoad {
+    /// Distinct shared prefixes.
+    pub prefixes: usize,
+    /// Length of each prefix (tokens).
+    pub prefix_tokens: u32,
+    /// Zipf exponent of prefix popularity.
+    pub zipf_s: f64,
+    /// Poisson arrival rate (requests/s).
+    pub rate_per_s: f64,
+    /// Requests.
+    pub requests: u32,
+    /// Each request's own suffix after its prefix (tokens, inclusive range).
+    pub suffix_tokens: (u32, u32),
+    /// Output length (tokens, inclusive range).
+    pub output_tokens: (u32, u32),
+}
+
+impl ZipfLoad {
+    /// The load's requests for `seed` (ids `0..requests`, in arrival order).
+    ///
+    /// # Panics
+    /// If `prefixes == 0`, `zipf_s` is not finite, or a range is empty.
+    pub fn requests(&self, seed: u64) -> Vec<SimRequest> {
+        let mut rng = rng(seed);
+        let mut tokens = TokenSpace::default();
+        let prefixes: Vec<Vec<u32>> = (0..self.prefixes)
+            .map(|_| tokens.fresh(self.prefix_tokens))
+            .collect();
+        let zipf = Zipf::new(self.prefixes, self.zipf_s);
+        let (suffix, output) = (self.suffix_tokens, self.output_tokens);
+        let mut t = 0.0;
+        (0..u64::from(self.requests))
+            .map(|id| {
+                t += exp_gap(&mut rng, self.rate_per_s);
+                let p = &prefixes[zipf.sample(&mut rng)];
+                let suffix = tokens.fresh(rng.random_range(suffix.0..=suffix.1));
+                let out = rng.random_range(output.0..=output.1);
+                request(id, t, concat(p, &suffix), out)
+            })
+            .collect()
+    }
+}
+
 /// The workload cut to its first `n` requests (in list order) plus nothing else: follow-ups
 /// whose parent was cut are cut too (transitively), so every kept follow-up still has its
 /// parent. The name gets a `[..n]` suffix.

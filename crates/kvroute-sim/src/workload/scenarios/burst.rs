@@ -1,9 +1,8 @@
 //! `burst-siblings`: failure kind 6 (field notes), identical requests at once.
 
 use crate::engine::EngineConfig;
-use crate::net::ChannelConfig;
+use crate::workload::Workload;
 use crate::workload::synth::{self, TokenSpace};
-use crate::workload::{FleetSpec, Workload};
 
 /// Engines (all idle at the start).
 pub const ENGINES: u32 = 8;
@@ -24,15 +23,11 @@ pub fn build(_seed: u64) -> Workload {
     let requests = (0..u64::from(SIBLINGS))
         .map(|id| synth::request(id, 0.0, prompt.clone(), OUTPUT_TOKENS))
         .collect();
-    Workload {
-        name: super::BURST_SIBLINGS.to_string(),
-        description: super::BURST_SIBLINGS_REPRODUCES.to_string(),
+    super::workload(
+        super::BURST_SIBLINGS,
+        super::BURST_SIBLINGS_REPRODUCES,
         requests,
-        fleet: FleetSpec {
-            engines: ENGINES,
-            engine: EngineConfig::default(),
-            channels: ChannelConfig::default(),
-        },
-        faults: Vec::new(),
-    }
+        ENGINES,
+        EngineConfig::default(),
+    )
 }

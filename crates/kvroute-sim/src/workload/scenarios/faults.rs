@@ -1,30 +1,25 @@
 //! `restart` and `event-loss`: failure kinds 4 and 5 and incident A's list of KV-event
 //! delay, loss, disconnects and restarts (field notes), on one steady multi-prefix load.
 
-use rand::Rng;
-
 use crate::engine::EngineConfig;
 use crate::fault::{Fault, FaultKind};
 use crate::net::ChannelConfig;
-use crate::workload::synth::{self, TokenSpace, Zipf};
-use crate::workload::{FleetSpec, Workload};
+use crate::workload::Workload;
+use crate::workload::synth::ZipfLoad;
 
 /// Engines.
 pub const ENGINES: u32 = 8;
-/// Distinct shared prefixes.
-pub const PREFIXES: usize = 16;
-/// Length of each prefix (tokens).
-pub const PREFIX_TOKENS: u32 = 4_096;
-/// Zipf exponent of prefix popularity.
-pub const ZIPF_S: f64 = 1.0;
-/// Poisson arrival rate (requests/s).
-pub const RATE: f64 = 12.0;
-/// Requests (about 90 s of arrivals).
-pub const REQUESTS: u32 = 1_080;
-/// Each request's own suffix (tokens, inclusive range).
-pub const SUFFIX_TOKENS: (u32, u32) = (64, 256);
-/// Output length (tokens, inclusive range).
-pub const OUTPUT_TOKENS: (u32, u32) = (64, 256);
+/// The steady load both scenarios share.
+pub const LOAD: ZipfLoad = ZipfLoad {
+    prefixes: 16,
+    prefix_tokens: 4_096,
+    zipf_s: 1.0,
+    rate_per_s: 12.0,
+    // About 90 s of arrivals.
+    requests: 1_080,
+    suffix_tokens: (64, 256),
+    output_tokens: (64, 256),
+};
 
 /// The restarts of `restart`: (seconds, engine). Engine 0 restarts twice, so its event
 /// sequence starts over twice.
@@ -34,31 +29,13 @@ pub const RESTARTS: [(f64, u32); 4] = [(20.0, 0), (35.0, 1), (50.0, 2), (65.0, 0
 /// one of 16 prefixes of 4,096 tokens (Zipf s = 1.0) plus 64–256 tokens of its own, 64–256
 /// output tokens.
 fn steady(seed: u64, name: &str, description: &str) -> Workload {
-    let mut rng = synth::rng(seed);
-    let mut tokens = TokenSpace::default();
-    let prefixes: Vec<Vec<u32>> = (0..PREFIXES).map(|_| tokens.fresh(PREFIX_TOKENS)).collect();
-    let zipf = Zipf::new(PREFIXES, ZIPF_S);
-    let mut t = 0.0;
-    let requests = (0..u64::from(REQUESTS))
-        .map(|id| {
-            t += synth::exp_gap(&mut rng, RATE);
-            let p = &prefixes[zipf.sample(&mut rng)];
-            let suffix = tokens.fresh(rng.random_range(SUFFIX_TOKENS.0..=SUFFIX_TOKENS.1));
-            let out = rng.random_range(OUTPUT_TOKENS.0..=OUTPUT_TOKENS.1);
-            synth::request(id, t, synth::concat(p, &suffix), out)
-        })
-        .collect();
-    Workload {
-        name: name.to_string(),
-        description: description.to_string(),
-        requests,
-        fleet: FleetSpec {
-            engines: ENGINES,
-            engine: EngineConfig::default(),
-            channels: ChannelConfig::default(),
-        },
-        faults: Vec::new(),
-    }
+    super::workload(
+        name,
+        description,
+        LOAD.requests(seed),
+        ENGINES,
+        EngineConfig::default(),
+    )
 }
 
 /// Builds `restart` for `seed`: the steady load with the [`RESTARTS`] schedule (each wipes

@@ -3,10 +3,8 @@
 use rand::Rng;
 
 use crate::engine::EngineConfig;
-use crate::net::ChannelConfig;
-use crate::request::SimRequest;
+use crate::workload::Workload;
 use crate::workload::synth::{self, TokenSpace};
-use crate::workload::{FleetSpec, Workload};
 
 /// Engines in the fleet (incident A).
 pub const ENGINES: u32 = 51;
@@ -40,36 +38,25 @@ pub fn build(seed: u64) -> Workload {
     let mut rng = synth::rng(seed);
     let mut tokens = TokenSpace::default();
     let prefix = tokens.fresh(PREFIX_TOKENS);
-    let mut requests: Vec<SimRequest> = Vec::new();
-    let mut id = 0u64;
-    for i in 0..PINNED {
-        let prompt = synth::concat(&prefix, &tokens.fresh(USER_TOKENS));
-        let out = rng.random_range(OUTPUT_TOKENS.0..=OUTPUT_TOKENS.1);
-        let mut r = synth::request(id, f64::from(i) * 1e-3, prompt, out);
-        r.pinned = Some(OWNER);
-        requests.push(r);
-        id += 1;
-    }
+    let mut requests = synth::pinned(&mut tokens, &prefix, PINNED, USER_TOKENS, OWNER, || {
+        rng.random_range(OUTPUT_TOKENS.0..=OUTPUT_TOKENS.1)
+    });
     let mut t = BURST_START_S;
-    for _ in 0..BURST_REQUESTS {
+    for id in u64::from(PINNED)..u64::from(PINNED + BURST_REQUESTS) {
         t += synth::exp_gap(&mut rng, BURST_RATE);
         let prompt = synth::concat(&prefix, &tokens.fresh(USER_TOKENS));
         let out = rng.random_range(OUTPUT_TOKENS.0..=OUTPUT_TOKENS.1);
         requests.push(synth::request(id, t, prompt, out));
-        id += 1;
     }
-    Workload {
-        name: super::HOT_OWNER_51.to_string(),
-        description: super::HOT_OWNER_51_REPRODUCES.to_string(),
+    let engine = EngineConfig {
+        max_running: MAX_RUNNING,
+        ..Default::default()
+    };
+    super::workload(
+        super::HOT_OWNER_51,
+        super::HOT_OWNER_51_REPRODUCES,
         requests,
-        fleet: FleetSpec {
-            engines: ENGINES,
-            engine: EngineConfig {
-                max_running: MAX_RUNNING,
-                ..Default::default()
-            },
-            channels: ChannelConfig::default(),
-        },
-        faults: Vec::new(),
-    }
+        ENGINES,
+        engine,
+    )
 }

@@ -16,7 +16,10 @@ pub mod hot_owner;
 pub mod owner_canary;
 pub mod zipf;
 
-use crate::workload::{Workload, synth};
+use crate::engine::EngineConfig;
+use crate::net::ChannelConfig;
+use crate::request::SimRequest;
+use crate::workload::{FleetSpec, Workload, synth};
 
 /// Name of incident A's scenario.
 pub const HOT_OWNER_51: &str = "hot-owner-51";
@@ -120,4 +123,26 @@ pub fn demo(seed: u64) -> Vec<Workload> {
         hot_owner::build(seed),
         synth::truncate(zipf::build(seed), DEMO_SLICE),
     ]
+}
+
+/// A scenario's workload: `requests` on `engines` engines configured as `engine`, over
+/// default channels, with no faults.
+fn workload(
+    name: &str,
+    description: &str,
+    requests: Vec<SimRequest>,
+    engines: u32,
+    engine: EngineConfig,
+) -> Workload {
+    Workload {
+        name: name.to_string(),
+        description: description.to_string(),
+        requests,
+        fleet: FleetSpec {
+            engines,
+            engine,
+            channels: ChannelConfig::default(),
+        },
+        faults: Vec::new(),
+    }
 }

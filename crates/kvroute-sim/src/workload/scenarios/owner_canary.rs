@@ -5,10 +5,8 @@ use std::sync::Arc;
 use rand::Rng;
 
 use crate::engine::EngineConfig;
-use crate::net::ChannelConfig;
-use crate::request::SimRequest;
+use crate::workload::Workload;
 use crate::workload::synth::{self, TokenSpace};
-use crate::workload::{FleetSpec, Workload};
 
 /// Engines in the canary.
 pub const ENGINES: u32 = 2;
@@ -48,15 +46,10 @@ pub fn build(seed: u64) -> Workload {
     let mut rng = synth::rng(seed);
     let mut tokens = TokenSpace::default();
     let shared = tokens.fresh(SHARED_TOKENS);
-    let mut requests: Vec<SimRequest> = Vec::new();
-    let mut id = 0u64;
-    for i in 0..PINNED {
-        let prompt = synth::concat(&shared, &tokens.fresh(USER_TOKENS));
-        let mut r = synth::request(id, f64::from(i) * 1e-3, prompt, OUTPUT_TOKENS);
-        r.pinned = Some(OWNER);
-        requests.push(r);
-        id += 1;
-    }
+    let mut requests = synth::pinned(&mut tokens, &shared, PINNED, USER_TOKENS, OWNER, || {
+        OUTPUT_TOKENS
+    });
+    let mut id = u64::from(PINNED);
     for k in 0..TRAJECTORIES {
         let mut prompt: Arc<[u32]> = synth::concat(&shared, &tokens.fresh(USER_TOKENS));
         let mut parent = id;
@@ -82,18 +75,15 @@ pub fn build(seed: u64) -> Workload {
             id += 1;
         }
     }
-    Workload {
-        name: super::OWNER_CANARY.to_string(),
-        description: super::OWNER_CANARY_REPRODUCES.to_string(),
+    let engine = EngineConfig {
+        max_running: MAX_RUNNING,
+        ..Default::default()
+    };
+    super::workload(
+        super::OWNER_CANARY,
+        super::OWNER_CANARY_REPRODUCES,
         requests,
-        fleet: FleetSpec {
-            engines: ENGINES,
-            engine: EngineConfig {
-                max_running: MAX_RUNNING,
-                ..Default::default()
-            },
-            channels: ChannelConfig::default(),
-        },
-        faults: Vec::new(),
-    }
+        ENGINES,
+        engine,
+    )
 }
