@@ -5,10 +5,12 @@ mod driver_common;
 
 use driver_common::{assert_totals, conversations, request, small_engine, tokens, workload};
 use kvroute::{AdmissionConfig, Policy, ScoreConfig};
+use kvroute_sim::SimRequest;
 use kvroute_sim::driver::{RunError, RunOptions, run, try_run};
 use kvroute_sim::fault::{Fault, FaultKind};
 use kvroute_sim::net::{ChannelConfig, TelemetryMode};
 use kvroute_sim::request::FollowUp;
+use kvroute_sim::workload::Workload;
 
 fn lossy() -> ChannelConfig {
     ChannelConfig {
@@ -16,6 +18,34 @@ fn lossy() -> ChannelConfig {
         event_jitter_s: 0.01,
         telemetry_loss: 0.2,
         ..ChannelConfig::default()
+    }
+}
+
+/// `reqs` on 2 idle engines of 4,000 blocks over lossless channels, no faults.
+fn two_engines(reqs: Vec<SimRequest>) -> Workload {
+    workload(
+        2,
+        small_engine(4_000),
+        ChannelConfig::default(),
+        reqs,
+        vec![],
+    )
+}
+
+/// 6 requests arriving at t = 0, each with its own 800-token prompt and 10 output tokens.
+fn six_at_once() -> Vec<SimRequest> {
+    (0..6)
+        .map(|i| request(i, 0.0, tokens(i as u32 + 1, 800), 10))
+        .collect()
+}
+
+/// Default options with an admission bound of 1 outstanding request per engine.
+fn bound_one() -> RunOptions<'static> {
+    RunOptions {
+        admission: Some(AdmissionConfig {
+            max_outstanding_requests: 1,
+        }),
+        ..RunOptions::default()
     }
 }
 
@@ -72,22 +102,10 @@ fn same_seed_same_result() {
 /// other four are rejected for good.
 #[test]
 fn admission_rejects_over_the_bound() {
-    let reqs = (0..6)
-        .map(|i| request(i, 0.0, tokens(i as u32 + 1, 800), 10))
-        .collect();
-    let w = workload(
-        2,
-        small_engine(4_000),
-        ChannelConfig::default(),
-        reqs,
-        vec![],
-    );
+    let w = two_engines(six_at_once());
     let opts = RunOptions {
-        admission: Some(AdmissionConfig {
-            max_outstanding_requests: 1,
-        }),
         max_retries: 0,
-        ..RunOptions::default()
+        ..bound_one()
     };
     let r = run(&w, Policy::LeastLoad, &opts);
     assert_eq!((r.completed, r.rejected_for_good, r.rejections), (2, 4, 4));
@@ -108,23 +126,11 @@ fn admission_rejects_over_the_bound() {
 /// all complete and some were rejected first.
 #[test]
 fn rejected_requests_retry_after_the_backoff() {
-    let reqs = (0..6)
-        .map(|i| request(i, 0.0, tokens(i as u32 + 1, 800), 10))
-        .collect();
-    let w = workload(
-        2,
-        small_engine(4_000),
-        ChannelConfig::default(),
-        reqs,
-        vec![],
-    );
+    let w = two_engines(six_at_once());
     let opts = RunOptions {
-        admission: Some(AdmissionConfig {
-            max_outstanding_requests: 1,
-        }),
         retry_backoff_s: 0.1,
         max_retries: 100,
-        ..RunOptions::default()
+        ..bound_one()
     };
     let r = run(&w, Policy::LeastLoad, &opts);
     assert_eq!(r.completed, 6);
@@ -154,19 +160,10 @@ fn follow_ups_arrive_after_their_parent() {
         });
         reqs.push(next);
     }
-    let w = workload(
-        2,
-        small_engine(4_000),
-        ChannelConfig::default(),
-        reqs,
-        vec![],
-    );
+    let w = two_engines(reqs);
     let opts = RunOptions {
-        admission: Some(AdmissionConfig {
-            max_outstanding_requests: 1,
-        }),
         max_retries: 0,
-        ..RunOptions::default()
+        ..bound_one()
     };
     let r = run(&w, Policy::LeastLoad, &opts);
     assert_eq!(
@@ -192,13 +189,7 @@ fn follow_ups_arrive_after_their_parent() {
 /// and every request is accounted for.
 #[test]
 fn horizon_leaves_requests_in_flight() {
-    let w = workload(
-        2,
-        small_engine(4_000),
-        ChannelConfig::default(),
-        conversations(10, 3, 0.2, 0.5),
-        vec![],
-    );
+    let w = two_engines(conversations(10, 3, 0.2, 0.5));
     let opts = RunOptions {
         horizon_s: Some(1.0),
         ..RunOptions::default()
