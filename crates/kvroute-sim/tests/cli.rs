@@ -1,7 +1,11 @@
 //! The `kvroute-sim` binary: `list`, argument errors, and tiny runs with `--quiet --json`.
 
+mod driver_common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
+
+use driver_common::SCENARIO_NAMES;
 
 fn sim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kvroute-sim"))
@@ -26,17 +30,8 @@ fn list_shows_every_scenario_and_policy() {
     let out = sim(&["list"]);
     assert!(out.status.success());
     let s = text(&out.stdout);
-    for name in [
-        "hot-owner-51",
-        "owner-canary",
-        "zipf-prefixes",
-        "burst-siblings",
-        "restart",
-        "event-loss",
-        "round_robin",
-        "projected_time:shadow",
-        "cache_aware",
-    ] {
+    let policies = ["round_robin", "projected_time:shadow", "cache_aware"];
+    for name in SCENARIO_NAMES.into_iter().chain(policies) {
         assert!(s.contains(name), "{name} missing from:\n{s}");
     }
     assert!(s.contains("Incident A") && s.contains("Failure kind 6"));

@@ -1,9 +1,12 @@
 //! The built-in scenarios: shapes from the field notes, determinism, follow-up prompts,
 //! slicing.
 
+mod driver_common;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use driver_common::SCENARIO_NAMES;
 use kvroute_sim::fault::FaultKind;
 use kvroute_sim::request::output_token;
 use kvroute_sim::workload::scenarios::{
@@ -23,14 +26,7 @@ fn tokens(r: &SimRequest) -> Vec<u32> {
 fn list_names_are_unique_and_documented() {
     let names: HashSet<&str> = SCENARIOS.iter().map(|s| s.name).collect();
     assert_eq!(names.len(), 6);
-    for want in [
-        "hot-owner-51",
-        "owner-canary",
-        "zipf-prefixes",
-        "burst-siblings",
-        "restart",
-        "event-loss",
-    ] {
+    for want in SCENARIO_NAMES {
         let s = scenarios::find(want).unwrap();
         assert!(s.reproduces.len() > 80, "{want} says what it reproduces");
         let w = s.build(1);

@@ -1,4 +1,4 @@
-//! Small hand-built workloads shared by the driver tests.
+//! Small hand-built workloads shared by the driver tests, and the built-in scenarios' names.
 
 #![allow(dead_code)]
 
@@ -10,6 +10,17 @@ use kvroute_sim::net::ChannelConfig;
 use kvroute_sim::request::FollowUp;
 use kvroute_sim::workload::{FleetSpec, Workload};
 use kvroute_sim::{PromptSpec, RunResult, SimRequest};
+
+/// The built-in scenarios' names, written out by hand so that a renamed or missing scenario
+/// fails the tests.
+pub const SCENARIO_NAMES: [&str; 6] = [
+    "hot-owner-51",
+    "owner-canary",
+    "zipf-prefixes",
+    "burst-siblings",
+    "restart",
+    "event-loss",
+];
 
 /// A fast engine with a small cache: 10 ms steps plus 1 ms per decoding request, 20,000
 /// prefill tokens/s, 16 running, `kv_blocks` blocks of 16 tokens, 2,048-token chunks.
