@@ -29,55 +29,17 @@ mod index_common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use index_common::tree::{BRANCHES, BS, DEPTH, PREFIX, Tree};
 use index_common::{Model, Rng, check_matches, check_stats};
 use kvroute_index::index::{BlockStore, EngineHash, IndexConfig, PrefixIndex};
-use kvroute_index::{BlockHasher, HashNamespace, SequenceHash, Slot};
+use kvroute_index::{HashNamespace, SequenceHash, Slot};
 
 const SLOTS: usize = 130;
-const BS: usize = 4;
-const PREFIX: usize = 4;
-const BRANCHES: usize = 4;
-const BRANCH_BLOCKS: usize = 8;
-const DEPTH: usize = PREFIX + BRANCH_BLOCKS;
 /// Stable workers and what they hold (see `stable_setup`).
 const STABLE: [u32; 3] = [2, 65, 128];
 const WRITER_SLOTS: [[u32; 2]; 2] = [[0, 64], [1, 129]];
 /// First engine hash of the writers' bursts of unqueried blocks.
 const NOISE_EH: u64 = 1 << 32;
-
-/// Tokens and chained hashes of the tree: `tokens[b]` / `chains[b]` is prefix + branch b.
-struct Tree {
-    tokens: Vec<Vec<u32>>,
-    chains: Vec<Vec<SequenceHash>>,
-}
-
-impl Tree {
-    fn new() -> Self {
-        let hasher = BlockHasher::new(BS, HashNamespace::DEFAULT);
-        let prefix: Vec<u32> = (0..(PREFIX * BS) as u32).collect();
-        let mut tokens = Vec::new();
-        let mut chains = Vec::new();
-        for b in 0..BRANCHES as u32 {
-            let mut t = prefix.clone();
-            t.extend((0..(BRANCH_BLOCKS * BS) as u32).map(|i| 10_000 * (b + 1) + i));
-            let mut c = Vec::new();
-            hasher.sequence_hashes_into(&t, None, &mut c);
-            tokens.push(t);
-            chains.push(c);
-        }
-        Self { tokens, chains }
-    }
-
-    /// Engine hash of block `pos` of branch `b`: prefix blocks share one hash per
-    /// position, so re-storing the prefix from another branch adds copies.
-    fn eh(b: usize, pos: usize) -> EngineHash {
-        if pos < PREFIX {
-            EngineHash(pos as u64)
-        } else {
-            EngineHash(100 + (b * 16 + pos) as u64)
-        }
-    }
-}
 
 /// The stable workers: slot 2 holds branch 0 whole; slot 65 holds branch 1 except block 7;
 /// slot 128 holds branch 2 except block 0.

@@ -22,6 +22,8 @@
 //! Not every binary uses every helper.
 #![allow(dead_code)]
 
+pub mod tree;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use kvroute_index::index::{

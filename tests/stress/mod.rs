@@ -1,7 +1,8 @@
 //! The parts of the router stress test (`router_stress.rs`): the fleet plan, the token tree
-//! every thread draws from, the caller's clock, and the run's stop rule. The threads
-//! themselves are in `writer` (KV events and worker lifecycle), `routing` (decisions and
-//! their reservations) and `control` (load telemetry, publication, sweeping, knobs).
+//! every thread draws from (`index_common::tree`), the caller's clock, and the run's stop
+//! rule. The threads themselves are in `writer` (KV events and worker lifecycle), `routing`
+//! (decisions and their reservations) and `control` (load telemetry, publication, sweeping,
+//! knobs).
 
 pub mod control;
 pub mod routing;
@@ -9,22 +10,14 @@ pub mod writer;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use kvroute::{BlockHasher, EngineHash, HashNamespace, Nanos, SequenceHash, Slot, WorkerId};
+use kvroute::{Nanos, Slot, WorkerId};
+
+pub use crate::index_common::tree::{BRANCHES, BS, DEPTH, PREFIX, Tree};
 
 /// Worker slots of the router (more than the fleet plan ever registers at once).
 pub const SLOTS: usize = 48;
-/// Tokens per KV block.
-pub const BS: usize = 4;
 /// `max_blocks_per_worker`: small, so that bursts of stores evict.
 pub const CAP: usize = 64;
-/// Blocks of the prefix every branch of the tree shares.
-pub const PREFIX: usize = 4;
-/// Branches of the tree.
-pub const BRANCHES: usize = 4;
-/// Blocks of each branch after the prefix.
-pub const BRANCH_BLOCKS: usize = 8;
-/// Blocks of a whole path of the tree (prefix + branch).
-pub const DEPTH: usize = PREFIX + BRANCH_BLOCKS;
 /// First engine hash of the writers' bursts of blocks nobody queries.
 pub const NOISE_EH: u64 = 1 << 32;
 /// Writer threads; each owns [`WORKERS_PER_WRITER`] workers.
@@ -89,44 +82,6 @@ pub fn stable_plan() -> [(Slot, usize, &'static [usize]); 3] {
         (Slot(1), 1, &[0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11]),
         (Slot(2), 0, &[]),
     ]
-}
-
-/// Token ids and chained hashes of a small tree: a 4-block prefix shared by 4 branches of 8
-/// blocks, so workers share nodes, and stores, removals and matches meet on them.
-pub struct Tree {
-    /// `tokens[b]`: prefix + branch `b` (tokens).
-    pub tokens: Vec<Vec<u32>>,
-    /// `chains[b]`: the chained hashes of `tokens[b]`, one per block.
-    pub chains: Vec<Vec<SequenceHash>>,
-}
-
-impl Tree {
-    /// The tree, hashed with the router's scheme (default namespace).
-    pub fn new() -> Self {
-        let hasher = BlockHasher::new(BS, HashNamespace::DEFAULT);
-        let prefix: Vec<u32> = (0..(PREFIX * BS) as u32).collect();
-        let mut tokens = Vec::new();
-        let mut chains = Vec::new();
-        for b in 0..BRANCHES as u32 {
-            let mut t = prefix.clone();
-            t.extend((0..(BRANCH_BLOCKS * BS) as u32).map(|i| 10_000 * (b + 1) + i));
-            let mut c = Vec::new();
-            hasher.sequence_hashes_into(&t, None, &mut c);
-            tokens.push(t);
-            chains.push(c);
-        }
-        Self { tokens, chains }
-    }
-
-    /// Engine hash of block `pos` of branch `b`: prefix blocks share one hash per position,
-    /// so storing the prefix again from another branch adds copies.
-    pub fn eh(b: usize, pos: usize) -> EngineHash {
-        if pos < PREFIX {
-            EngineHash(pos as u64)
-        } else {
-            EngineHash(100 + (b * 16 + pos) as u64)
-        }
-    }
 }
 
 /// The caller's clock (kvroute reads none): advanced by the telemetry thread, read by all.
