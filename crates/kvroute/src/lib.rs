@@ -17,7 +17,7 @@
 //! * Time is the caller's ([`Nanos`]); kvroute reads no clock, does no I/O and needs no
 //!   async runtime.
 //!
-//! With the cargo feature `metrics`, [`Router::export_metrics`] records every counter into
+//! With the cargo feature `metrics`, `Router::export_metrics` records every counter into
 //! the process's `metrics` recorder (names in the module docs of `kvroute::metrics`);
 //! without it, export [`RouterStats`] and [`IngestStats`] yourself.
 //!
@@ -110,4 +110,8 @@ pub mod parts {
     pub use kvroute_index as index;
     pub use kvroute_load as load;
     pub use kvroute_score as score;
+    pub use kvroute_wire as wire;
 }
+
+pub use kvroute_score::ConfigError as ScoreConfigError;
+pub use kvroute_wire::{KvMessage, decode_message};

@@ -58,8 +58,8 @@ pub enum Command {
         /// The scenario (see `list`).
         #[arg(value_parser = PossibleValuesParser::new(SCENARIOS.iter().map(|s| s.name)))]
         name: String,
-        /// Keep only the first N requests (follow-ups of dropped requests go too).
-        #[arg(long, value_name = "N")]
+        /// Keep only the first N requests (follow-ups of dropped requests go too), N >= 1.
+        #[arg(long, value_name = "N", value_parser = parse_limit)]
         limit: Option<usize>,
     },
     /// Replay a Mooncake JSONL trace.
@@ -68,25 +68,37 @@ pub enum Command {
         /// hash_ids).
         #[arg(long, value_name = "FILE")]
         trace: PathBuf,
-        /// Engines in the fleet.
-        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+        /// Engines in the fleet (one router worker slot each; the router holds at most
+        /// 4,096).
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
         engines: u32,
-        /// Arrival-rate multiplier (arrival times are divided by it).
-        #[arg(long, default_value_t = 1.0, value_parser = parse_rate_scale)]
+        /// Arrival-rate multiplier (arrival times are divided by it), 0.001..=1000.
+        #[arg(long, default_value_t = 1.0, value_parser = parse_rate_scale, allow_negative_numbers = true)]
         rate_scale: f64,
-        /// Keep only the first N requests.
-        #[arg(long, value_name = "N")]
+        /// Keep only the first N requests, N >= 1.
+        #[arg(long, value_name = "N", value_parser = parse_limit)]
         limit: Option<usize>,
     },
     /// List the scenarios (with what each reproduces) and the policies.
     List,
 }
 
+/// Bounds of `--rate-scale`: slower than 1/1000 would stretch the trace's hour over more
+/// than a month of virtual time; faster than 1000x puts every arrival in a few seconds.
+const RATE_SCALE_RANGE: core::ops::RangeInclusive<f64> = 0.001..=1000.0;
+
 fn parse_rate_scale(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
-    if v.is_finite() && v > 0.0 {
+    if RATE_SCALE_RANGE.contains(&v) {
         Ok(v)
     } else {
-        Err(format!("rate scale must be finite and positive, got {s}"))
+        Err(format!("rate scale must be within 0.001..=1000, got {s}"))
+    }
+}
+
+fn parse_limit(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("limit must be a whole number >= 1, got {s}")),
     }
 }

@@ -76,7 +76,14 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
     let policies: Vec<PolicySpec> = if common.policies.is_empty() {
         policy::all()
     } else {
-        common.policies.clone()
+        // A policy named twice runs once.
+        let mut unique: Vec<PolicySpec> = Vec::new();
+        for p in &common.policies {
+            if !unique.contains(p) {
+                unique.push(*p);
+            }
+        }
+        unique
     };
     let started = std::time::Instant::now();
     let seed = common.seed;

@@ -27,9 +27,10 @@ pub const COLUMNS: [&str; 16] = [
 /// The legend printed under every table.
 pub const LEGEND: &str = "done: finished/routed requests; TTFT, E2E: seconds (nearest-rank \
 percentiles); hit: cached/prompt tokens; phantom: predicted but not cached; imbal: busiest/idlest \
-mean running; CV: of per-engine mean running; max q: most waiting on one engine; busy: mean \
+mean running (inf: some engine never ran anything); CV: of per-engine mean running; max q: most waiting on one engine; busy: mean \
 engines running anything while requests arrive (peak); gen: generation share per engine; \
-rejected: admission rejections";
+rejected: admission rejections; decisions by reason count every routing decision, so a request \
+routed again (after a restart or a rejection) counts more than once";
 
 fn secs(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), |s| format!("{s:.2}"))

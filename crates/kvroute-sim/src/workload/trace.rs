@@ -131,6 +131,7 @@ impl fmt::Display for TraceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TraceError::Options(why) => write!(f, "invalid trace options: {why}"),
+            TraceError::Io { line: 0, source } => write!(f, "cannot open: {source}"),
             TraceError::Io { line, source } => write!(f, "line {line}: read error: {source}"),
             TraceError::Json { line, source } => {
                 write!(f, "line {line}: not a trace record: {source}")
