@@ -152,3 +152,44 @@ fn replay_reads_a_trace_and_reports_bad_lines() {
     assert_eq!(out.status.code(), Some(2));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Out-of-range sizes are usage errors before anything runs: more engines than the router
+/// has worker slots (4,096), a rate scale that would stretch a run without end (or a
+/// negative one), and an empty `--limit`.
+#[test]
+fn out_of_range_sizes_are_usage_errors() {
+    let trace = scratch("bounds").join("t.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [0, 1]}\n",
+    )
+    .unwrap();
+    let t = trace.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["replay", "--trace", t, "--engines", "4097"], "4097"),
+        (
+            vec!["replay", "--trace", t, "--rate-scale", "1e-300"],
+            "0.001..=1000",
+        ),
+        (
+            vec!["replay", "--trace", t, "--rate-scale", "-1"],
+            "0.001..=1000",
+        ),
+        (
+            vec!["replay", "--trace", t, "--limit", "0"],
+            "limit must be",
+        ),
+        (
+            vec!["scenario", "burst-siblings", "--limit", "0"],
+            "limit must be",
+        ),
+    ] {
+        let out = sim(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let out = sim(&["replay", "--trace", "/nonexistent/kvroute.jsonl"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot open"));
+}
