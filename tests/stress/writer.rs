@@ -413,21 +413,12 @@ impl<'a> Writer<'a> {
             .map(|_| match self.rng.below(100) {
                 0..=59 => {
                     let (parent, hashes, tokens) = self.chained();
-                    KvEvent::BlockStored(BlockStored {
-                        block_hashes: hashes,
-                        parent_block_hash: parent,
-                        token_ids: tokens.to_vec(),
-                        block_size: BS as u32,
-                        lora_id: None,
-                        medium: Medium::Gpu,
-                        lora_name: None,
-                        cache_salt: None,
-                        extra_keys: None,
-                        group_idx: None,
-                        kv_cache_spec_kind: None,
-                        kv_cache_spec_sliding_window: None,
-                        encoding: EventEncoding::Named,
-                    })
+                    KvEvent::BlockStored(BlockStored::device(
+                        hashes,
+                        parent,
+                        tokens.to_vec(),
+                        BS as u32,
+                    ))
                 }
                 60..=97 => KvEvent::BlockRemoved(BlockRemoved {
                     block_hashes: self.removal(),

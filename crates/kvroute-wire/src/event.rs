@@ -132,6 +132,33 @@ pub struct BlockStored {
 }
 
 impl BlockStored {
+    /// A plain event as an engine without LoRA, salt or hybrid groups sends it: device tier
+    /// ([`Medium::Gpu`]), main KV group, default namespace, named encoding. `token_ids`
+    /// should be `block_size * block_hashes.len()` token ids; this constructor does not
+    /// check it (the decoder does for events read off the wire).
+    pub fn device(
+        block_hashes: Vec<EngineHash>,
+        parent_block_hash: Option<EngineHash>,
+        token_ids: Vec<u32>,
+        block_size: u32,
+    ) -> Self {
+        Self {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
+            lora_id: None,
+            medium: Medium::Gpu,
+            lora_name: None,
+            cache_salt: None,
+            extra_keys: None,
+            group_idx: None,
+            kv_cache_spec_kind: None,
+            kv_cache_spec_sliding_window: None,
+            encoding: EventEncoding::Named,
+        }
+    }
+
     /// The hashing namespace of these blocks, by the rule of
     /// [`HashNamespace::new`]: the LoRA part is `lora_name`, or, when only the older
     /// `lora_id` is sent, its decimal text (so adapter blocks never mix with the base
@@ -200,5 +227,16 @@ mod tests {
             Medium::Unknown("gpu".into())
         );
         assert!(Medium::Gpu.is_device() && !Medium::Host.is_device());
+    }
+
+    #[test]
+    fn device_event_is_plain() {
+        let e = BlockStored::device(vec![EngineHash(7)], Some(EngineHash(3)), vec![1, 2], 2);
+        assert_eq!(e.block_hashes, [EngineHash(7)]);
+        assert_eq!(e.parent_block_hash, Some(EngineHash(3)));
+        assert_eq!((e.token_ids.as_slice(), e.block_size), (&[1, 2][..], 2));
+        assert!(e.medium.is_device() && e.is_main_group());
+        assert_eq!(e.namespace(), HashNamespace::DEFAULT);
+        assert_eq!(e.encoding, EventEncoding::Named);
     }
 }

@@ -13,21 +13,12 @@ use crate::common::{BS, NOW};
 /// hashes `first..`, chained on `parent`.
 pub fn stored(first: u64, parent: Option<u64>, tokens: &[u32]) -> BlockStored {
     let blocks = (tokens.len() / BS) as u64;
-    BlockStored {
-        block_hashes: (first..first + blocks).map(kvroute::EngineHash).collect(),
-        parent_block_hash: parent.map(kvroute::EngineHash),
-        token_ids: tokens.to_vec(),
-        block_size: BS as u32,
-        lora_id: None,
-        medium: Medium::Gpu,
-        lora_name: None,
-        cache_salt: None,
-        extra_keys: None,
-        group_idx: None,
-        kv_cache_spec_kind: None,
-        kv_cache_spec_sliding_window: None,
-        encoding: EventEncoding::Named,
-    }
+    BlockStored::device(
+        (first..first + blocks).map(kvroute::EngineHash).collect(),
+        parent.map(kvroute::EngineHash),
+        tokens.to_vec(),
+        BS as u32,
+    )
 }
 
 /// [`stored`] as an event.
