@@ -121,6 +121,14 @@ pub struct ScoreConfig {
     /// exceed the load-only winner's by more than this, the load-only winner is taken
     /// (seconds), `0.0..=3600.0`, default 2.0.
     pub escape_margin_s: f32,
+    /// `projected_time`: count the decode term `decode/dtps` only for workers whose batch
+    /// is full (occupancy `(running + waiting + reserved)/max_running` at least 1), on the
+    /// reasoning that a continuous-batching engine with a free slot schedules a new request
+    /// beside its decode at once. Default `false` (the decode term always counts, incident
+    /// A's formula as written). A worker whose occupancy is unknown counts as having room.
+    /// Measured on the conversation trace in `docs/RESULTS.md`; off by default because it
+    /// concentrates a hot-prefix burst on fewer engines (`hot-owner-51`).
+    pub decode_full_batch_only: bool,
     /// `cache_aware` imbalance gate, absolute part (requests), `0.0..=1e6`, default 64.
     pub imbalance_abs: f32,
     /// `cache_aware` imbalance gate, relative part (ratio), `1.0..=1000.0`, default 1.5.
@@ -146,6 +154,7 @@ impl Default for ScoreConfig {
             watermark: 0.9,
             owner_slack: 0.1,
             escape_margin_s: 2.0,
+            decode_full_batch_only: false,
             imbalance_abs: 64.0,
             imbalance_rel: 1.5,
             cache_threshold: 0.3,

@@ -30,7 +30,8 @@ pub(crate) enum CostKind {
     /// Incident B's old pressure, its fleet-wide fallback: `max(k, util)` (ratio).
     OldPressure,
     /// Incident A (seconds): `queued/ptps + decode/dtps + uncached/ptps + barrier`, with the
-    /// configured defaults where a lane reports no throughput.
+    /// configured defaults where a lane reports no throughput; with
+    /// `decode_full_batch_only`, the decode term is 0 where `occ < 1`.
     Projected,
     /// Field notes, Dynamo-style (blocks): `w·((queued + prompt)/bs − overlap)
     /// + decode/bs + max(prompt/bs − overlap, 0)`.
@@ -53,6 +54,7 @@ pub(crate) struct Params {
     pub default_decode_tps: f32,
     pub kv_barrier_s: f32,
     pub dynamo_weight: f32,
+    pub decode_full_batch_only: bool,
 }
 
 /// One vector (or one scalar) of worker figures.
@@ -107,7 +109,14 @@ pub(crate) fn cost<V: Lane>(kind: CostKind, p: &Params, x: &LaneIn<V>) -> V {
         CostKind::Projected => {
             let ptps = x.ptps.pos_or(V::splat(p.default_prefill_tps));
             let dtps = x.dtps.pos_or(V::splat(p.default_decode_tps));
-            x.queued / ptps + x.decode / dtps + uncached(p, x) / ptps + barrier(p, x.kv)
+            let decode = if p.decode_full_batch_only {
+                // Decode delays the first token only when the batch is full (occupancy at
+                // or above 1): below that, continuous batching schedules the request at once.
+                x.occ.below_or(1.0, V::splat(0.0), x.decode / dtps)
+            } else {
+                x.decode / dtps
+            };
+            x.queued / ptps + decode + uncached(p, x) / ptps + barrier(p, x.kv)
         }
         CostKind::Dynamo => {
             let bs = V::splat(p.block_size);

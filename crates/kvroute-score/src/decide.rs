@@ -315,6 +315,7 @@ fn decide<E: Engine>(
             default_decode_tps: cfg.default_decode_tps,
             kv_barrier_s: cfg.kv_barrier_s,
             dynamo_weight: cfg.dynamo_overlap_weight,
+            decode_full_batch_only: cfg.decode_full_batch_only,
         },
         rule: TieRule {
             band: if random.is_some() {

@@ -24,6 +24,8 @@ pub(crate) trait Lane:
     fn min_(self, o: Self) -> Self;
     /// `if self > 0 { self } else { fallback }` per lane.
     fn pos_or(self, fallback: Self) -> Self;
+    /// `if self < t { below } else { other }` per lane (a NaN `self` gives `other`).
+    fn below_or(self, t: f32, below: Self, other: Self) -> Self;
 }
 
 impl Lane for f32 {
@@ -43,6 +45,10 @@ impl Lane for f32 {
     fn pos_or(self, fallback: Self) -> Self {
         if self > 0.0 { self } else { fallback }
     }
+    #[inline]
+    fn below_or(self, t: f32, below: Self, other: Self) -> Self {
+        if self < t { below } else { other }
+    }
 }
 
 impl Lane for f32x8 {
@@ -61,6 +67,10 @@ impl Lane for f32x8 {
     #[inline]
     fn pos_or(self, fallback: Self) -> Self {
         self.cmp_gt(f32x8::ZERO).blend(self, fallback)
+    }
+    #[inline]
+    fn below_or(self, t: f32, below: Self, other: Self) -> Self {
+        self.cmp_lt(f32x8::splat(t)).blend(below, other)
     }
 }
 

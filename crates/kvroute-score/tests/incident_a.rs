@@ -118,6 +118,36 @@ fn incident_a_4_active_decode_occupancy_changes_the_winner() {
     assert!((c.cost - 0.2).abs() < 1e-6);
 }
 
+/// Item 4 with `decode_full_batch_only`: slot 0 holds the 1,600-token prompt with 300
+/// active decode tokens. With a full batch (occupancy 1) its decode counts, 300/1,000 =
+/// 0.3 s > the idle slot 1's 1,600/8,000 = 0.2 s: the peer. With room in the batch
+/// (occupancy 0.5) the decode term is 0: the owner at 0 s. Without the knob the owner pays
+/// 0.3 s at either occupancy.
+#[test]
+fn incident_a_4_decode_counts_only_for_a_full_batch_when_configured() {
+    let at = |occupancy: f32, full_only: bool| {
+        let owner = SlotFigures {
+            occupancy: Some(occupancy),
+            ..fig(100.0, 1.0, 0.0, 300.0, 0.0)
+        };
+        let f = Fleet::from_slots(&[Some(owner), Some(fig(0.0, 0.0, 0.0, 0.0, 0.0))]);
+        let cfg = ScoreConfig {
+            decode_full_batch_only: full_only,
+            ..cfg(ENFORCE)
+        };
+        both(&f, 1_600, &cfg, 1)
+    };
+    let c = at(1.0, true);
+    assert_eq!(slot(&c), 1);
+    assert!((c.cost - 0.2).abs() < 1e-6, "{c:?}");
+    let c = at(0.5, true);
+    assert_eq!(slot(&c), 0);
+    assert!(c.cost.abs() < 1e-6, "{c:?}");
+    let c = at(0.5, false);
+    assert_eq!(slot(&c), 1);
+    assert!((c.cost - 0.2).abs() < 1e-6, "{c:?}");
+}
+
 /// Item 5. Slot 0 holds the 1,600-token prompt with 1,000 queued tokens: projected 0.125 s
 /// beats the idle slot 1's 0.2 s, but `least_load` gives slot 0 1,000/8,000 = 0.125 s and
 /// slot 1 0 s. With any slot not fresh, the decision is `least_load`'s, with the reason

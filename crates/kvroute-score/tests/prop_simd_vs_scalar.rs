@@ -100,13 +100,20 @@ proptest! {
         draw in proptest::option::of(any::<u64>()),
         near in prop_oneof![Just(0.0f32), Just(0.05)],
         eps in prop_oneof![Just(0.0f32), Just(1e-3), Just(0.2)],
+        full_only in any::<bool>(),
     ) {
         let f = fleet(SIZES[size], seed, specials, vacancy);
         let req = ScoreRequest { prompt_tokens: prompt, block_size: 16 };
         let tie = TieInput { cursor, random: draw };
         let mut s = Scorer::new();
         for policy in policies() {
-            let cfg = ScoreConfig { policy, near_tie_band: near, tie_epsilon: eps, ..ScoreConfig::default() };
+            let cfg = ScoreConfig {
+                policy,
+                near_tie_band: near,
+                tie_epsilon: eps,
+                decode_full_batch_only: full_only,
+                ..ScoreConfig::default()
+            };
             let a = s.score(&f, req, &cfg, tie);
             let b = s.score_reference(&f, req, &cfg, tie);
             prop_assert!(a.same_as(&b), "{policy:?}: simd {a:?} scalar {b:?}");
