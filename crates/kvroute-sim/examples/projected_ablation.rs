@@ -23,9 +23,6 @@ fn main() {
     let path = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "../shared/data/traces/mooncake_conversation_trace.jsonl".into());
-    let policy = Policy::ProjectedTime {
-        mode: ProjectedMode::Enforce,
-    };
     let variants = [
         ("as configured", TelemetryMode::Full, 2.0f32, false),
         ("no escape", TelemetryMode::Full, 1_000.0, false),
@@ -60,17 +57,7 @@ fn main() {
                 std::process::exit(2);
             }
         };
-        let run_opts = RunOptions {
-            score: Some(ScoreConfig {
-                policy,
-                escape_margin_s,
-                decode_full_batch_only,
-                ..ScoreConfig::default()
-            }),
-            ..RunOptions::default()
-        };
-        let result = run(&workload, policy, &run_opts);
-        let m = compute(name, &result);
+        let (result, m) = run_projected(&workload, name, escape_margin_s, decode_full_batch_only);
         println!(
             "{name:<26} {:>6.1}  {:>10.2}  {:?}",
             m.hit_rate * 100.0,
@@ -86,19 +73,38 @@ fn main() {
     println!("\nhot-owner-51                 busy (mean)  output tok/s");
     for (name, decode_full_batch_only) in [("as configured", false), ("decode if batch full", true)]
     {
-        let run_opts = RunOptions {
-            score: Some(ScoreConfig {
-                policy,
-                decode_full_batch_only,
-                ..ScoreConfig::default()
-            }),
-            ..RunOptions::default()
-        };
-        let result = run(&workload, policy, &run_opts);
-        let m = compute(name, &result);
+        let default_margin = ScoreConfig::default().escape_margin_s;
+        let (_, m) = run_projected(&workload, name, default_margin, decode_full_batch_only);
         println!(
             "{name:<26} {:>12.1}  {:>12.0}",
             m.busy_engines_mean, m.output_tokens_per_s
         );
     }
+}
+
+/// One `projected_time` (enforce) run of `workload` with the two knobs under study.
+fn run_projected(
+    workload: &kvroute_sim::workload::Workload,
+    name: &str,
+    escape_margin_s: f32,
+    decode_full_batch_only: bool,
+) -> (
+    kvroute_sim::RunResult,
+    kvroute_sim::report::metrics::Metrics,
+) {
+    let policy = Policy::ProjectedTime {
+        mode: ProjectedMode::Enforce,
+    };
+    let run_opts = RunOptions {
+        score: Some(ScoreConfig {
+            policy,
+            escape_margin_s,
+            decode_full_batch_only,
+            ..ScoreConfig::default()
+        }),
+        ..RunOptions::default()
+    };
+    let result = run(workload, policy, &run_opts);
+    let m = compute(name, &result);
+    (result, m)
 }
