@@ -2,6 +2,7 @@
 //! telemetry documents decode to the values written in them.
 
 use kvroute_load::{VllmLoadUpdate, VllmRankLoad};
+use kvroute_tests::msgpack::V;
 use kvroute_wire::{
     ErrorKind, KvEvent, WireCounters, WireError, decode_load_stat, decode_payload,
     parse_sglang_loads, parse_vllm_metrics,
@@ -15,57 +16,23 @@ fn mp<T: Serialize>(v: &T) -> Vec<u8> {
 
 fn stored(fields: usize) -> Vec<u8> {
     // ["BlockStored", [1], nil, [0..16], 16, nil, "GPU", nil, nil, 0, "full_attention", nil]
-    let all: Vec<rmpv_like::V> = vec![
-        rmpv_like::V::S("BlockStored"),
-        rmpv_like::V::A(vec![rmpv_like::V::U(1)]),
-        rmpv_like::V::Nil,
-        rmpv_like::V::A((0..16).map(rmpv_like::V::U).collect()),
-        rmpv_like::V::U(16),
-        rmpv_like::V::Nil,
-        rmpv_like::V::S("GPU"),
-        rmpv_like::V::Nil,
-        rmpv_like::V::Nil,
-        rmpv_like::V::U(0),
-        rmpv_like::V::S("full_attention"),
-        rmpv_like::V::Nil,
-        rmpv_like::V::Nil,
+    let all: Vec<V> = vec![
+        V::S("BlockStored"),
+        V::A(vec![V::U(1)]),
+        V::Nil,
+        V::A((0..16).map(V::U).collect()),
+        V::U(16),
+        V::Nil,
+        V::S("GPU"),
+        V::Nil,
+        V::Nil,
+        V::U(0),
+        V::S("full_attention"),
+        V::Nil,
+        V::Nil,
     ];
-    let ev = rmpv_like::V::A(all[..fields].to_vec());
-    mp(&rmpv_like::V::A(vec![
-        rmpv_like::V::F(1.5),
-        rmpv_like::V::A(vec![ev]),
-        rmpv_like::V::U(0),
-    ]))
-}
-
-/// A tiny dynamic value to serialize test inputs with.
-mod rmpv_like {
-    use serde::{Serialize, Serializer};
-
-    #[derive(Clone)]
-    pub enum V {
-        Nil,
-        U(u64),
-        I(i64),
-        F(f64),
-        S(&'static str),
-        B(Vec<u8>),
-        A(Vec<V>),
-    }
-
-    impl Serialize for V {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            match self {
-                V::Nil => s.serialize_unit(),
-                V::U(v) => s.serialize_u64(*v),
-                V::I(v) => s.serialize_i64(*v),
-                V::F(v) => s.serialize_f64(*v),
-                V::S(v) => s.serialize_str(v),
-                V::B(v) => s.serialize_bytes(v),
-                V::A(v) => v.serialize(s),
-            }
-        }
-    }
+    let ev = V::A(all[..fields].to_vec());
+    mp(&V::A(vec![V::F(1.5), V::A(vec![ev]), V::U(0)]))
 }
 
 #[test]
@@ -99,7 +66,7 @@ fn every_positional_generation_of_block_stored() {
 
 #[test]
 fn malformed_payloads_are_typed_and_counted() {
-    use rmpv_like::V;
+    use V;
     let c = WireCounters::new();
     let batch = |ev: V| mp(&V::A(vec![V::F(0.0), V::A(vec![ev]), V::Nil]));
     let cases: Vec<(Vec<u8>, ErrorKind)> = vec![
@@ -197,7 +164,7 @@ fn malformed_payloads_are_typed_and_counted() {
 
 #[test]
 fn unknown_event_tags_are_kept_not_fatal() {
-    use rmpv_like::V;
+    use V;
     let b = mp(&V::A(vec![
         V::F(0.0),
         V::A(vec![V::A(vec![V::S("Future"), V::U(1)])]),
@@ -326,7 +293,7 @@ fn sglang_loads_json() {
 
 #[test]
 fn sglang_load_stat_frames() {
-    use rmpv_like::V;
+    use V;
     let f = mp(&V::A(vec![
         V::S("LoadStat"),
         V::U(3),
