@@ -315,7 +315,6 @@ pub(crate) fn gauge_count(w: WorkerId, field: &'static str, v: f64) -> Result<u3
     Ok(v as u32)
 }
 
-/// A JSON integer that must be non-negative and fit a `u32` lane.
 /// An SGLang rank's token and request capacity, as its reports give them.
 #[derive(Clone, Copy, Debug)]
 pub struct TokenCapacity {
