@@ -52,7 +52,9 @@
 //!   atomics.
 //! * `refs`: raised with `Relaxed` (the raiser already holds the node, so it cannot reach
 //!   zero concurrently), dropped with `AcqRel` so that the thread that frees the node
-//!   happens-after every other thread's last use of it.
+//!   happens-after every other thread's last use of it. Teardown (`drop_ref_now`, when the
+//!   table is dropped) frees without the epoch collector: `&mut` on the table already
+//!   orders it after every other thread's use, and the same `AcqRel` decrements are kept.
 
 use core::ptr;
 
@@ -135,6 +137,12 @@ impl Node {
     #[cfg(all(test, kvroute_loom))]
     pub(crate) fn refs(&self) -> u32 {
         self.refs.load(Ordering::Acquire)
+    }
+
+    /// Takes the successor link out of this node and returns its target (null if none);
+    /// the caller then owns the reference the link held.
+    pub(crate) fn take_succ(&self) -> *mut Node {
+        self.succ.swap(ptr::null_mut(), Ordering::AcqRel)
     }
 
     /// Gives up this node's successor link (when the node leaves the table), so that a
@@ -360,6 +368,39 @@ pub(crate) unsafe fn drop_ref(p: *mut Node) {
         // SAFETY: no reference is left: the node is unreachable for threads that pin from
         // now on, and only this call saw the count reach zero.
         unsafe { super::reclaim::defer_free_node(p) };
+    }
+}
+
+/// Drops one reference on `p` and frees it at once when that was the last one, then does
+/// the same for its successor, and so on down the chain (a loop, not recursion). For
+/// tearing down a table that is being dropped: with no thread able to reach any node, there
+/// is no grace period to wait for, and skipping the epoch collector saves one deferred
+/// closure (a heap allocation) per node.
+///
+/// # Safety
+/// - `p` came from `Box::<Node>::into_raw`, and the caller owns one of its references,
+///   which it gives up here;
+/// - no thread can reach `p` or any node reachable from it by successor links other than
+///   through references the caller owns (the owning table is being dropped, so no reader
+///   or writer is left).
+pub(crate) unsafe fn drop_ref_now(p: *mut Node) {
+    let mut cur = p;
+    loop {
+        // SAFETY: the reference being released keeps `cur` allocated until this decrement.
+        if unsafe { &*cur }.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        // SAFETY: that was the last reference, so `cur` is still allocated (only this call
+        // can free it). Its successor link is taken out first, so `Node::drop` does not
+        // release it through the collector; the next turn of the loop releases it.
+        let next = unsafe { &*cur }.take_succ();
+        // SAFETY: `cur` came from `Box::into_raw`, its last reference is gone, and (caller's
+        // precondition) no thread can reach it: it is freed here, once.
+        drop(unsafe { Box::from_raw(cur) });
+        if next.is_null() {
+            return;
+        }
+        cur = next;
     }
 }
 

@@ -459,25 +459,24 @@ impl Drop for Writer<'_> {
 impl Drop for Table {
     fn drop(&mut self) {
         let arr = self.array.load(Ordering::Acquire);
-        // SAFETY: `&mut self`: no reader or writer remains. The current array was
-        // allocated with `Box::into_raw` and is freed once here. First every linked node
-        // gives up its successor link, as a node leaving the table does, so that nodes
-        // still held whose links form a cycle (possible with caller-chosen hashes) do not
-        // keep each other allocated; each node keeps its table reference meanwhile, so
-        // only retired nodes (off the table) can be freed by that pass. Then each node's
-        // table reference is dropped once (nodes whose last reference goes are freed
-        // through the epoch collector).
+        // SAFETY: `&mut self`: no reader or writer remains, so no thread can reach any node
+        // (the preconditions of `drop_ref_now`). The current array was allocated with
+        // `Box::into_raw` and is freed once here. One pass: each linked node gives up its
+        // successor link, then its table reference. A node's references are its table link
+        // and the successor links pointing at it; each is released exactly once (a table
+        // node's link when the pass reaches it, a retired node's link when that node is
+        // freed), so every node whose references all come from the table or from nodes
+        // freed here is freed, whatever the order of the slots, including nodes held
+        // whose links form a cycle (possible with caller-chosen hashes).
         unsafe {
             for slot in (*arr).slots.iter() {
                 let p = slot.node.load(Ordering::Acquire);
                 if !p.is_null() {
-                    (*p).unlink_succ();
-                }
-            }
-            for slot in (*arr).slots.iter() {
-                let p = slot.node.load(Ordering::Acquire);
-                if !p.is_null() {
-                    super::node::drop_ref(p);
+                    let s = (*p).take_succ();
+                    if !s.is_null() {
+                        super::node::drop_ref_now(s);
+                    }
+                    super::node::drop_ref_now(p);
                 }
             }
             drop(Box::from_raw(arr));
