@@ -15,8 +15,14 @@
 //!    engine's configured `dp_size` → `Partial`;
 //! 5. otherwise `Fresh`.
 //!
-//! The publisher uses no atomics of its own (it is `&mut self`, one thread); publication
+//! The publisher's state needs no atomics (it is `&mut self`, one thread); publication
 //! goes through `publish.rs`, reconciliation through the reservation table.
+//!
+//! # Orderings
+//! One atomic: the process-wide counter behind [`LoadSnapshot::stamp`], incremented with
+//! `Relaxed`. Only the distinctness of its values matters (every read-modify-write of one
+//! atomic sees a distinct value in its modification order); the snapshot carrying a stamp
+//! is published through `publish.rs`, whose orderings make the stamp visible with it.
 
 use core::fmt;
 use std::collections::HashMap;
@@ -579,8 +585,10 @@ impl LoadPublisher {
         let stats_now = *stats;
         // Publications only happen here, so this equals the cell's publication count.
         let seq = stats_now.publications;
+        let stamp = next_stamp();
         staged.fill(|snap| {
             snap.seq = seq;
+            snap.stamp = stamp;
             snap.published_at = now;
             snap.stats = stats_now;
             snap.engines.clear();
@@ -591,6 +599,17 @@ impl LoadPublisher {
         });
         Ok(staged.publish())
     }
+}
+
+/// The next publication stamp ([`LoadSnapshot::stamp`]): 1, 2, … across every publisher of
+/// the process.
+///
+/// The counter is a plain `std` atomic, not the `kvroute_sync` shim's: it only hands out
+/// distinct numbers (`Relaxed` suffices, no data is published through it) and is not part
+/// of any protocol the loom models check; a `static` loom atomic is not possible.
+fn next_stamp() -> u64 {
+    static STAMPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    STAMPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 fn write_slot(

@@ -107,6 +107,7 @@ pub struct SlotLoad {
 #[derive(Clone, Debug, Default)]
 pub struct LoadSnapshot {
     pub(crate) seq: u64,
+    pub(crate) stamp: u64,
     pub(crate) published_at: Nanos,
     pub(crate) slots: usize,
     pub(crate) running: Vec<u32>,
@@ -137,6 +138,7 @@ impl LoadSnapshot {
         let n = padded_len(slots);
         Self {
             seq: 0,
+            stamp: 0,
             published_at: Nanos::ZERO,
             slots,
             running: vec![0; n],
@@ -166,6 +168,14 @@ impl LoadSnapshot {
     pub fn seq(&self) -> u64 {
         self.seq
     }
+    /// A number unique in the process to the publication that made this snapshot, from
+    /// any publisher (0 for a snapshot no publication made, such as [`Self::empty`]). Two
+    /// snapshots with the same nonzero stamp hold the same figures, so a consumer may cache
+    /// what it derives from a snapshot under its stamp (the scorer's lanes do).
+    pub fn stamp(&self) -> u64 {
+        self.stamp
+    }
+
     /// The caller's time passed to the publication that made this snapshot.
     pub fn published_at(&self) -> Nanos {
         self.published_at

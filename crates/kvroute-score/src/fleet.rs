@@ -107,8 +107,13 @@ pub struct Fleet {
     pub(crate) agg: Option<Aggregates>,
     /// Scratch of [`fill`](Self::fill): all ones where a slot is occupied, else 0.
     mask: Vec<u32>,
-    /// Scratch of [`fill`](Self::fill): the slots holding reservations.
+    /// Scratch of [`fill`](Self::fill): the slots holding reservations (those the last
+    /// fill folded reservations into).
     reserved: Vec<(Slot, Reserved)>,
+    /// What the lanes' snapshot-only part was computed from (`None`: nothing reusable).
+    base: Option<BaseKey>,
+    /// The aggregates of that part.
+    base_agg: BaseAgg,
 }
 
 impl Fleet {
@@ -197,6 +202,7 @@ impl Fleet {
         self.occ_known.clear();
         self.occ_known.resize(n, false);
         self.agg = None;
+        self.base = None;
     }
 
     /// Sizes the lanes for `slots` slots without clearing them (a fill writes every lane
@@ -272,10 +278,14 @@ impl Fleet {
     /// engine's DP-summed running + waiting, over the engine's summed caps; it is unknown
     /// when the engine's ranks are not all current ([`kvroute_load::EngineLoad::occupancy`]).
     ///
-    /// Cost: one lane-wise pass over the snapshot's lanes (straight loops the compiler
-    /// vectorises), one pass over the reservation table
-    /// ([`ReservationTable::reserved_nonzero`]), a scalar fix-up of the slots holding
-    /// reservations, and the aggregates.
+    /// Cost: the lanes that depend only on the snapshot (and `tokens_per_request`) are
+    /// computed in one lane-wise pass (straight loops the compiler vectorises) when the
+    /// snapshot differs from the previous fill's ([`LoadSnapshot::stamp`]), and kept
+    /// otherwise: between publications a fill only restores the few slots the previous
+    /// fill's reservations changed, converts the overlaps, makes one pass over the
+    /// reservation table ([`ReservationTable::reserved_nonzero`]), folds in the slots holding
+    /// reservations, and adjusts the kept aggregates for them. The result is the same
+    /// either way (tests compare both with a per-slot reference).
     pub fn fill(
         &mut self,
         snapshot: &LoadSnapshot,
@@ -283,6 +293,84 @@ impl Fleet {
         overlaps: &Overlaps,
         tokens_per_request: u32,
     ) {
+        let len = snapshot.len();
+        let key = BaseKey {
+            stamp: snapshot.stamp(),
+            slots: len,
+            tokens_per_request,
+        };
+        if key.stamp != 0 && self.base == Some(key) && self.lane_len() == padded_len(len) {
+            self.restore_reserved(snapshot, tokens_per_request);
+        } else {
+            self.fill_base(snapshot, tokens_per_request);
+            self.base = (key.stamp != 0).then_some(key);
+        }
+        let n = self.lane_len();
+        let mask = &self.mask[..n];
+
+        let ov = overlaps.as_slice();
+        let m = ov.len().min(len);
+        for ((o, b), k) in self.overlap[..m].iter_mut().zip(&ov[..m]).zip(mask) {
+            *o = f32::from_bits((*b as f32).to_bits() & k);
+        }
+        self.overlap[m..n].fill(0.0);
+        // Lanes are padded to a multiple of 8: independent accumulators.
+        let mut deepest = [0f32; 8];
+        for chunk in self.overlap[..n].chunks_exact(8) {
+            for (d, &x) in deepest.iter_mut().zip(chunk) {
+                *d = if x > *d { x } else { *d };
+            }
+        }
+
+        // Slots holding reservations (few): fold them in as the per-slot formula does, and
+        // adjust the aggregates of the requests lane for them.
+        let running = &snapshot.running()[..n];
+        let waiting = &snapshot.waiting()[..n];
+        let engine_requests = &snapshot.engine_requests()[..n];
+        let engine_max_running = &snapshot.engine_max_running()[..n];
+        let mut agg = self.base_agg;
+        let mut min_moved = false;
+        table.reserved_nonzero(&snapshot.generation()[..len], &mut self.reserved);
+        for &(slot, r) in &self.reserved {
+            let i = slot.index();
+            if self.mask[i] == 0 {
+                continue;
+            }
+            let before = self.requests[i];
+            let after = (u64::from(running[i]) + u64::from(waiting[i]) + r.requests) as f32;
+            self.requests[i] = after;
+            // Exact: both are integers below 2^53.
+            agg.sum += f64::from(after) - f64::from(before);
+            agg.max = if after > agg.max { after } else { agg.max };
+            min_moved |= before == agg.min && after != before;
+            self.queued[i] += r.prefill_tokens as f32;
+            self.decode[i] += r.decode_tokens as f32;
+            if self.occ_known[i] {
+                let num = engine_requests[i] + r.requests;
+                self.occ[i] = (num as f64 / engine_max_running[i] as f64) as f32;
+            }
+        }
+        if min_moved {
+            // Reservations only raise a slot's requests, so only a slot at the minimum can
+            // move it: take the minimum again.
+            let mut min = f32::INFINITY;
+            for (r, m) in self.requests[..n].iter().zip(mask) {
+                let lo = f32::from_bits(r.to_bits() & m | f32::INFINITY.to_bits() & !m);
+                min = if lo < min { lo } else { min };
+            }
+            agg.min = min;
+        }
+        let mut a = self.base_aggregates(agg);
+        a.deepest = deepest
+            .into_iter()
+            .fold(0.0, |d, x| if x > d { x } else { d });
+        self.agg = Some(a);
+    }
+
+    /// The lanes and aggregates that depend only on `snapshot` and `tokens_per_request`
+    /// (every lane but `overlap`; requests, queued, decode and occupancy without
+    /// reservations), in one lane-wise pass.
+    fn fill_base(&mut self, snapshot: &LoadSnapshot, tokens_per_request: u32) {
         let len = snapshot.len();
         self.size(len);
         let n = self.lane_len();
@@ -292,7 +380,6 @@ impl Fleet {
         let reported = &snapshot.reported()[..n];
         let running = &snapshot.running()[..n];
         let waiting = &snapshot.waiting()[..n];
-        let engine_requests = &snapshot.engine_requests()[..n];
         let engine_max_running = &snapshot.engine_max_running()[..n];
 
         // Per-slot masks as all-ones / all-zero `u32`s, so every lane below is a branch-free
@@ -307,10 +394,8 @@ impl Fleet {
         for (o, m) in self.occupied[..n].iter_mut().zip(mask) {
             *o = f32::from_bits(one & m);
         }
-        // running + waiting < 2^33 is exact in f64, so one rounding to f32, as from u64.
         for (i, r) in self.requests[..n].iter_mut().enumerate() {
-            let x = (f64::from(running[i]) + f64::from(waiting[i])) as f32;
-            *r = f32::from_bits(x.to_bits() & mask[i]);
+            *r = f32::from_bits(base_requests(running[i], waiting[i]).to_bits() & mask[i]);
         }
         for (dst, reported_lane, field, fallback) in [
             (
@@ -357,52 +442,60 @@ impl Fleet {
             let k = 0u32.wrapping_sub(u32::from(known));
             *occ = f32::from_bits(engine_occupancy[i].to_bits() & k);
         }
-        let ov = overlaps.as_slice();
-        let m = ov.len().min(len);
-        for ((o, b), k) in self.overlap[..m].iter_mut().zip(&ov[..m]).zip(mask) {
-            *o = f32::from_bits((*b as f32).to_bits() & k);
-        }
-        self.overlap[m..n].fill(0.0);
+        self.reserved.clear();
+        self.base_agg = self.finish_base();
+    }
 
-        // Slots holding reservations (few): fold them in as the per-slot formula does.
-        table.reserved_nonzero(&snapshot.generation()[..len], &mut self.reserved);
-        for &(slot, r) in &self.reserved {
+    /// Puts back the snapshot's own figures in the slots the previous fill folded
+    /// reservations into (the same formulas as [`fill_base`](Self::fill_base), per slot).
+    fn restore_reserved(&mut self, snapshot: &LoadSnapshot, tokens_per_request: u32) {
+        let tpr = tokens_per_request as f32;
+        let reported = snapshot.reported();
+        for &(slot, _) in &self.reserved {
             let i = slot.index();
             if self.mask[i] == 0 {
                 continue;
             }
-            self.requests[i] = (u64::from(running[i]) + u64::from(waiting[i]) + r.requests) as f32;
-            self.queued[i] += r.prefill_tokens as f32;
-            self.decode[i] += r.decode_tokens as f32;
-            if self.occ_known[i] {
-                let num = engine_requests[i] + r.requests;
-                self.occ[i] = (num as f64 / engine_max_running[i] as f64) as f32;
-            }
+            let (running, waiting) = (snapshot.running()[i], snapshot.waiting()[i]);
+            self.requests[i] = base_requests(running, waiting);
+            self.queued[i] = if reported[i].contains(Fields::PREFILL_TOKENS) {
+                snapshot.waiting_prefill_tokens()[i] as f32
+            } else {
+                waiting as f32 * tpr
+            };
+            self.decode[i] = if reported[i].contains(Fields::DECODE_TOKENS) {
+                snapshot.active_decode_tokens()[i] as f32
+            } else {
+                running as f32 * tpr
+            };
+            self.occ[i] = if self.occ_known[i] {
+                snapshot.engine_occupancy()[i]
+            } else {
+                0.0
+            };
         }
-        self.finish_filled();
     }
 
-    /// [`finish`](Self::finish) for lanes written by [`fill`](Self::fill), in 8-wide
-    /// independent accumulators. The same aggregates: there `requests` and `overlap` are
-    /// never NaN or −0 (integers converted to `f32`), so max and min do not depend on the
-    /// order, and their sum in `f64` is exact (below 2^53), so neither does the mean.
-    fn finish_filled(&mut self) {
+    /// The snapshot-only aggregates of lanes written by [`fill_base`](Self::fill_base), in
+    /// 8-wide independent accumulators. The same aggregates as [`finish`](Self::finish):
+    /// there `requests` is never NaN or −0 (integers converted to `f32`), so max and min do
+    /// not depend on the order, and its sum in `f64` is exact (below 2^53), so neither does
+    /// the mean.
+    fn finish_base(&self) -> BaseAgg {
         const W: usize = 8;
         let n = self.lane_len();
         let mut count = [0u32; W];
         let mut sum = [0f64; W];
         let mut max = [f32::NEG_INFINITY; W];
         let mut min = [f32::INFINITY; W];
-        let mut deepest = [0f32; W];
         let mut worst = [Validity::Fresh as u8; W];
         let mut unknown = [u8::MAX; W];
         let lanes = self.mask[..n]
             .chunks_exact(W)
             .zip(self.requests[..n].chunks_exact(W))
-            .zip(self.overlap[..n].chunks_exact(W))
             .zip(self.validity[..n].chunks_exact(W))
             .zip(self.occ_known[..n].chunks_exact(W));
-        for ((((mask, requests), overlap), validity), known) in lanes {
+        for (((mask, requests), validity), known) in lanes {
             for j in 0..W {
                 let m = mask[j];
                 let r = requests[j].to_bits();
@@ -412,8 +505,6 @@ impl Fleet {
                 max[j] = if hi > max[j] { hi } else { max[j] };
                 let lo = f32::from_bits(r & m | f32::INFINITY.to_bits() & !m);
                 min[j] = if lo < min[j] { lo } else { min[j] };
-                let o = overlap[j];
-                deepest[j] = if o > deepest[j] { o } else { deepest[j] };
                 // Slots left out of a minimum (vacant; known occupancy) read u8::MAX.
                 let v = validity[j] as u8;
                 let vm = m as u8;
@@ -422,35 +513,70 @@ impl Fleet {
                 unknown[j] = unknown[j].min(v | !um);
             }
         }
-        let mut a = Fleet::new().aggregates();
-        a.occupied = count.iter().map(|&c| c as usize).sum();
-        let total: f64 = sum.iter().sum();
-        for j in 0..W {
-            a.max_load = if max[j] > a.max_load {
-                max[j]
-            } else {
-                a.max_load
-            };
-            a.min_load = if min[j] < a.min_load {
-                min[j]
-            } else {
-                a.min_load
-            };
-            a.deepest = if deepest[j] > a.deepest {
-                deepest[j]
-            } else {
-                a.deepest
-            };
+        BaseAgg {
+            occupied: count.iter().map(|&c| c as usize).sum(),
+            sum: sum.iter().sum(),
+            max: max
+                .into_iter()
+                .fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a }),
+            min: min
+                .into_iter()
+                .fold(f32::INFINITY, |a, b| if b < a { b } else { a }),
+            worst: worst.into_iter().min().unwrap_or(u8::MAX),
+            unknown: unknown.into_iter().min().unwrap_or(u8::MAX),
         }
-        let validity = |v: u8| VALIDITIES.into_iter().find(|x| *x as u8 == v);
-        a.worst_validity =
-            validity(worst.into_iter().min().unwrap_or(u8::MAX)).unwrap_or(Validity::Fresh);
-        a.occupancy_unknown = validity(unknown.into_iter().min().unwrap_or(u8::MAX));
-        if a.occupied > 0 {
-            a.mean_load = (total / a.occupied as f64) as f32;
-        }
-        self.agg = Some(a);
     }
+
+    /// The decision's aggregates from the (reservation-adjusted) requests aggregates;
+    /// `deepest` is left 0 for the caller.
+    fn base_aggregates(&self, b: BaseAgg) -> Aggregates {
+        let validity = |v: u8| VALIDITIES.into_iter().find(|x| *x as u8 == v);
+        let mut a = Fleet::new().aggregates();
+        a.occupied = b.occupied;
+        a.max_load = b.max;
+        a.min_load = b.min;
+        a.worst_validity = validity(b.worst).unwrap_or(Validity::Fresh);
+        a.occupancy_unknown = validity(b.unknown);
+        if b.occupied > 0 {
+            a.mean_load = (b.sum / b.occupied as f64) as f32;
+        }
+        a
+    }
+}
+
+/// `running + waiting` as the `requests` lane holds it without reservations: exact in
+/// `f64` (below 2^33), so one rounding to `f32`, as from the `u64` sum.
+#[inline]
+fn base_requests(running: u32, waiting: u32) -> f32 {
+    (f64::from(running) + f64::from(waiting)) as f32
+}
+
+/// What the lanes' snapshot-only part was computed from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BaseKey {
+    /// [`LoadSnapshot::stamp`] (never 0 here).
+    stamp: u64,
+    /// Slots of the snapshot.
+    slots: usize,
+    /// Tokens per request of the estimates (tokens).
+    tokens_per_request: u32,
+}
+
+/// Aggregates of the snapshot-only lanes (requests without reservations).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct BaseAgg {
+    /// Occupied slots.
+    occupied: usize,
+    /// Sum of `requests` over occupied slots (exact in `f64`).
+    sum: f64,
+    /// Largest `requests` (−inf when none).
+    max: f32,
+    /// Smallest `requests` (+inf when none).
+    min: f32,
+    /// Least trustworthy validity among occupied slots, as `u8` (`u8::MAX` when none).
+    worst: u8,
+    /// The same among occupied slots whose occupancy is unknown (`u8::MAX` when none).
+    unknown: u8,
 }
 
 #[cfg(test)]
@@ -667,6 +793,41 @@ mod tests {
             );
             lanes.fill(&snap, &table, &overlaps, tpr);
             assert_same(&lanes, &reference, &format!("refill seed {seed} cap {cap}"));
+        }
+        // The same snapshot again with other reservations and other overlaps: the fill
+        // reuses its snapshot-only lanes and must still equal a fresh per-slot fill.
+        let tpr = 512;
+        let mut lanes = Fleet::new();
+        lanes.fill(&snap, &table, &overlaps, tpr);
+        for round in 0..3 {
+            let keep = guards.len() / 2;
+            guards.truncate(keep);
+            for &(slot, _, generation) in &tenants {
+                if pick(&mut r, 3) == 0 {
+                    let work = Work {
+                        prefill_tokens: pick(&mut r, 4_000) as u32,
+                        decode_tokens: pick(&mut r, 2) as u32 * 501,
+                    };
+                    guards.push(table.reserve(slot, generation, work, now).unwrap());
+                }
+            }
+            let overlaps = Overlaps::from_blocks(
+                (0..cap)
+                    .map(|_| pick(&mut r, 3) as u32 * pick(&mut r, 200) as u32)
+                    .collect(),
+            );
+            let mut reference = Fleet::new();
+            fill_per_slot(&mut reference, &snap, &table, &overlaps, tpr);
+            assert!(
+                lanes.base.is_some(),
+                "a published snapshot's lanes are kept"
+            );
+            lanes.fill(&snap, &table, &overlaps, tpr);
+            assert_same(
+                &lanes,
+                &reference,
+                &format!("reused lanes, seed {seed} cap {cap} round {round}"),
+            );
         }
         guards
     }
