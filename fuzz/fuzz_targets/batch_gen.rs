@@ -111,16 +111,19 @@ fn event(e: [u8; 4]) -> Event {
 }
 
 /// A batch payload: the events of `bytes` (4 bytes each); `count >> 2 & 3` picks the batch
-/// shape: a 2-element batch (no DP rank), DP rank 0, DP rank 1, DP rank 0.
+/// shape: a 2-element batch (no DP rank), DP rank 0, DP rank 1, DP rank 0; `count >> 4 & 3`
+/// is the batch `ts` (seconds), so that a repeated sequence number is sometimes a copy (same
+/// `ts`) and sometimes a restarted engine's batch.
 pub fn batch(count: u8, bytes: &[u8]) -> Vec<u8> {
     let events: Vec<Event> = bytes
         .chunks_exact(4)
         .map(|c| event([c[0], c[1], c[2], c[3]]))
         .collect();
+    let ts = f64::from(count >> 4 & 3);
     let encoded = match count >> 2 & 3 {
-        0 => rmp_serde::to_vec_named(&(0.0f64, events)),
-        2 => rmp_serde::to_vec_named(&(0.0f64, events, 1u32)),
-        _ => rmp_serde::to_vec_named(&(0.0f64, events, 0u32)),
+        0 => rmp_serde::to_vec_named(&(ts, events)),
+        2 => rmp_serde::to_vec_named(&(ts, events, 1u32)),
+        _ => rmp_serde::to_vec_named(&(ts, events, 0u32)),
     };
     encoded.expect("msgpack encoding of plain values")
 }

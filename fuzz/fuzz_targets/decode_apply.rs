@@ -16,10 +16,11 @@
 //! * 0-1, a message of raw bytes: a signed delta byte (the sequence number is the worker's
 //!   next live number for live, its frontier for replay, plus the delta; -128 means the
 //!   end-marker number), a little-endian u16 payload length, and the payload bytes;
-//! * 2-3, a generated message: the delta byte, a count byte (1-4 events), and 4 bytes per
-//!   event from which a named-map batch (stores, removes, clears over 16 engine hashes and
-//!   8 block contents, with tiers, KV groups, namespaces, parents and block sizes) is
-//!   built and msgpack-encoded, so that mutations explore router states, not only msgpack;
+//! * 2-3, a generated message: the delta byte, a count byte (1-4 events, the batch shape
+//!   and its `ts`), and 4 bytes per event from which a named-map batch (stores, removes,
+//!   clears over 16 engine hashes and 8 block contents, with tiers, KV groups, namespaces,
+//!   parents and block sizes) is built and msgpack-encoded, so that mutations explore
+//!   router states, not only msgpack;
 //! * 4: the replay end marker for the worker; 5: `skip_replay`; 6: remove and re-add the
 //!   worker; 7: nothing (a check only).
 //!
@@ -49,6 +50,8 @@ struct Model {
     blocks: HashMap<u64, (u64, u32)>,
     next: u64,
     last_live: Option<u64>,
+    /// The batch `ts` of the last live batch (`f64::to_bits`).
+    last_live_ts: u64,
     pending: bool,
     size_distrust: bool,
     main_group: Option<u32>,
@@ -200,10 +203,14 @@ impl Model {
         }
     }
 
-    /// A live batch `s` (the sequence table of `kvroute::ingest`'s `sequence` module).
-    fn live(&mut self, s: u64, events: &[KvEvent], t: &mut Tally, q: &mut Vec<Vec<u64>>) {
+    /// A live batch `s` sent at `ts` (the sequence table of `kvroute::ingest`'s `sequence`
+    /// module).
+    fn live(&mut self, s: u64, ts: f64, events: &[KvEvent], t: &mut Tally, q: &mut Vec<Vec<u64>>) {
         if let Some(l) = self.last_live {
-            if s < l && s < RESET_WINDOW {
+            // The last live number again is a copy only with the same `ts` bits and no clear.
+            let repeat =
+                s == l && (last_clear(events).is_some() || ts.to_bits() != self.last_live_ts);
+            if (s < l || repeat) && s < RESET_WINDOW {
                 // Engine restart: cleared, the stream starts again from 0.
                 self.clear();
                 (self.next, self.last_live, self.pending) = (0, None, false);
@@ -212,6 +219,7 @@ impl Model {
             }
         }
         self.last_live = Some(s);
+        self.last_live_ts = ts.to_bits();
         if s < self.next {
             return;
         }
@@ -363,7 +371,7 @@ fuzz_target!(|data: &[u8]| {
                         } else {
                             match channel {
                                 Channel::Live => {
-                                    m.live(*seq, &batch.events, &mut tally, &mut queries)
+                                    m.live(*seq, batch.ts, &batch.events, &mut tally, &mut queries)
                                 }
                                 Channel::Replay => {
                                     m.replay(*seq, &batch.events, &mut tally, &mut queries)

@@ -5,10 +5,10 @@
 //!
 //! Direct workers get `store` / `store_hashes` / `remove_blocks` / `clear_blocks`; ingest
 //! workers get KV event batches through `Router::ingest` with sequence numbers: contiguous
-//! batches, gaps recovered by `skip_replay` or by a replay, stale duplicates, batches of the
-//! wrong DP rank. Events for a worker that is not registered must be refused.
+//! batches, gaps recovered by `skip_replay` or by a replay, stale duplicates (a restart
+//! when the duplicate holds `AllBlocksCleared`), batches of the wrong DP rank. Events for a worker that is not registered must be refused.
 
-use kvroute::ingest::{EventTally, SeqOutcome};
+use kvroute::ingest::{EventTally, RESET_WINDOW, SeqOutcome};
 use kvroute::parts::index::index::IndexError;
 use kvroute::{
     BlockStore, Channel, EngineHash, EventError, HashNamespace, IngestError, IngestReport,
@@ -33,6 +33,8 @@ pub struct IngestTally {
     pub gaps: u64,
     pub missed_batches: u64,
     pub stale: u64,
+    pub resets: u64,
+    pub gaps_cleared: u64,
     pub replayed: u64,
     pub replays_completed: u64,
     pub replays_skipped: u64,
@@ -54,6 +56,8 @@ impl IngestTally {
         self.gaps += o.gaps;
         self.missed_batches += o.missed_batches;
         self.stale += o.stale;
+        self.resets += o.resets;
+        self.gaps_cleared += o.gaps_cleared;
         self.replayed += o.replayed;
         self.replays_completed += o.replays_completed;
         self.replays_skipped += o.replays_skipped;
@@ -458,19 +462,58 @@ impl<'a> Writer<'a> {
         self.ingest.messages += 1;
     }
 
+    /// The last live batch `seq` (below `RESET_WINDOW`) again, holding its last
+    /// `AllBlocksCleared` at `from`: a restart whatever its `ts`. The worker is cleared and
+    /// the frontier goes back to 0; at 0 the batch is contiguous and applied whole, past 0
+    /// batches `0..seq` are moot and it is applied from the clear. Either way the residency
+    /// ends as the first time (what follows the clear).
+    fn repeated_clear(
+        &mut self,
+        id: WorkerId,
+        slot: Slot,
+        seq: u64,
+        from: usize,
+        last: &KvMessage,
+    ) {
+        let (outcome, from) = if seq == 0 {
+            self.ingest.contiguous += 1;
+            (SeqOutcome::Contiguous, 0)
+        } else {
+            self.ingest.gaps_cleared += 1;
+            self.ingest.missed_batches += seq;
+            (SeqOutcome::GapCleared { missed: seq }, from)
+        };
+        let mut want = report(Some(seq), outcome, true);
+        want.reset_from = Some(seq);
+        self.model.clear(slot).unwrap();
+        let (t, unknown_parent) = apply_model(&mut self.model, slot, &events_of(last)[from..]);
+        want.applied = t;
+        self.ingest.applied(&t, unknown_parent);
+        self.send(id, slot, Channel::Live, last, want, false);
+        self.ingest.resets += 1;
+    }
+
     fn ingest_op(&mut self, o: &mut Owned, slot: Slot) {
         let (id, s) = (o.id, o.next_seq);
         let roll = self.rng.below(100);
         let stale = o.last_live.clone().filter(|_| (95..98).contains(&roll));
         if let Some(last) = stale {
-            // The last live batch again: a stale duplicate, dropped.
             let seq = match &last {
                 KvMessage::Batch { seq, .. } => *seq,
                 KvMessage::EndOfReplay => unreachable!(),
             };
-            let want = report(Some(seq), SeqOutcome::Stale, true);
-            self.send(id, slot, Channel::Live, &last, want, false);
-            self.ingest.stale += 1;
+            let clear = events_of(&last)
+                .iter()
+                .rposition(|e| matches!(e, KvEvent::AllBlocksCleared));
+            match clear.filter(|_| seq < RESET_WINDOW) {
+                Some(from) => self.repeated_clear(id, slot, seq, from, &last),
+                None => {
+                    // The last live batch again: a stale duplicate, dropped.
+                    let want = report(Some(seq), SeqOutcome::Stale, true);
+                    self.send(id, slot, Channel::Live, &last, want, false);
+                    self.ingest.stale += 1;
+                }
+            }
             return;
         }
         match roll {

@@ -11,7 +11,7 @@ mod common;
 mod ingest_support;
 
 use common::{BS, publish, router, sample, tokens};
-use ingest_support::{batch, route, store, stored};
+use ingest_support::{batch, batch_at, route, store, stored};
 use kvroute::ingest::{EventRejection, RejectedEvent, SeqOutcome};
 use kvroute::{Channel, IngestError, Router, WorkerId};
 use kvroute_wire::KvEvent;
@@ -60,6 +60,27 @@ fn kind_5_a_restarted_engine_keeps_none_of_its_old_blocks() {
     // 1 cached block: 0.025 + 624 / 8,000 = 0.103 s > 0.08 s.
     assert_eq!(route(&r, &p), (w2, 0));
     assert_eq!(r.ingest_stats().resets, 1);
+}
+
+/// Kind 5 after batch 0 only: the restarted engine's new batch 0 (sent 60 s later) is a
+/// restart, not a copy of the old batch 0; a re-delivered copy of the new one (same `ts`)
+/// is stale and leaves its 1 block as it is.
+#[test]
+fn kind_5_a_restart_after_only_batch_0_drops_the_old_blocks() {
+    let (r, [w1, w2], p) = fleet();
+    let new0 = batch_at(0, 60.0, vec![store(500, None, &p[..BS])]);
+    let x = r.ingest(w1, LIVE, &new0).unwrap();
+    assert_eq!(
+        (x.outcome, x.reset_from, x.trusted, x.applied.stored_blocks),
+        (SeqOutcome::Contiguous, Some(0), true, 1)
+    );
+    assert_eq!(r.index().worker_blocks(r.slot_of(w1).unwrap()), 1);
+    // 1 cached block: 0.025 + 624 / 8,000 = 0.103 s > 0.08 s.
+    assert_eq!(route(&r, &p), (w2, 0));
+    let x = r.ingest(w1, LIVE, &new0).unwrap();
+    assert_eq!((x.outcome, x.reset_from), (SeqOutcome::Stale, None));
+    assert_eq!(r.index().worker_blocks(r.slot_of(w1).unwrap()), 1);
+    assert_eq!((r.ingest_stats().resets, r.ingest_stats().stale), (1, 1));
 }
 
 /// Kind 7: a store of another block size is a typed error naming engine and sizes, counted

@@ -19,8 +19,9 @@
 //! residency, in-order application can only under-state the engine's cache), when the
 //! caller gives up with [`Router::skip_replay`], or when the worker is re-registered. A
 //! block-size mismatch (failure kind 7) also makes the worker untrusted, until an
-//! `AllBlocksCleared` or a re-registration. An engine restart (sequence back near 0,
-//! failure kind 5) clears the worker. Rules in the module docs of `sequence` and `apply`.
+//! `AllBlocksCleared` or a re-registration. An engine restart (sequence back near 0, or
+//! the last live number again from a batch with another `ts`; failure kind 5) clears the
+//! worker. Rules in the module docs of `sequence` and `apply`.
 //!
 //! Callers without a replay socket call [`Router::skip_replay`] for every
 //! [`ReplayRequest`]: the worker is cleared and trusted at once.
@@ -282,7 +283,7 @@ impl Router {
                     .iter()
                     .rposition(|e| matches!(e, KvEvent::AllBlocksCleared));
                 let v = match channel {
-                    Channel::Live => p.seq.live(*seq, last_clear),
+                    Channel::Live => p.seq.live(*seq, batch.ts, last_clear),
                     Channel::Replay => p.seq.replay(*seq, last_clear),
                 };
                 (Some(*seq), &batch.events[..], v)

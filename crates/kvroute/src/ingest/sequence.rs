@@ -8,6 +8,7 @@
 //! | live batch `s`                                   | outcome                          |
 //! |--------------------------------------------------|----------------------------------|
 //! | `s < last live` and `s <` [`RESET_WINDOW`]       | reset: clear the worker, frontier 0, then as below |
+//! | `s == last live` and `s <` [`RESET_WINDOW`], batch holds `AllBlocksCleared` or its `ts` differs | reset, as above |
 //! | `s <= last live` otherwise                       | stale: dropped                   |
 //! | `s < next` (a replay applied it already)         | stale: dropped                   |
 //! | `s == next`                                      | contiguous: applied              |
@@ -29,6 +30,21 @@
 //! ignored), so a cleared worker is trusted; applying batches out of order is never done,
 //! since a late store could resurrect a block a later removal already took.
 //!
+//! A restart can bring back the last live sequence number itself: an engine that published
+//! only batch 0 (or lost its new first batches up to the old last one) and restarted sends
+//! a new batch `s == last live`. Only the batch timestamp tells it from a re-delivered copy
+//! of the same batch: `ts`, the first element of the wire batch `[ts, events, dp_rank]`
+//! (`shared/docs/kv-events.md`, "Batch"), is the engine's wall clock when it
+//! published, so a copy carries the very same bits and a new incarnation's batch does not.
+//! Timestamps are compared bit for bit (`f64::to_bits`), never by value, so a re-delivered
+//! `NaN` is still a copy. A copy must stay stale: applied twice, its stores would count
+//! a second copy of each block. A batch holding `AllBlocksCleared` at `s == last live` is a
+//! reset whatever its `ts`: if it is in fact a copy, clearing and applying it again leaves
+//! what it left the first time (what follows its last clear, on an empty residency), and if
+//! it is a new incarnation's, its clear must not be lost. An engine whose clock stood still
+//! across a restart (the same `ts` bits) would have its new batch taken as a copy and
+//! dropped, keeping the old residency indexed.
+//!
 //! A fresh registration expects sequence 0: a first batch with `s > 0` (the router joined
 //! a running engine) is a gap from 0, recovered by a replay or [`Router::skip_replay`].
 //!
@@ -38,7 +54,9 @@
 /// (failure kind 5): a restarted engine starts again at 0, and its first few batches may be
 /// lost on the lossy PUB socket. A backwards step to a higher number is a stale duplicate.
 /// Ambiguous cases (a short stream going back within the window) are taken as restarts:
-/// clearing can only under-state residency, never send traffic to a wiped cache.
+/// clearing can only under-state residency, never send traffic to a wiped cache. Within
+/// the window, a repeat of the last live sequence number is a restart too unless it is an
+/// exact copy (same batch `ts`) holding no `AllBlocksCleared`.
 pub const RESET_WINDOW: u64 = 64;
 
 /// What the sequence tracker made of one message.
@@ -109,6 +127,9 @@ pub(crate) struct Sequencer {
     pub next: u64,
     /// The last live sequence number seen.
     pub last_live: Option<u64>,
+    /// The batch `ts` of the last live batch seen (`f64::to_bits`; meaningless while
+    /// `last_live` is `None`).
+    pub last_live_ts: u64,
     /// A replay from `next` is needed (the worker is untrusted meanwhile).
     pub pending: bool,
 }
@@ -140,11 +161,14 @@ impl Sequencer {
         }
     }
 
-    /// A live batch `s`; `last_clear` is the position of its last `AllBlocksCleared`.
-    pub fn live(&mut self, s: u64, last_clear: Option<usize>) -> Verdict {
+    /// A live batch `s` sent at `ts` (the batch timestamp, seconds since the Unix epoch, as
+    /// on the wire); `last_clear` is the position of its last `AllBlocksCleared`.
+    pub fn live(&mut self, s: u64, ts: f64, last_clear: Option<usize>) -> Verdict {
+        let ts = ts.to_bits();
         let mut reset_from = None;
         if let Some(l) = self.last_live {
-            if s < l && s < RESET_WINDOW {
+            let new_incarnation = s == l && (last_clear.is_some() || ts != self.last_live_ts);
+            if (s < l || new_incarnation) && s < RESET_WINDOW {
                 reset_from = Some(l);
                 *self = Self::default();
             } else if s <= l {
@@ -153,6 +177,7 @@ impl Sequencer {
         }
         let prev_live = self.last_live;
         self.last_live = Some(s);
+        self.last_live_ts = ts;
         let mut v = self.live_in_order(s, prev_live, last_clear);
         if reset_from.is_some() {
             v.reset_from = reset_from;
@@ -255,6 +280,17 @@ impl Sequencer {
 mod tests {
     use super::*;
 
+    /// The batch `ts` the first incarnation of an engine sends with batch `seq` (one batch
+    /// every 10 ms from an arbitrary start).
+    fn at(seq: u64) -> f64 {
+        1_700_000_000.0 + seq as f64 * 0.01
+    }
+
+    /// The batch `ts` of the same engine's next incarnation (restarted 60 s later).
+    fn restarted(seq: u64) -> f64 {
+        1_700_000_060.0 + seq as f64 * 0.01
+    }
+
     fn outcome(v: Verdict) -> (SeqOutcome, Option<usize>, bool) {
         (v.outcome, v.action.apply_from, v.action.clear)
     }
@@ -264,7 +300,7 @@ mod tests {
         let mut s = Sequencer::default();
         for i in 0..5 {
             assert_eq!(
-                outcome(s.live(i, None)),
+                outcome(s.live(i, at(i), None)),
                 (SeqOutcome::Contiguous, Some(0), false)
             );
         }
@@ -275,14 +311,17 @@ mod tests {
     #[test]
     fn gap_holds_live_until_the_replay_reaches_it() {
         let mut s = Sequencer::default();
-        s.live(0, None);
-        s.live(1, None);
+        s.live(0, at(0), None);
+        s.live(1, at(1), None);
         assert_eq!(
-            outcome(s.live(4, None)),
+            outcome(s.live(4, at(4), None)),
             (SeqOutcome::Gap { missed: 2 }, None, false)
         );
         assert!(s.pending && s.next == 2);
-        assert_eq!(outcome(s.live(5, None)), (SeqOutcome::Held, None, false));
+        assert_eq!(
+            outcome(s.live(5, at(5), None)),
+            (SeqOutcome::Held, None, false)
+        );
         for r in 2..5 {
             let v = s.replay(r, None);
             assert_eq!(outcome(v), (SeqOutcome::Replayed, Some(0), false));
@@ -292,7 +331,7 @@ mod tests {
         assert!(v.replay_completed && !s.pending);
         // The replay's copies of what the frontier passed are stale; live goes on at 6.
         assert_eq!(s.replay(3, None).outcome, SeqOutcome::Stale);
-        assert_eq!(s.live(6, None).outcome, SeqOutcome::Contiguous);
+        assert_eq!(s.live(6, at(6), None).outcome, SeqOutcome::Contiguous);
         assert_eq!(s.end_of_replay().outcome, SeqOutcome::EndOfReplay);
     }
 
@@ -300,10 +339,10 @@ mod tests {
     fn stale_and_duplicate_live_batches_are_dropped() {
         let mut s = Sequencer::default();
         for i in 0..100 {
-            s.live(i, None);
+            s.live(i, at(i), None);
         }
-        assert_eq!(s.live(99, None).outcome, SeqOutcome::Stale);
-        assert_eq!(s.live(80, None).outcome, SeqOutcome::Stale);
+        assert_eq!(s.live(99, at(99), None).outcome, SeqOutcome::Stale);
+        assert_eq!(s.live(80, at(80), None).outcome, SeqOutcome::Stale);
         assert_eq!(s.next, 100);
     }
 
@@ -311,18 +350,21 @@ mod tests {
     fn a_sequence_back_near_zero_is_a_restart() {
         let mut s = Sequencer::default();
         for i in 0..100 {
-            s.live(i, None);
+            s.live(i, at(i), None);
         }
-        let v = s.live(0, None);
+        let v = s.live(0, at(0), None);
         assert_eq!(outcome(v), (SeqOutcome::Contiguous, Some(0), true));
         assert_eq!(v.reset_from, Some(99));
-        assert_eq!(s.live(3, None).outcome, SeqOutcome::Gap { missed: 2 });
+        assert_eq!(
+            s.live(3, at(3), None).outcome,
+            SeqOutcome::Gap { missed: 2 }
+        );
         // Restarted with its first batches lost: cleared, then a gap from 0.
         let mut t = Sequencer::default();
         for i in 0..100 {
-            t.live(i, None);
+            t.live(i, at(i), None);
         }
-        let v = t.live(2, None);
+        let v = t.live(2, at(2), None);
         assert_eq!(outcome(v), (SeqOutcome::Gap { missed: 2 }, None, true));
         assert!(t.pending && t.next == 0);
     }
@@ -330,8 +372,8 @@ mod tests {
     #[test]
     fn a_clear_after_a_gap_makes_it_moot() {
         let mut s = Sequencer::default();
-        s.live(0, None);
-        let v = s.live(7, Some(2));
+        s.live(0, at(0), None);
+        let v = s.live(7, at(7), Some(2));
         assert_eq!(
             outcome(v),
             (SeqOutcome::GapCleared { missed: 6 }, Some(2), false)
@@ -342,8 +384,8 @@ mod tests {
     #[test]
     fn truncated_and_short_replays_clear() {
         let mut s = Sequencer::default();
-        s.live(0, None);
-        s.live(10, None); // gap: 1..=9 lost, frontier 1
+        s.live(0, at(0), None);
+        s.live(10, at(10), None); // gap: 1..=9 lost, frontier 1
         let v = s.replay(4, None);
         assert_eq!(
             outcome(v),
@@ -356,24 +398,102 @@ mod tests {
             (SeqOutcome::ReplayShort { unreplayed: 6 }, None, true)
         );
         assert!(!s.pending && s.next == 11);
-        assert_eq!(s.live(11, None).outcome, SeqOutcome::Contiguous);
+        assert_eq!(s.live(11, at(11), None).outcome, SeqOutcome::Contiguous);
     }
 
     #[test]
     fn unrequested_replay_ahead_is_ignored() {
         let mut s = Sequencer::default();
-        s.live(0, None);
+        s.live(0, at(0), None);
         assert_eq!(s.replay(5, None).outcome, SeqOutcome::ReplayIgnored);
         assert_eq!(s.replay(1, None).outcome, SeqOutcome::Replayed);
-        assert_eq!(s.live(1, None).outcome, SeqOutcome::Stale);
-        assert_eq!(s.live(2, None).outcome, SeqOutcome::Contiguous);
+        assert_eq!(s.live(1, at(1), None).outcome, SeqOutcome::Stale);
+        assert_eq!(s.live(2, at(2), None).outcome, SeqOutcome::Contiguous);
     }
 
     #[test]
     fn joining_a_running_engine_is_a_gap_from_zero() {
         let mut s = Sequencer::default();
-        assert_eq!(s.live(500, None).outcome, SeqOutcome::Gap { missed: 500 });
+        assert_eq!(
+            s.live(500, at(500), None).outcome,
+            SeqOutcome::Gap { missed: 500 }
+        );
         assert_eq!(s.give_up(), 501);
         assert!(!s.pending && s.next == 501);
+    }
+
+    /// Batch 0 only, then the engine restarts and sends its new batch 0 (a later `ts`):
+    /// a restart, so the worker is cleared and the new batch applied; the new stream goes on.
+    #[test]
+    fn a_restart_after_only_batch_0_clears_the_worker() {
+        let mut s = Sequencer::default();
+        s.live(0, at(0), None);
+        let v = s.live(0, restarted(0), None);
+        assert_eq!(outcome(v), (SeqOutcome::Contiguous, Some(0), true));
+        assert_eq!(v.reset_from, Some(0));
+        assert_eq!((s.next, s.last_live, s.pending), (1, Some(0), false));
+        let v = s.live(1, restarted(1), None);
+        assert_eq!(outcome(v), (SeqOutcome::Contiguous, Some(0), false));
+        // 0..=2, then the new incarnation's 2 (its 0 and 1 lost): cleared, gap of 2 from 0.
+        let mut s = Sequencer::default();
+        for i in 0..3 {
+            s.live(i, at(i), None);
+        }
+        let v = s.live(2, restarted(2), None);
+        assert_eq!(outcome(v), (SeqOutcome::Gap { missed: 2 }, None, true));
+        assert_eq!(v.reset_from, Some(2));
+        assert_eq!((s.next, s.last_live, s.pending), (0, Some(2), true));
+    }
+
+    /// A re-delivered copy of the last live batch (same number, same `ts` bits, `NaN`
+    /// included) is dropped, near 0 as well.
+    #[test]
+    fn a_copy_of_the_last_live_batch_is_stale() {
+        for ts in [at(0), f64::NAN] {
+            let mut s = Sequencer::default();
+            s.live(0, ts, None);
+            let v = s.live(0, ts, None);
+            assert_eq!(outcome(v), (SeqOutcome::Stale, None, false));
+            assert_eq!(v.reset_from, None);
+            assert_eq!((s.next, s.last_live, s.pending), (1, Some(0), false));
+        }
+        let mut s = Sequencer::default();
+        for i in 0..6 {
+            s.live(i, at(i), None);
+        }
+        assert_eq!(s.live(5, at(5), None).outcome, SeqOutcome::Stale);
+        assert_eq!(s.next, 6);
+    }
+
+    /// At the last live number, a batch holding `AllBlocksCleared` is a restart even with
+    /// the same `ts`: cleared, then applied (from 0 at the frontier 0; from the clear after
+    /// a gap from 0). Beyond the window it stays stale.
+    #[test]
+    fn a_clear_at_the_last_live_number_is_a_restart() {
+        let mut s = Sequencer::default();
+        s.live(0, at(0), Some(0));
+        let v = s.live(0, at(0), Some(0));
+        assert_eq!(outcome(v), (SeqOutcome::Contiguous, Some(0), true));
+        assert_eq!(v.reset_from, Some(0));
+        assert_eq!((s.next, s.last_live, s.pending), (1, Some(0), false));
+        // 0..=3, then 3 again holding a clear at position 1: 0..=2 of the new stream are
+        // moot (missed 3 - 0 = 3); applied from position 1.
+        let mut s = Sequencer::default();
+        for i in 0..4 {
+            s.live(i, at(i), None);
+        }
+        let v = s.live(3, restarted(3), Some(1));
+        assert_eq!(
+            outcome(v),
+            (SeqOutcome::GapCleared { missed: 3 }, Some(1), true)
+        );
+        assert_eq!(v.reset_from, Some(3));
+        assert_eq!((s.next, s.last_live, s.pending), (4, Some(3), false));
+        let mut s = Sequencer::default();
+        for i in 0..=RESET_WINDOW {
+            s.live(i, at(i), None);
+        }
+        let v = s.live(RESET_WINDOW, restarted(RESET_WINDOW), Some(0));
+        assert_eq!(outcome(v), (SeqOutcome::Stale, None, false));
     }
 }

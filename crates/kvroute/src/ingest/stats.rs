@@ -92,7 +92,8 @@ counters! {
     held,
     /// Batches already applied or older than the stream (duplicates, stale): dropped.
     stale,
-    /// Engine restarts detected (the live sequence went back near 0): worker cleared.
+    /// Engine restarts detected (the live sequence went back near 0, or repeated its last
+    /// number near 0 with another batch `ts` or an `AllBlocksCleared`): worker cleared.
     resets,
     /// Replayed batches applied.
     replayed,

@@ -36,12 +36,17 @@ pub fn remove(hashes: &[u64]) -> KvEvent {
     })
 }
 
-/// A batch of DP rank 0 with sequence number `seq`.
+/// A batch of DP rank 0 with sequence number `seq`, sent at `ts` 0.0.
 pub fn batch(seq: u64, events: Vec<KvEvent>) -> KvMessage {
+    batch_at(seq, 0.0, events)
+}
+
+/// A batch of DP rank 0 with sequence number `seq` and batch timestamp `ts` (seconds).
+pub fn batch_at(seq: u64, ts: f64, events: Vec<KvEvent>) -> KvMessage {
     KvMessage::Batch {
         seq,
         batch: KvEventBatch {
-            ts: 0.0,
+            ts,
             events,
             dp_rank: Some(0),
         },
