@@ -234,8 +234,10 @@ impl Node {
         if let Some(words) = self.ext_words() {
             return (words, false);
         }
-        let fresh: Box<[AtomicU64]> = core::iter::once(AtomicU64::new(ext_len as u64))
-            .chain((0..ext_len).map(|_| AtomicU64::new(0)))
+        // Word 0 holds the length, then the zeroed words. A range of known length collects
+        // in one allocation (a chained iterator would grow the buffer step by step).
+        let fresh: Box<[AtomicU64]> = (0..=ext_len)
+            .map(|i| AtomicU64::new(if i == 0 { ext_len as u64 } else { 0 }))
             .collect();
         let fresh = Box::into_raw(fresh).cast::<AtomicU64>();
         let installed = self
