@@ -67,6 +67,20 @@ impl Overlaps {
         self.deepest
     }
 
+    /// Sets the overlap of every slot for which `drop(slot)` is true to 0 (for example the
+    /// workers whose residency is not trusted) and recomputes [`deepest`](Self::deepest),
+    /// in place: never allocates. `drop` is called once per slot, in slot order.
+    pub fn zero_where(&mut self, mut drop: impl FnMut(Slot) -> bool) {
+        let mut deepest = 0;
+        for (i, o) in self.blocks.iter_mut().enumerate() {
+            if drop(Slot(i as u32)) {
+                *o = 0;
+            }
+            deepest = deepest.max(*o);
+        }
+        self.deepest = deepest;
+    }
+
     fn reset(&mut self, worker_slots: usize) {
         self.dirty = self.dirty.min(self.blocks.len());
         if self.blocks.len() != worker_slots {
@@ -242,5 +256,17 @@ mod tests {
         index.match_prefix(&[SequenceHash(1)], &mut o);
         assert_eq!(o.as_slice(), &[0, 0, 0]);
         assert_eq!(o.deepest(), 0);
+    }
+
+    #[test]
+    fn zero_where_drops_slots_and_recomputes_deepest() {
+        let mut o = Overlaps::from_blocks(vec![4, 9, 6, 9]);
+        o.zero_where(|s| s.index() == 1);
+        // Slot 3 still holds 9 blocks.
+        assert_eq!((o.as_slice(), o.deepest()), (&[4, 0, 6, 9][..], 9));
+        o.zero_where(|s| s.index() == 3);
+        assert_eq!((o.as_slice(), o.deepest()), (&[4, 0, 6, 0][..], 6));
+        o.zero_where(|_| true);
+        assert_eq!((o.as_slice(), o.deepest()), (&[0, 0, 0, 0][..], 0));
     }
 }

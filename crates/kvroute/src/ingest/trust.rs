@@ -61,8 +61,7 @@ impl TrustFlags {
         self.untrusted.load(Relaxed)
     }
 
-    /// Zeroes the overlaps of untrusted slots. Allocates a new overlap array only when an
-    /// untrusted slot has a non-zero overlap (`Overlaps` has no per-slot setter).
+    /// Zeroes the overlaps of untrusted slots, in place (never allocates).
     pub(crate) fn mask(&self, overlaps: &mut Overlaps) {
         if self.untrusted() == 0 {
             return;
@@ -71,13 +70,7 @@ impl TrustFlags {
         if !overlaps.as_slice().iter().enumerate().any(hit) {
             return;
         }
-        let masked: Vec<u32> = overlaps
-            .as_slice()
-            .iter()
-            .enumerate()
-            .map(|(i, &o)| if self.get(Slot(i as u32)) != 0 { 0 } else { o })
-            .collect();
-        *overlaps = Overlaps::from_blocks(masked);
+        overlaps.zero_where(|slot| self.get(slot) != 0);
     }
 }
 
