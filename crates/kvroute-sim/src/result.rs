@@ -26,7 +26,9 @@ pub struct RequestRecord {
     pub cached_tokens: u32,
     /// Overlap the router predicted for the chosen engine (tokens).
     pub predicted_cached_tokens: u32,
-    /// Output length (tokens).
+    /// Output tokens (tokens): what the serving engine generates, the trace's requested
+    /// length capped by the engine's context (`max_model_len − prompt`); the requested
+    /// length for a request no engine served.
     pub output_tokens: u32,
     /// Times admission rejected it before it was placed.
     pub rejections: u32,

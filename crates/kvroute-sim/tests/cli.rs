@@ -193,3 +193,76 @@ fn out_of_range_sizes_are_usage_errors() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("cannot open"));
 }
+
+/// Checks that fail before any simulation runs (nothing on stdout): an empty trace, a
+/// `--json` file that cannot be created, an `--svg` folder that is a file. And the output
+/// tokens of a request asking beyond the context length are what the engine generates.
+#[test]
+fn empty_traces_and_unwritable_outputs_fail_before_running() {
+    let dir = scratch("early");
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let out = sim(&["replay", "--trace", empty.to_str().unwrap(), "--quiet"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("no request to route"));
+    assert!(out.stdout.is_empty());
+
+    // One 600-token prompt asking for 10,000,000 output tokens: the default engine's
+    // context is 131,072 tokens, so it generates 131,072 - 600 = 130,472.
+    let trace = dir.join("t.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 10000000, \"hash_ids\": [0, 1]}\n",
+    )
+    .unwrap();
+    let missing = dir.join("no-such-dir").join("r.json");
+    let out = sim(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--quiet",
+        "--json",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("--json"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "ran before failing");
+
+    let out = sim(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--quiet",
+        "--svg",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--svg"), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty(), "ran before failing");
+
+    let json = dir.join("r.json");
+    let out = sim(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--engines",
+        "1",
+        "--policies",
+        "round_robin",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    // Output tokens/s over the run's window (arrival to last finish) gives back the tokens.
+    let m = &v["workloads"][0]["runs"][0]["metrics"];
+    let generated = m["output_tokens_per_s"].as_f64().unwrap() * m["window_s"].as_f64().unwrap();
+    assert!((generated - 130_472.0).abs() < 0.5, "{m}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -85,6 +85,14 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
         }
         unique
     };
+    if let Some(w) = workloads.iter().find(|w| w.routed_requests() == 0) {
+        return Err(format!(
+            "workload `{}` has no request to route (an empty trace, or a limit that keeps \
+             only a scenario's pinned background requests)",
+            w.name
+        ));
+    }
+    check_outputs(common)?;
     let started = std::time::Instant::now();
     let seed = common.seed;
     let runs: Vec<WorkloadRuns> =
@@ -114,9 +122,10 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
         print!("{}", w.table());
     }
     if !common.quiet {
+        let n = workloads.len() * policies.len();
         eprintln!(
-            "{} runs in {:.1} s wall time",
-            workloads.len() * policies.len(),
+            "{n} run{} in {:.1} s wall time",
+            if n == 1 { "" } else { "s" },
             started.elapsed().as_secs_f64()
         );
     }
@@ -140,6 +149,19 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
             failed.join("\n  ")
         ))
     }
+}
+
+/// Fails early, before any simulation runs, when an output could not be written: the
+/// `--json` file cannot be created (created empty here, written at the end) or the
+/// `--svg` folder cannot be created.
+fn check_outputs(common: &Common) -> Result<(), String> {
+    if let Some(path) = &common.json {
+        std::fs::File::create(path).map_err(|e| format!("--json {}: {e}", path.display()))?;
+    }
+    if let Some(dir) = &common.svg {
+        std::fs::create_dir_all(dir).map_err(|e| format!("--svg {}: {e}", dir.display()))?;
+    }
+    Ok(())
 }
 
 /// The `list` output: every scenario with what it reproduces, then the policy names.

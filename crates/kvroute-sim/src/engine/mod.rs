@@ -230,13 +230,18 @@ impl Engine {
             && (prompt_len + 1).div_ceil(self.cfg.block_size) <= self.pool.usable()
     }
 
+    /// Output tokens this engine generates for a prompt of `prompt_len` tokens asking for
+    /// `requested`: capped by the context length (`max_model_len − prompt_len`), at least 1.
+    pub(crate) fn output_len(&self, prompt_len: u32, requested: u32) -> u32 {
+        requested
+            .min(self.cfg.max_model_len.saturating_sub(prompt_len))
+            .max(1)
+    }
+
     /// Queues request `req` (catalog index). The caller checked [`accepts`](Self::accepts).
     pub(crate) fn enqueue(&mut self, cat: &Catalog, req: u32) {
         let e = cat.entry(req);
-        let output_len = e
-            .output_len
-            .min(self.cfg.max_model_len - e.prompt_len)
-            .max(1);
+        let output_len = self.output_len(e.prompt_len, e.output_len);
         let mut s = self.spare.pop().unwrap_or_else(|| Seq {
             req: 0,
             prompt_len: 0,

@@ -71,11 +71,7 @@ impl WorkloadRuns {
             description: workload.description.clone(),
             engines: workload.fleet.engines,
             max_running: workload.fleet.engine.max_running,
-            routed_requests: workload
-                .requests
-                .iter()
-                .filter(|r| r.pinned.is_none())
-                .count() as u64,
+            routed_requests: workload.routed_requests() as u64,
             runs: Vec::new(),
         }
     }

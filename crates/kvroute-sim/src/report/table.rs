@@ -29,7 +29,8 @@ pub const LEGEND: &str = "done: finished/routed requests; TTFT, E2E: seconds (ne
 percentiles); hit: cached/prompt tokens; phantom: predicted but not cached; imbal: busiest/idlest \
 mean running (inf: some engine never ran anything); CV: of per-engine mean running; max q: most waiting on one engine; busy: mean \
 engines running anything while requests arrive (peak); gen: generation share per engine; \
-rejected: admission rejections; decisions by reason count every routing decision, so a request \
+rejected: admission rejections (+N refused: requests the chosen engine could never serve, a \
+prompt beyond its context or KV capacity); decisions by reason count every routing decision, so a request \
 routed again (after a restart or a rejection) counts more than once";
 
 fn secs(v: Option<f64>) -> String {
@@ -64,7 +65,11 @@ pub fn row(m: &Metrics) -> Vec<String> {
             m.generation_share_min * 100.0,
             m.generation_share_max * 100.0
         ),
-        m.rejections.to_string(),
+        if m.refused > 0 {
+            format!("{} +{} refused", m.rejections, m.refused)
+        } else {
+            m.rejections.to_string()
+        },
     ]
 }
 

@@ -34,3 +34,10 @@ pub struct Workload {
     /// Faults on the schedule.
     pub faults: Vec<Fault>,
 }
+
+impl Workload {
+    /// Requests the router places (every request but the scenario's pinned ones).
+    pub fn routed_requests(&self) -> usize {
+        self.requests.iter().filter(|r| r.pinned.is_none()).count()
+    }
+}

@@ -26,7 +26,9 @@ impl<'a> Sim<'a> {
                 prompt_tokens: r.prompt.len(),
                 cached_tokens: st.cached,
                 predicted_cached_tokens: st.predicted,
-                output_tokens: r.output_tokens,
+                output_tokens: st.engine.map_or(r.output_tokens, |e| {
+                    self.engines[e as usize].output_len(r.prompt.len(), r.output_tokens)
+                }),
                 rejections: st.rejections,
                 reason: st.reason.to_owned(),
             })
