@@ -43,6 +43,37 @@ impl Nanos {
     }
 }
 
+/// `a + b` is [`Nanos::saturating_add`] (saturates at `u64::MAX`; never panics).
+impl core::ops::Add for Nanos {
+    type Output = Nanos;
+    fn add(self, d: Nanos) -> Nanos {
+        self.saturating_add(d)
+    }
+}
+
+/// `a += b` is [`Nanos::saturating_add`].
+impl core::ops::AddAssign for Nanos {
+    fn add_assign(&mut self, d: Nanos) {
+        *self = self.saturating_add(d);
+    }
+}
+
+/// `a - b` is [`Nanos::saturating_since`] (zero when `b` is later; never panics).
+impl core::ops::Sub for Nanos {
+    type Output = Nanos;
+    fn sub(self, earlier: Nanos) -> Nanos {
+        self.saturating_since(earlier)
+    }
+}
+
+/// A [`Duration`](core::time::Duration) as nanoseconds, saturating at `u64::MAX` (about
+/// 584 years).
+impl From<core::time::Duration> for Nanos {
+    fn from(d: core::time::Duration) -> Nanos {
+        Nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
 impl fmt::Display for Nanos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}ns", self.0)
@@ -58,6 +89,15 @@ mod tests {
         assert_eq!(Nanos::from_secs(2), Nanos(2_000_000_000));
         assert_eq!(Nanos::from_millis(250), Nanos(250_000_000));
         assert_eq!(Nanos(5).saturating_since(Nanos(9)), Nanos::ZERO);
+        assert_eq!(Nanos(5) + Nanos(9), Nanos(14));
+        assert_eq!(Nanos(u64::MAX - 1) + Nanos(9), Nanos(u64::MAX));
+        assert_eq!(Nanos(9) - Nanos(5), Nanos(4));
+        assert_eq!(Nanos(5) - Nanos(9), Nanos::ZERO);
+        let mut t = Nanos::from_secs(1);
+        t += Nanos::from_millis(10);
+        assert_eq!(t, Nanos(1_010_000_000));
+        assert_eq!(Nanos::from(core::time::Duration::from_micros(3)), Nanos(3_000));
+        assert_eq!(Nanos::from(core::time::Duration::MAX), Nanos(u64::MAX));
         assert_eq!(Nanos(9).saturating_since(Nanos(5)), Nanos(4));
         assert_eq!(Nanos(u64::MAX).saturating_add(Nanos(1)), Nanos(u64::MAX));
         assert_eq!(Nanos(1_500_000_000).as_secs_f64(), 1.5);
