@@ -96,7 +96,10 @@ mod tests {
         let mut t = Nanos::from_secs(1);
         t += Nanos::from_millis(10);
         assert_eq!(t, Nanos(1_010_000_000));
-        assert_eq!(Nanos::from(core::time::Duration::from_micros(3)), Nanos(3_000));
+        assert_eq!(
+            Nanos::from(core::time::Duration::from_micros(3)),
+            Nanos(3_000)
+        );
         assert_eq!(Nanos::from(core::time::Duration::MAX), Nanos(u64::MAX));
         assert_eq!(Nanos(9).saturating_since(Nanos(5)), Nanos(4));
         assert_eq!(Nanos(u64::MAX).saturating_add(Nanos(1)), Nanos(u64::MAX));
