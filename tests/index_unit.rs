@@ -1,10 +1,11 @@
 //! Hand-computed scenarios of the prefix index's contract, one behaviour per test: the
-//! duplicate-store / two-removes sequence a real vLLM engine emits (`kv-events.md`), unknown
-//! removes and unknown parents counted without changing the index, rejected events
-//! (block-size and token-count mismatches, slots out of range) counted and harmless, chained
-//! stores through parents equal to one store of the whole sequence, LoRA / cache-salt
-//! namespaces kept apart, non-prefix-closed residency, aliases, conflicting re-stores,
-//! least-recently-stored eviction, word-boundary slots and slot reuse.
+//! duplicate-store / two-removes sequence a real vLLM engine emits
+//! (`docs/WIRE-FORMAT.md`), unknown removes and unknown parents counted without changing
+//! the index, rejected events (block-size and token-count mismatches, slots out of range)
+//! counted and harmless, chained stores through parents equal to one store of the whole
+//! sequence, LoRA / cache-salt namespaces kept apart, non-prefix-closed residency, aliases,
+//! conflicting re-stores, least-recently-stored eviction, word-boundary slots and slot
+//! reuse.
 //!
 //! Every expected value is worked out by hand in the test (block counts, overlaps, counters);
 //! chained hashes of queries come from `BlockHasher`, which `hash_vectors` checks against
@@ -89,7 +90,7 @@ fn remove_out(removed: usize, copies_dropped: usize, unknown: usize) -> RemoveOu
     }
 }
 
-/// kv-events.md: a fully cached prompt of whole blocks makes vLLM recompute its last block
+/// `docs/WIRE-FORMAT.md`: a fully cached prompt of whole blocks makes vLLM recompute its last block
 /// into a second physical copy and emit a second `BlockStored` (same hash, same parent);
 /// each copy gets its own `BlockRemoved`. The block is served until the second remove.
 #[test]

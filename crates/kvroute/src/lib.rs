@@ -72,6 +72,22 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Connecting real engines
+//! The example above feeds typed events. A real engine DP rank publishes its KV events on a
+//! ZMQ PUB socket as `[topic, 8-byte big-endian sequence number, msgpack batch]`: pass the
+//! frames to [`decode_message`] and the [`KvMessage`] to [`Router::ingest`]; decode load
+//! telemetry with the parsers in [`parts::wire`] (vLLM Prometheus text, SGLang JSON and
+//! `LoadStat` frames). The formats are described in `docs/WIRE-FORMAT.md`; the example
+//! `examples/engine_events.rs` runs the whole path for two emulated vLLM engines.
+//!
+//! * **A lost batch switches off cache affinity for that worker**: after a gap in its
+//!   sequence numbers, `route` counts the worker's cached blocks as zero until the batches
+//!   listed by [`Router::replay_requests`] are replayed into [`Router::ingest`] (with
+//!   [`Channel::Replay`], end marker included) or [`Router::skip_replay`] is called, which
+//!   clears the worker's residency and trusts it again.
+//! * **Call [`Router::publish`] on a timer**, even when no telemetry arrived: staleness is
+//!   evaluated when a snapshot is published.
 
 mod admission;
 mod config;

@@ -1,5 +1,6 @@
-//! Decision latency percentiles with and without a concurrent event writer (design brief:
-//! "decision p99 with a concurrent writer at >= 5 M blocks/s within 2x of the idle p99").
+//! Decision latency percentiles with and without a concurrent event writer (target, in the
+//! summary table of `docs/BENCHMARKS.md`: decision p99 with a concurrent writer at >= 5 M
+//! blocks/s within 2x of the idle p99).
 //!
 //! Run: `cargo run --release -p kvroute-bench --bin route_tail [-- WORKERS DECISIONS]`
 //! (defaults: 512 workers, 200,000 decisions per phase).

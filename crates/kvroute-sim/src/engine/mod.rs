@@ -11,7 +11,7 @@
 //!
 //! # Scheduler and cache: vLLM's v1 rules
 //! As measured on vLLM 0.33.0's own scheduler and KV cache manager
-//! (`shared/docs/kv-events.md`, "How a real vLLM engine orders its events"):
+//! (`docs/WIRE-FORMAT.md`, "How real engines order their events"):
 //! * **Batching.** Running requests are scheduled first, in admission order, each taking
 //!   what it still needs (a prefill chunk, or one decode token) out of a token budget of
 //!   [`EngineConfig::chunk_tokens`] per step. Then waiting requests are admitted in FIFO

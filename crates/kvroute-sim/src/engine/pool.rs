@@ -1,7 +1,8 @@
 //! vLLM's block pool: physical KV blocks with reference counts, the free queue that doubles
 //! as the LRU eviction order, and the map from block hash to cached blocks.
 //!
-//! Rules (vLLM v1 `BlockPool`, as measured in `shared/docs/kv-events.md`):
+//! Rules (vLLM v1 `BlockPool`, as measured in `docs/WIRE-FORMAT.md`, "How real engines
+//! order their events"):
 //! * Block 0 is the null block and never handed out, so `kv_blocks − 1` are usable.
 //! * The free queue starts with blocks 1, 2, … (kept implicit until handed out);
 //!   allocation takes from its front; a block

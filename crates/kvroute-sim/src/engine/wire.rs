@@ -1,6 +1,6 @@
 //! The KV events of one engine step and their encoding as the engine's real msgpack batch.
 //!
-//! Shape (vLLM 0.33's named maps, `shared/docs/kv-events.md` and
+//! Shape (vLLM 0.33's named maps, `docs/WIRE-FORMAT.md` and
 //! `shared/data/kv_events/engine_examples.json`): the batch is the array
 //! `[ts, [events], data_parallel_rank]`; events are maps
 //! `{"type": "BlockStored", "block_hashes": [u64…], "parent_block_hash": u64 | nil,

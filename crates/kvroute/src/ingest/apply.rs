@@ -1,6 +1,6 @@
 //! Applying one batch's events to the prefix index, for one worker.
 //!
-//! Rules (`shared/docs/kv-events.md`; failure kinds in `docs/FAILURE-MODES.md`):
+//! Rules (`docs/WIRE-FORMAT.md`; failure kinds in `docs/FAILURE-MODES.md`):
 //! * `BlockStored` of the device tier and the main full-attention KV group: indexed via
 //!   [`BlockStored::as_block_store`] (LoRA name / id and cache salt namespace the hashes as
 //!   the decoder gives them). Host, disk, external and unknown tiers are **counted and

@@ -1,7 +1,7 @@
 //! Per-publisher sequence tracking: which batch may be applied, and when.
 //!
 //! A publisher is one engine DP rank (one ZMQ PUB socket). Its batches carry a sequence
-//! number starting at 0, +1 per batch (`shared/docs/kv-events.md`, "Transport"). The
+//! number starting at 0, +1 per batch (`docs/WIRE-FORMAT.md`, "Transport"). The
 //! tracker keeps the *frontier* `next` (the next sequence number to apply) and applies
 //! every batch exactly once and in order, whichever channel (live or replay) brings it:
 //!
@@ -34,7 +34,7 @@
 //! only batch 0 (or lost its new first batches up to the old last one) and restarted sends
 //! a new batch `s == last live`. Only the batch timestamp tells it from a re-delivered copy
 //! of the same batch: `ts`, the first element of the wire batch `[ts, events, dp_rank]`
-//! (`shared/docs/kv-events.md`, "Batch"), is the engine's wall clock when it
+//! (`docs/WIRE-FORMAT.md`, "Batch"), is the engine's wall clock when it
 //! published, so a copy carries the very same bits and a new incarnation's batch does not.
 //! Timestamps are compared bit for bit (`f64::to_bits`), never by value, so a re-delivered
 //! `NaN` is still a copy. A copy must stay stale: applied twice, its stores would count
