@@ -31,7 +31,7 @@
 //!   watermark, 0.1 slack, hold on the least-pressured owner, old-pressure fallback.
 //! * `projected_time` (incident A): `queued/prefill_tps + decode/decode_tps +
 //!   uncached/prefill_tps + barrier` seconds; off | shadow | enforce with the hard escape.
-//! * `dynamo_cost`, `lmetric`, `cache_aware`: the peers' models (field notes).
+//! * `dynamo_cost`, `lmetric`, `cache_aware`: the peers' models (`docs/FAILURE-MODES.md`).
 //!
 //! Policies that weigh load against cache fall back to `least_load` when any occupied
 //! slot's telemetry is not fresh, with [`Reason::Fallback`] naming the worst cause; the

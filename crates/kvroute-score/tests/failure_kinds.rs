@@ -1,4 +1,4 @@
-//! Regression tests for failure kinds 1–3 of the field notes.
+//! Regression tests for failure kinds 1–3 of `docs/FAILURE-MODES.md`.
 
 mod common;
 

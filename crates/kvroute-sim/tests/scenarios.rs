@@ -1,5 +1,5 @@
 //! The expected results of the built-in scenarios (fixed seed), through the real driver,
-//! engines and Router. Each bound is the one the incident in the field notes sets; the
+//! engines and Router. Each bound is the one the incident in `docs/FAILURE-MODES.md` sets; the
 //! figures are printed (`--nocapture`) so a failure shows how far off the model is.
 //!
 //! Run in release: `cargo test --release -p kvroute-sim --test scenarios`.

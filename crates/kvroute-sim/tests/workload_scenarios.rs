@@ -1,4 +1,4 @@
-//! The built-in scenarios: shapes from the field notes, determinism, follow-up prompts,
+//! The built-in scenarios: shapes from `docs/FAILURE-MODES.md`, determinism, follow-up prompts,
 //! slicing.
 
 mod driver_common;

@@ -1,4 +1,4 @@
-//! `burst-siblings`: failure kind 6 (field notes), identical requests at once.
+//! `burst-siblings`: failure kind 6 (`docs/FAILURE-MODES.md`), identical requests at once.
 
 use crate::engine::EngineConfig;
 use crate::workload::Workload;

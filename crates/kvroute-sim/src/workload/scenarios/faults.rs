@@ -1,5 +1,5 @@
 //! `restart` and `event-loss`: failure kinds 4 and 5 and incident A's list of KV-event
-//! delay, loss, disconnects and restarts (field notes), on one steady multi-prefix load.
+//! delay, loss, disconnects and restarts (`docs/FAILURE-MODES.md`), on one steady multi-prefix load.
 
 use crate::engine::EngineConfig;
 use crate::fault::{Fault, FaultKind};

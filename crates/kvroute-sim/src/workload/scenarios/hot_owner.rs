@@ -1,4 +1,4 @@
-//! `hot-owner-51`: incident A (field notes), the hot cached owner in a 51-engine fleet.
+//! `hot-owner-51`: incident A (`docs/FAILURE-MODES.md`), the hot cached owner in a 51-engine fleet.
 
 use rand::Rng;
 

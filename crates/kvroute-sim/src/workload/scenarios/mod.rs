@@ -1,4 +1,4 @@
-//! The built-in scenarios: each reproduces one incident or failure kind of the field notes
+//! The built-in scenarios: each reproduces one incident or failure kind of `docs/FAILURE-MODES.md`
 //! (`docs/FAILURE-MODES.md` and the design notes), deterministically for a seed.
 //!
 //! | name | reproduces |

@@ -1,4 +1,4 @@
-//! `owner-canary`: incident B (field notes), the two-engine canary of owner pressure.
+//! `owner-canary`: incident B (`docs/FAILURE-MODES.md`), the two-engine canary of owner pressure.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! `zipf-prefixes`: incident C (field notes), pure cache affinity on a Zipf workload.
+//! `zipf-prefixes`: incident C (`docs/FAILURE-MODES.md`), pure cache affinity on a Zipf workload.
 
 use crate::engine::EngineConfig;
 use crate::workload::Workload;
