@@ -24,19 +24,18 @@
 //!    batch has room (`occ < 1`, or occupancy unknown), else the cap `M = q/occ`
 //!    (`occ = q/M`), so `n = M`.
 //! 2. **Start.** Its prefill starts after the prefill queued ahead of it, `queued/π`, and,
-//!    when the batch is full, after a running slot frees. Processor sharing: the engine's
-//!    decode throughput `δ` is shared evenly by the batch, so a step takes `M/δ` seconds.
-//!    With the running requests' remaining outputs spread evenly over `0..O` (requests like
-//!    this one, at random points of their decode), the `j`-th of them finishes after
-//!    `j·O/(M + 1)` steps; the request needs the `(q − M + 1)`-th free slot:
-//!    `wait = (q − M + 1)·O·(M/δ)/(M + 1)`. The two overlap (queued requests are admitted
-//!    as slots free), so `start = max(queued/π, wait)` (`wait = 0` while there is room).
+//!    when the batch is full, after a running slot frees. A full batch generates `δ`
+//!    tokens/s; with requests like this one (`O` tokens each) it completes one every
+//!    `O/δ` seconds, and the request needs the `(q − M + 1)`-th slot to free:
+//!    `wait = (q − M + 1)·O/δ`. The two overlap (queued requests are admitted as slots
+//!    free), so `start = max(queued/π, wait)` (`wait = 0` while there is room).
 //! 3. **Prefill.** Its `U` uncached tokens take `U/π` of engine time, which delays its own
 //!    first token and stalls every other request of the batch for as long (a prefill chunk
 //!    lengthens the step they decode in): `n·U/π`.
-//! 4. **Decode.** Its `O` tokens, one per step, at `n/δ` seconds per step: `n·O/δ`; and it
-//!    takes `1/δ` of every step from each of the `n − 1` other sequences for its `O` steps:
-//!    `(n − 1)·O/δ`.
+//! 4. **Decode.** Processor sharing: the engine's decode throughput `δ` is shared evenly by
+//!    the batch, so a step takes `n/δ` seconds. Its `O` tokens, one per step: `n·O/δ`; and
+//!    it takes `1/δ` of every step from each of the `n − 1` other sequences for its `O`
+//!    steps: `(n − 1)·O/δ`.
 //! 5. **KV pressure**: `barrier` (the gateway's; preemption risk near a full cache).
 //!
 //! `projected = max(queued/π, wait) + n·U/π + (2n − 1)·O/δ + barrier`.
@@ -55,8 +54,8 @@
 //!
 //! Where it is approximate: processor sharing over-states the step time of a small batch
 //! (a step's fixed cost, reading the weights once, is shared: `δ` grows with the batch), so
-//! the decode terms lean towards spreading at low load; the remaining outputs of the running
-//! requests are unknown and taken as spread up to this request's `O`; the prefill queue is
+//! the decode terms lean towards spreading at low load; the outputs of the running requests
+//! are unknown and taken as this request's `O`; the prefill queue is
 //! the engine's report, which counts a waiting request's whole prompt (its prefix hit is
 //! known only at admission); the active context tokens (`decode`) are left out: what they
 //! cost a step is in the reported `δ`. With DP ranks, `M = q/occ` estimates one rank's cap
@@ -83,7 +82,8 @@ pub(crate) enum CostKind {
     /// Incident B's old pressure, its fleet-wide fallback: `max(k, util)` (ratio).
     OldPressure,
     /// Incident A (seconds): the latency the request adds to the worker (module docs,
-    /// derivation): `max(queued/π, wait) + n·uncached/π + (2n − 1)·out/δ + barrier`.
+    /// derivation): `max(queued/π, wait) + n·uncached/π + (2n − 1)·out/δ + barrier`,
+    /// `wait = (q − M + 1)·out/δ` when the batch is full.
     Projected,
     /// Field notes, Dynamo-style (blocks): `w·((queued + prompt)/bs − overlap)
     /// + decode/bs + max(prompt/bs − overlap, 0)`.
@@ -161,21 +161,20 @@ pub(crate) fn cost<V: Lane>(kind: CostKind, p: &Params, x: &LaneIn<V>) -> V {
         CostKind::OldPressure => x.kv.max_(x.util),
         CostKind::Projected => {
             let one = V::splat(1.0);
-            let zero = V::splat(0.0);
-            let ptps = x.ptps.pos_or(V::splat(p.default_prefill_tps));
-            let dtps = x.dtps.pos_or(V::splat(p.default_decode_tps));
-            let out = V::splat(p.output);
-            // The batch it decodes in: q + 1 with room, the cap M = q/occ when full.
-            let cap = x.requests / x.occ.max_(one);
-            let n = x.occ.below_or(1.0, x.requests + one, cap);
-            // The (q − M + 1)-th slot to free, j·out/(M + 1) steps of M/δ each.
-            let ahead = x.requests - cap + one;
-            let wait = x
-                .occ
-                .below_or(1.0, zero, ahead * out * (cap / dtps) / (cap + one));
-            let start = (x.queued / ptps).max_(wait);
-            let prefill = n * (uncached(p, x) / ptps);
-            let decode = (n + n - one) * (out / dtps);
+            // Seconds per prefill token and per decode token of the whole engine.
+            let spp = one / x.ptps.pos_or(V::splat(p.default_prefill_tps));
+            let spd = one / x.dtps.pos_or(V::splat(p.default_decode_tps));
+            let out_s = V::splat(p.output) * spd;
+            // The batch it decodes in: q + 1 with room, the cap M = q/occ when full (a NaN
+            // occupancy counts as full: n = NaN, never chosen).
+            let q1 = x.requests + one;
+            let n = x.occ.below_or(1.0, q1, x.requests / x.occ);
+            // A full batch frees a slot every out/δ seconds; it needs the (q − M + 1)-th
+            // (0 with room, where n = q + 1).
+            let wait = (q1 - n) * out_s;
+            let start = (x.queued * spp).max_(wait);
+            let prefill = n * (uncached(p, x) * spp);
+            let decode = (n + n - one) * out_s;
             start + prefill + decode + barrier(p, x.kv)
         }
         CostKind::Dynamo => {
@@ -233,8 +232,8 @@ mod tests {
     ///   2,000/4,000 + 4 × 840/4,000 + 7 × 200/2,000 + 0.15 × 0.5/0.5
     ///   = 0.5 + 0.84 + 0.7 + 0.15 = 2.19 s.
     /// * Full (q 12, occupancy 1.5: M = n = 8), 1,000 queued (0.25 s): the 5th slot to free,
-    ///   5 × 200 × (8/2,000)/9 = 0.444444 s; 8 × 0.21 + 15 × 0.1 = 1.68 + 1.5: 3.624444 s.
-    ///   With 4,000 queued the queue (1 s) is longer than the wait: 1 + 3.18 = 4.18 s.
+    ///   5 × 200/2,000 = 0.5 s; 8 × 0.21 + 15 × 0.1 = 1.68 + 1.5: 3.68 s. With 4,000 queued
+    ///   the queue (1 s) is longer than the wait: 1 + 3.18 = 4.18 s.
     /// * No throughput reported (defaults 8,000 and 1,000), idle: 840/8,000 + 200/1,000
     ///   = 0.105 + 0.2 = 0.305 s; occupancy unknown (0 in the lane) with q 1 counts as room
     ///   (n = 2): 2 × 0.105 + 3 × 0.2 = 0.81 s.
@@ -243,7 +242,7 @@ mod tests {
         let p = params();
         let cases = [
             (lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0), 2.19),
-            (lane(12.0, 1_000.0, 1.5, 0.0, 4_000.0, 2_000.0), 3.624_444),
+            (lane(12.0, 1_000.0, 1.5, 0.0, 4_000.0, 2_000.0), 3.68),
             (lane(12.0, 4_000.0, 1.5, 0.0, 4_000.0, 2_000.0), 4.18),
             (lane(0.0, 0.0, 0.0, 0.0, 0.0, 0.0), 0.305),
             (lane(1.0, 0.0, 0.0, 0.0, 0.0, 0.0), 0.81),

@@ -37,6 +37,7 @@
 
 use kvroute_index::Slot;
 use kvroute_load::Validity;
+use wide::{CmpGt, f32x8};
 
 use crate::config::{Policy, ProjectedMode, ScoreConfig};
 use crate::cost::{CostKind, Params};
@@ -233,22 +234,30 @@ impl Ctx<'_> {
     }
 
     /// Mean of `costs` over the occupied slots other than `skip` whose cost is finite (0
-    /// when there is none), summed in `f64` in slot order.
+    /// when there is none): the sum over all of them, less `skip`'s cost when it counts,
+    /// over their number. One `f32x8` pass over the padded lanes (slot `i` into lane
+    /// `i mod 8`), the lanes then added in order: the same for both engines.
     fn mean_except(&self, costs: &[f32], skip: usize) -> f32 {
         let f = self.fleet;
-        let (mut sum, mut n) = (0.0f64, 0u32);
-        let slots = f.occupied[..f.len].iter().zip(&costs[..f.len]).enumerate();
-        for (i, (&occupied, &c)) in slots {
-            if i != skip && occupied > 0.0 && c.is_finite() {
-                sum += f64::from(c);
-                n += 1;
-            }
+        let n = f.lane_len();
+        let (mut acc, mut count) = (f32x8::ZERO, f32x8::ZERO);
+        // Lanes are padded to a multiple of 8 (`LANE_PAD`).
+        let occupied: &[[f32; 8]] = bytemuck::cast_slice(&f.occupied[..n]);
+        let chunks: &[[f32; 8]] = bytemuck::cast_slice(&costs[..n]);
+        for (&o, &c) in occupied.iter().zip(chunks) {
+            let (o, c) = (f32x8::new(o), f32x8::new(c));
+            let keep = o.cmp_gt(f32x8::ZERO) & c.is_finite();
+            acc += keep.blend(c, f32x8::ZERO);
+            count += keep.blend(f32x8::ONE, f32x8::ZERO);
         }
-        if n == 0 {
-            0.0
-        } else {
-            (sum / f64::from(n)) as f32
+        let mut sum = acc.to_array().iter().fold(0.0f32, |a, &b| a + b);
+        let mut k = count.to_array().iter().fold(0.0f32, |a, &b| a + b);
+        let c = costs[skip];
+        if f.occupied[skip] > 0.0 && c.is_finite() {
+            sum -= c;
+            k -= 1.0;
         }
+        if k > 0.0 { sum / k } else { 0.0 }
     }
 
     fn owner_pressure<E: Engine>(&self, s: &mut Scorer) -> Choice {

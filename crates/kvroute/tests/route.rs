@@ -44,8 +44,8 @@ fn route_picks_the_cache_owner_when_idle() {
 
 /// Incident A in small, 256 output tokens: worker 1 owns the prefix with 38 running and 109
 /// waiting (q 147 > 64 slots: n = 64), queued 6,976 tokens, KV 0.6 → it waits for the 84th
-/// free slot, 84 × 256 × (64/1,000)/65 = 21.173 s (> 0.872 s of queue), + 64 × 0.008 +
-/// 127 × 0.256 + 0.225 = 54.422 s. Worker 5 is lightly loaded (2 running, n = 3, KV 0.05):
+/// free slot, one every 0.256 s: 21.504 s (> 0.872 s of queue), + 64 × 0.008 +
+/// 127 × 0.256 + 0.225 = 54.753 s. Worker 5 is lightly loaded (2 running, n = 3, KV 0.05):
 /// 3 × 0.52 + 5 × 0.256 + 0.0079 = 2.848 s. Workers 2–4 are idle: 0.52 + 0.256 = 0.776 s
 /// each. Each routed request reserves one request, 4,160 prefill and 256 decode tokens on
 /// its worker: 0.52 + 2 × 0.52 + 3 × 0.256 = 2.328 s there. So three requests go to the
