@@ -3,10 +3,11 @@
 
 use kvroute_score::{Fleet, ScoreRequest, SlotFigures};
 
-/// The scored request: a 2,048-token prompt in blocks of 16.
+/// The scored request: a 2,048-token prompt in blocks of 16, 256 output tokens expected.
 pub const SCORE_REQUEST: ScoreRequest = ScoreRequest {
     prompt_tokens: 2_048,
     block_size: 16,
+    expected_output_tokens: 256,
 };
 
 /// The fleet of `workers` slots: slot `w` has `w % 9` requests, `(37 w) % 4,000` queued and

@@ -110,25 +110,29 @@ pub struct ScoreConfig {
     /// `0.0..=60.0`, default 0.15 (the gateway's).
     pub kv_barrier_s: f32,
     /// Tokens assumed per request when telemetry reports request counts but no token
-    /// figures (tokens), `1..=1_048_576`, default 512.
+    /// figures, and the output assumed for a request that gives none
+    /// ([`ScoreRequest::expected_output_tokens`](crate::ScoreRequest) 0) (tokens),
+    /// `1..=1_048_576`, default 512.
     pub tokens_per_request: u32,
     /// Owner pressure high watermark (ratio), `0.0..=2.0`, default 0.9 (incident B).
     pub watermark: f32,
     /// Owner slack: a spill target must be at least this much less pressured than the best
     /// owner (ratio), `0.0..=1.0`, default 0.1 (incident B).
     pub owner_slack: f32,
-    /// `projected_time` hard load escape: when the projected winner's load-only seconds
-    /// exceed the load-only winner's by more than this, the load-only winner is taken
-    /// (seconds), `0.0..=3600.0`, default 2.0.
+    /// `projected_time` hard load escape, absolute part (seconds), `0.0..=3600.0`, default
+    /// 2.0. The load-only winner (least `least_load` seconds) is taken when the projected
+    /// winner's `least_load` seconds exceed its own by more than this and by more than
+    /// `escape_margin_s + escape_margin_rel · mean`, `mean` the mean `least_load` seconds of
+    /// the occupied slots other than the projected winner.
     pub escape_margin_s: f32,
-    /// `projected_time`: count the decode term `decode/dtps` only for workers whose batch
-    /// is full (occupancy `(running + waiting + reserved)/max_running` at least 1), on the
-    /// reasoning that a continuous-batching engine with a free slot schedules a new request
-    /// beside its decode at once. Default `false` (the decode term always counts, incident
-    /// A's formula as written). A worker whose occupancy is unknown counts as having room.
-    /// Measured on the conversation trace in `docs/RESULTS.md`; off by default because it
-    /// concentrates a hot-prefix burst on fewer engines (`hot-owner-51`).
-    pub decode_full_batch_only: bool,
+    /// `projected_time` hard load escape, load-relative part (dimensionless, a multiple of
+    /// the other workers' mean `least_load` seconds), `0.0..=100.0`, default 2.0. In a
+    /// saturated fleet every worker carries seconds of load and the ordinary spread between
+    /// workers exceeds a fixed margin, so the escape fires only for a winner more loaded than
+    /// the least-loaded worker by the absolute part plus twice the others' average load.
+    /// With the others idle the margin is the absolute part. 0 keeps only the absolute part.
+    /// Measured in `docs/RESULTS.md`.
+    pub escape_margin_rel: f32,
     /// `cache_aware` imbalance gate, absolute part (requests), `0.0..=1e6`, default 64.
     pub imbalance_abs: f32,
     /// `cache_aware` imbalance gate, relative part (ratio), `1.0..=1000.0`, default 1.5.
@@ -154,7 +158,7 @@ impl Default for ScoreConfig {
             watermark: 0.9,
             owner_slack: 0.1,
             escape_margin_s: 2.0,
-            decode_full_batch_only: false,
+            escape_margin_rel: 2.0,
             imbalance_abs: 64.0,
             imbalance_rel: 1.5,
             cache_threshold: 0.3,
@@ -253,6 +257,13 @@ impl ScoreConfig {
             self.escape_margin_s,
             0.0,
             3600.0,
+        )?;
+        check(
+            "escape_margin_rel",
+            "0.0..=100.0",
+            self.escape_margin_rel,
+            0.0,
+            100.0,
         )?;
         check(
             "imbalance_abs",

@@ -16,9 +16,11 @@
 //!   partial or stale), every slot uses the old pressure `max(k, util)` and the choice
 //!   records the fallback cause.
 //! * `projected_time` (incident A): `off` = `least_load`; `shadow` = `least_load` with the
-//!   enforce choice as counterfactual; `enforce` = least projected seconds, unless that
-//!   winner's `least_load` seconds exceed the `least_load` winner's by more than
-//!   `escape_margin_s` (then the latter, [`Reason::LoadEscape`]).
+//!   enforce choice as counterfactual; `enforce` = least projected seconds (the latency the
+//!   request adds, [`crate::cost`]), unless that winner's `least_load` seconds exceed the
+//!   `least_load` winner's by more than `escape_margin_s` and by more than
+//!   `escape_margin_s + escape_margin_rel · mean`, `mean` the mean `least_load` seconds of
+//!   the other occupied slots (then the latter, [`Reason::LoadEscape`]).
 //! * `dynamo_cost`, `lmetric`: least cost of their formulas.
 //! * `cache_aware` (the gateway): if `max − min > imbalance_abs` and
 //!   `max > min · imbalance_rel` (requests), the fewest requests ([`Reason::LoadEscape`]);
@@ -35,6 +37,7 @@
 
 use kvroute_index::Slot;
 use kvroute_load::Validity;
+use wide::{CmpGt, f32x8};
 
 use crate::config::{Policy, ProjectedMode, ScoreConfig};
 use crate::cost::{CostKind, Params};
@@ -49,6 +52,9 @@ pub struct ScoreRequest {
     pub prompt_tokens: u32,
     /// Block size of the overlaps (tokens per block, > 0; 0 is treated as 1).
     pub block_size: u32,
+    /// Expected output length (tokens), the decode work `projected_time` charges; 0 =
+    /// unknown, [`ScoreConfig::tokens_per_request`] is assumed.
+    pub expected_output_tokens: u32,
 }
 
 /// The per-decision tie-breaking inputs the caller owns.
@@ -213,11 +219,45 @@ impl Ctx<'_> {
             return none();
         };
         let lc = s.aux[l];
-        if s.aux[p] - lc > self.cfg.escape_margin_s {
+        let gap = s.aux[p] - lc;
+        // The others' mean is only needed (one scalar pass, the same for both engines) when
+        // the absolute part alone is exceeded.
+        if gap > self.cfg.escape_margin_s
+            && gap
+                > self.cfg.escape_margin_s
+                    + self.cfg.escape_margin_rel * self.mean_except(&s.aux, p)
+        {
             self.choice(l, Reason::LoadEscape, s.costs[l])
         } else {
             self.choice(p, self.classify(p), pc)
         }
+    }
+
+    /// Mean of `costs` over the occupied slots other than `skip` whose cost is finite (0
+    /// when there is none): the sum over all of them, less `skip`'s cost when it counts,
+    /// over their number. One `f32x8` pass over the padded lanes (slot `i` into lane
+    /// `i mod 8`), the lanes then added in order: the same for both engines.
+    fn mean_except(&self, costs: &[f32], skip: usize) -> f32 {
+        let f = self.fleet;
+        let n = f.lane_len();
+        let (mut acc, mut count) = (f32x8::ZERO, f32x8::ZERO);
+        // Lanes are padded to a multiple of 8 (`LANE_PAD`).
+        let occupied: &[[f32; 8]] = bytemuck::cast_slice(&f.occupied[..n]);
+        let chunks: &[[f32; 8]] = bytemuck::cast_slice(&costs[..n]);
+        for (&o, &c) in occupied.iter().zip(chunks) {
+            let (o, c) = (f32x8::new(o), f32x8::new(c));
+            let keep = o.cmp_gt(f32x8::ZERO) & c.is_finite();
+            acc += keep.blend(c, f32x8::ZERO);
+            count += keep.blend(f32x8::ONE, f32x8::ZERO);
+        }
+        let mut sum = acc.to_array().iter().fold(0.0f32, |a, &b| a + b);
+        let mut k = count.to_array().iter().fold(0.0f32, |a, &b| a + b);
+        let c = costs[skip];
+        if f.occupied[skip] > 0.0 && c.is_finite() {
+            sum -= c;
+            k -= 1.0;
+        }
+        if k > 0.0 { sum / k } else { 0.0 }
     }
 
     fn owner_pressure<E: Engine>(&self, s: &mut Scorer) -> Choice {
@@ -315,7 +355,11 @@ fn decide<E: Engine>(
             default_decode_tps: cfg.default_decode_tps,
             kv_barrier_s: cfg.kv_barrier_s,
             dynamo_weight: cfg.dynamo_overlap_weight,
-            decode_full_batch_only: cfg.decode_full_batch_only,
+            output: if req.expected_output_tokens > 0 {
+                req.expected_output_tokens as f32
+            } else {
+                cfg.tokens_per_request as f32
+            },
         },
         rule: TieRule {
             band: if random.is_some() {

@@ -29,8 +29,11 @@
 //! * `load_aware{beta}` (incident C): `−(matched/prompt − beta·(requests − mean)/max(1, mean))`.
 //! * `owner_pressure` (incident B): `max(k, util, occupancy)` with DP-summed occupancy, 0.9
 //!   watermark, 0.1 slack, hold on the least-pressured owner, old-pressure fallback.
-//! * `projected_time` (incident A): `queued/prefill_tps + decode/decode_tps +
-//!   uncached/prefill_tps + barrier` seconds; off | shadow | enforce with the hard escape.
+//! * `projected_time` (incident A): the latency the request adds to the worker, seconds:
+//!   `max(queued/prefill_tps, slot wait) + n·uncached/prefill_tps +
+//!   (2n − 1)·output/decode_tps + barrier`, `n` the batch it decodes in (derivation in
+//!   module `cost`); off | shadow | enforce with the hard escape (an absolute and a
+//!   load-relative margin).
 //! * `dynamo_cost`, `lmetric`, `cache_aware`: the peers' models (`docs/FAILURE-MODES.md`).
 //!
 //! Policies that weigh load against cache fall back to `least_load` when any occupied

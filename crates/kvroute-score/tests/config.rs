@@ -95,6 +95,20 @@ fn every_knob_out_of_range_is_rejected_by_name() {
             },
         ),
         (
+            "escape_margin_rel",
+            ScoreConfig {
+                escape_margin_rel: 100.5,
+                ..d
+            },
+        ),
+        (
+            "escape_margin_rel",
+            ScoreConfig {
+                escape_margin_rel: -0.1,
+                ..d
+            },
+        ),
+        (
             "imbalance_abs",
             ScoreConfig {
                 imbalance_abs: -1.0,

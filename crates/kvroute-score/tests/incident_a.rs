@@ -2,11 +2,17 @@
 //! modelled by adding each pick's work to its lanes; item 10 belongs to the simulator).
 //! Every expected value is computed by hand in the comments, with the default knobs:
 //! prefill 8,000 tokens/s and decode 1,000 tokens/s when not reported, `least_load`
-//! 2,000 tokens/s, barrier 0.15 s · k/(1−k), escape margin 2 s, block size 16.
+//! 2,000 tokens/s, barrier 0.15 s · k/(1−k), escape margin 2 s + 2 × the other slots' mean
+//! `least_load` seconds, block size 16.
+//!
+//! Projected seconds (`kvroute_score` module `cost`): `max(queued/π, wait) + n·U/π +
+//! (2n − 1)·O/δ + barrier`, `q` requests, `U` uncached tokens, `O` expected output tokens,
+//! `n = q + 1` while occupancy is below 1, else the cap `M = q/occupancy`, and then
+//! `wait = (q − M + 1)·O/δ` (0 while there is room).
 
 mod common;
 
-use common::{both, cfg, slot};
+use common::{both, both_out, cfg, slot};
 use kvroute_load::Validity;
 use kvroute_score::{
     FallbackCause, Fleet, Policy, ProjectedMode, Reason, ScoreConfig, ScoreRequest, Scorer,
@@ -31,60 +37,97 @@ fn fig(overlap: f32, requests: f32, queued: f32, decode: f32, kv: f32) -> SlotFi
     }
 }
 
-/// Item 1. Slot 0 owns the 4,096-token prefix (256 blocks) of 4,160-token prompts, with
-/// 109 waiting and 38 running: queued 109 × 64 = 6,976 tokens, decode 38 × 4,200 =
-/// 159,600 tokens, KV 0.6. Projected: 6,976/8,000 + 159,600/1,000 + 64/8,000 +
-/// 0.15·0.6/0.4 = 0.872 + 159.6 + 0.008 + 0.225 = 160.705 s. Slot 50 is lightly loaded (2
-/// running: decode 8,400 tokens, KV 0.05): 8.4 + 0.52 + 0.0079 = 8.928 s. The 49 idle
-/// peers: 4,160/8,000 = 0.52 s. Each pick reserves 4,160 prefill + 256 decode tokens, which
-/// lifts its peer to 0.52 + 0.52 + 0.256 = 1.296 s, so 49 new hot-prefix requests go to
-/// the 49 idle peers, one each, and none to the owner or the light worker.
+/// Item 1. 51 workers of 38 slots; slot 0 owns the 4,096-token prefix (256 blocks) of
+/// 4,160-token prompts (256 output tokens) with 38 running and 109 waiting: q = 147,
+/// occupancy 147/38, so M = 38 = n; queued 109 × 64 = 6,976 tokens (0.872 s), KV 0.6.
+/// Its wait for the 110th free slot: 110 × 0.256 = 28.16 s; prefill 38 × 64/8,000 =
+/// 0.304 s; decode 75 × 0.256 = 19.2 s; barrier 0.15·0.6/0.4 = 0.225 s: 47.889 s. Slot 50 has 2 running (n = 3, KV 0.05): 3 × 4,160/8,000 + 5 × 0.256 +
+/// 0.15·0.05/0.95 = 1.56 + 1.28 + 0.0079 = 2.8479 s. The 49 idle peers: 4,160/8,000 +
+/// 0.256 = 0.776 s. Each pick reserves one request, 4,160 prefill and 256 decode tokens,
+/// which lifts its peer (n = 2) to 0.52 + 2 × 0.52 + 3 × 0.256 = 2.328 s, so 49 new
+/// hot-prefix requests go to the 49 idle peers, one each, and the 50th to a peer at
+/// 2.328 s, never to the owner or the light worker.
 #[test]
 fn incident_a_1_deterministic_51_worker_regression() {
-    let mut slots = vec![Some(fig(0.0, 0.0, 0.0, 0.0, 0.0)); 51];
-    slots[0] = Some(fig(256.0, 147.0, 6_976.0, 159_600.0, 0.6));
-    slots[50] = Some(fig(0.0, 2.0, 0.0, 8_400.0, 0.05));
+    let with_occ = |f: SlotFigures| SlotFigures {
+        occupancy: Some(f.requests / 38.0),
+        ..f
+    };
+    let mut slots = vec![Some(with_occ(fig(0.0, 0.0, 0.0, 0.0, 0.0))); 51];
+    slots[0] = Some(with_occ(fig(256.0, 147.0, 6_976.0, 159_600.0, 0.6)));
+    slots[50] = Some(with_occ(fig(0.0, 2.0, 0.0, 8_400.0, 0.05)));
+    let owner = both_out(
+        &Fleet::from_slots(&slots[..1]),
+        4_160,
+        256,
+        &cfg(ENFORCE),
+        0,
+    );
+    assert!((owner.cost - 47.889).abs() < 1e-3, "{owner:?}");
+    let light = both_out(
+        &Fleet::from_slots(&slots[50..]),
+        4_160,
+        256,
+        &cfg(ENFORCE),
+        0,
+    );
+    assert!((light.cost - 2.847_89).abs() < 1e-4, "{light:?}");
     let mut seen = [0u32; 51];
-    for cursor in 0..49u32 {
-        let c = both(&Fleet::from_slots(&slots), 4_160, &cfg(ENFORCE), cursor);
+    for cursor in 0..50u32 {
+        let c = both_out(
+            &Fleet::from_slots(&slots),
+            4_160,
+            256,
+            &cfg(ENFORCE),
+            cursor,
+        );
         let s = slot(&c) as usize;
         assert!((1..50).contains(&s), "request {cursor} went to {s}: {c:?}");
         assert_eq!(c.reason, Reason::Spill);
-        assert!((c.cost - 0.52).abs() < 1e-6, "{c:?}");
+        let want = if cursor < 49 { 0.776 } else { 2.328 };
+        assert!((c.cost - want).abs() < 1e-5, "request {cursor}: {c:?}");
         seen[s] += 1;
         let f = slots[s].as_mut().unwrap();
         f.requests += 1.0;
+        f.occupancy = Some(f.requests / 38.0);
         f.queued_tokens += 4_160.0;
         f.decode_tokens += 256.0;
     }
-    assert!(seen[1..50].iter().all(|&n| n == 1), "{seen:?}");
+    assert_eq!(seen[1..50].iter().sum::<u32>(), 50, "{seen:?}");
+    assert!(
+        seen[1..50].iter().all(|&n| (1..=2).contains(&n)),
+        "{seen:?}"
+    );
 }
 
-/// Item 2, both sides of the crossover. Slot 0 holds the whole 1,600-token prompt (100
-/// blocks) and has `q` queued tokens: q/8,000 s. Slot 1 is idle: 1,600/8,000 = 0.2 s. The
-/// crossover is q = 1,600. q = 1,200: 0.15 s < 0.2 s, the owner keeps it. q = 2,000:
-/// 0.25 s > 0.2 s, the peer takes it. Neither is an escape (load-only gaps of 0.15
-/// s and 0.25 s of `least_load` seconds, both below the 2 s margin).
+/// Item 2, both sides of the crossover. 4,000-token prompts expecting 100 output tokens
+/// (0.1 s of decode at 1,000 tokens/s). Slot 0 holds the whole prompt (250 blocks) with one
+/// request in flight (n = 2) and `q` queued tokens: q/8,000 + 3 × 0.1 s. Slot 1 is idle:
+/// 4,000/8,000 + 0.1 = 0.6 s. The crossover is q = 2,400. q = 2,000: 0.55 s < 0.6 s, the
+/// owner keeps it. q = 2,800: 0.65 s > 0.6 s, the peer takes it. Neither is an escape
+/// (`least_load` gaps of 0.25 s and 0.35 s, below the 2 s margin).
 #[test]
 fn incident_a_2_affinity_preferred_when_saved_prefill_exceeds_load_penalty() {
     let at = |q: f32| {
         let f = Fleet::from_slots(&[
-            Some(fig(100.0, 3.0, q, 0.0, 0.0)),
+            Some(fig(250.0, 1.0, q, 0.0, 0.0)),
             Some(fig(0.0, 0.0, 0.0, 0.0, 0.0)),
         ]);
-        both(&f, 1_600, &cfg(ENFORCE), 1)
+        both_out(&f, 4_000, 100, &cfg(ENFORCE), 1)
     };
-    let below = at(1_200.0);
+    let below = at(2_000.0);
     assert_eq!((slot(&below), below.reason), (0, Reason::CacheHold));
-    assert!((below.cost - 0.15).abs() < 1e-6);
-    let above = at(2_000.0);
+    assert!((below.cost - 0.55).abs() < 1e-6, "{below:?}");
+    let above = at(2_800.0);
     assert_eq!((slot(&above), above.reason), (1, Reason::Spill));
-    assert!((above.cost - 0.2).abs() < 1e-6);
+    assert!((above.cost - 0.6).abs() < 1e-6, "{above:?}");
 }
 
 /// Item 3 at the scorer level: 8 identical requests on 4 idle workers, each pick's work
 /// added to its lanes before the next decision (what a reservation does), all with the
-/// same cursor: 2 per worker.
+/// same cursor: 2 per worker. (An idle worker costs 1,000/8,000 + 0.512 = 0.637 s with the
+/// assumed 512 output tokens; one with the first request 0.125 + 2 × 0.125 + 3 × 0.512 =
+/// 1.911 s.)
 #[test]
 fn incident_a_3_simultaneous_identical_requests_spread_through_reservations() {
     let mut slots = vec![Some(fig(0.0, 0.0, 0.0, 0.0, 0.0)); 4];
@@ -101,56 +144,58 @@ fn incident_a_3_simultaneous_identical_requests_spread_through_reservations() {
     assert_eq!(seen, [2, 2, 2, 2]);
 }
 
-/// Item 4. Slot 0 holds the 1,600-token prompt, nothing queued, `d` active decode tokens:
-/// d/1,000 s. Slot 1 idle: 0.2 s. d = 100: 0.1 s, the owner; d = 300: 0.3 s, the peer.
+/// Item 4. 2,000-token prompts expecting 100 output tokens. Slot 0 holds the prompt (125
+/// blocks), nothing queued, `r` requests decoding (occupancy r/32): (2(r + 1) − 1) × 0.1 s.
+/// Slot 1 idle: 2,000/8,000 + 0.1 = 0.35 s. r = 1: 0.3 s, the owner; r = 2: 0.5 s, the
+/// peer (at 0.35 s).
 #[test]
 fn incident_a_4_active_decode_occupancy_changes_the_winner() {
-    let at = |d: f32| {
-        let f = Fleet::from_slots(&[
-            Some(fig(100.0, 1.0, 0.0, d, 0.0)),
-            Some(fig(0.0, 0.0, 0.0, 0.0, 0.0)),
-        ]);
-        both(&f, 1_600, &cfg(ENFORCE), 1)
-    };
-    assert_eq!(slot(&at(100.0)), 0);
-    let c = at(300.0);
-    assert_eq!(slot(&c), 1);
-    assert!((c.cost - 0.2).abs() < 1e-6);
-}
-
-/// Item 4 with `decode_full_batch_only`: slot 0 holds the 1,600-token prompt with 300
-/// active decode tokens. With a full batch (occupancy 1) its decode counts, 300/1,000 =
-/// 0.3 s > the idle slot 1's 1,600/8,000 = 0.2 s: the peer. With room in the batch
-/// (occupancy 0.5) the decode term is 0: the owner at 0 s. Without the knob the owner pays
-/// 0.3 s at either occupancy.
-#[test]
-fn incident_a_4_decode_counts_only_for_a_full_batch_when_configured() {
-    let at = |occupancy: f32, full_only: bool| {
+    let at = |r: f32| {
         let owner = SlotFigures {
-            occupancy: Some(occupancy),
-            ..fig(100.0, 1.0, 0.0, 300.0, 0.0)
+            occupancy: Some(r / 32.0),
+            ..fig(125.0, r, 0.0, r * 2_100.0, 0.0)
         };
         let f = Fleet::from_slots(&[Some(owner), Some(fig(0.0, 0.0, 0.0, 0.0, 0.0))]);
-        let cfg = ScoreConfig {
-            decode_full_batch_only: full_only,
-            ..cfg(ENFORCE)
-        };
-        both(&f, 1_600, &cfg, 1)
+        both_out(&f, 2_000, 100, &cfg(ENFORCE), 1)
     };
-    let c = at(1.0, true);
-    assert_eq!(slot(&c), 1);
-    assert!((c.cost - 0.2).abs() < 1e-6, "{c:?}");
-    let c = at(0.5, true);
+    let c = at(1.0);
     assert_eq!(slot(&c), 0);
-    assert!(c.cost.abs() < 1e-6, "{c:?}");
-    let c = at(0.5, false);
+    assert!((c.cost - 0.3).abs() < 1e-6, "{c:?}");
+    let c = at(2.0);
     assert_eq!(slot(&c), 1);
-    assert!((c.cost - 0.2).abs() < 1e-6, "{c:?}");
+    assert!((c.cost - 0.35).abs() < 1e-6, "{c:?}");
 }
 
-/// Item 5. Slot 0 holds the 1,600-token prompt with 1,000 queued tokens: projected 0.125 s
-/// beats the idle slot 1's 0.2 s, but `least_load` gives slot 0 1,000/8,000 = 0.125 s and
-/// slot 1 0 s. With any slot not fresh, the decision is `least_load`'s, with the reason
+/// Item 4 for a full batch: the owner waits for a running slot. 1,600-token prompts
+/// expecting 100 output tokens. Slot 0 holds the prompt, 32 running + 8 waiting of a 32-slot
+/// cap (occupancy 1.25, so M = n = 32): it needs the 9th slot to free, one every 0.1 s:
+/// 0.9 s; prefill 0; decode 63 × 0.1 = 6.3 s: 7.2 s. Slot 1 has room
+/// (31 running, occupancy 31/32, n = 32) but must prefill: 32 × 1,600/8,000 + 6.3 = 12.7 s;
+/// the owner keeps it. Against an idle slot 1 (0.2 + 0.1 = 0.3 s) the owner loses.
+#[test]
+fn incident_a_4_a_full_batch_waits_for_a_slot() {
+    let owner = SlotFigures {
+        occupancy: Some(1.25),
+        ..fig(100.0, 40.0, 0.0, 0.0, 0.0)
+    };
+    let nearly_full = SlotFigures {
+        occupancy: Some(31.0 / 32.0),
+        ..fig(0.0, 31.0, 0.0, 0.0, 0.0)
+    };
+    let f = Fleet::from_slots(&[Some(owner), Some(nearly_full)]);
+    let c = both_out(&f, 1_600, 100, &cfg(ENFORCE), 1);
+    assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
+    assert!((c.cost - 7.2).abs() < 1e-4, "{c:?}");
+    let f = Fleet::from_slots(&[Some(owner), Some(fig(0.0, 0.0, 0.0, 0.0, 0.0))]);
+    let c = both_out(&f, 1_600, 100, &cfg(ENFORCE), 0);
+    assert_eq!((slot(&c), c.reason), (1, Reason::Spill));
+    assert!((c.cost - 0.3).abs() < 1e-6, "{c:?}");
+}
+
+/// Item 5. 1,600-token prompts expecting 10 output tokens (0.01 s of decode). Slot 0 holds
+/// the prompt with 2 requests and 1,000 queued tokens: projected 0.125 + 5 × 0.01 = 0.175 s
+/// beats the idle slot 1's 0.2 + 0.01 = 0.21 s, but `least_load` gives slot 0 1,000/8,000 =
+/// 0.125 s and slot 1 0 s. With any slot not fresh, the decision is `least_load`'s, with the reason
 /// naming the cause, among the slots whose own figures are trusted (fresh or partial): a
 /// missing, stale or invalid slot 1 reads as idle but is not eligible, so slot 0 wins at
 /// 0.125 s; a partial slot 1 (its own figures current) wins at 0 s, as does a fresh slot 1
@@ -170,7 +215,7 @@ fn incident_a_5_bad_telemetry_falls_back_to_load_only() {
             ];
             slots[bad].validity = v;
             let f = Fleet::from_slots(&slots.map(Some));
-            let c = both(&f, 1_600, &cfg(ENFORCE), 0);
+            let c = both_out(&f, 1_600, 10, &cfg(ENFORCE), 0);
             let untrusted_idle = bad == 1 && v != Validity::Partial;
             let (want_slot, want_cost) = if untrusted_idle { (0, 0.125) } else { (1, 0.0) };
             assert_eq!(slot(&c), want_slot, "{v:?} on {bad}");
@@ -183,11 +228,12 @@ fn incident_a_5_bad_telemetry_falls_back_to_load_only() {
         Some(fig(100.0, 2.0, 1_000.0, 0.0, 0.0)),
         Some(fig(0.0, 0.0, 0.0, 0.0, 0.0)),
     ]);
-    let c = both(&fresh, 1_600, &cfg(ENFORCE), 0);
+    let c = both_out(&fresh, 1_600, 10, &cfg(ENFORCE), 0);
     assert_eq!(
         (slot(&c), c.reason, c.fallback),
         (0, Reason::CacheHold, None)
     );
+    assert!((c.cost - 0.175).abs() < 1e-6, "{c:?}");
 }
 
 fn random_fleet(seed: u64, n: usize) -> Fleet {
@@ -222,31 +268,72 @@ proptest! {
     }
 }
 
-/// Item 8. Slot 0 holds the whole 16,000-token prompt (1,000 blocks) but prefills at 100
-/// tokens/s with 300 queued tokens: projected 300/100 = 3 s, against the idle slot 1's
-/// 16,000/100 = 160 s, so the projected winner is slot 0. Its `least_load` seconds are
-/// 300/100 = 3 s against slot 1's 0 s: a 3 s gap. Margin 2 s: escape to slot 1. Margin
-/// 5 s: slot 0 keeps it.
+/// Item 8. 16,000-token prompts expecting 10 output tokens (0.01 s of decode at 1,000
+/// tokens/s). Slot 0 holds the whole prompt (1,000 blocks) but prefills at 100 tokens/s,
+/// with one request and 300 queued tokens: projected 300/100 + 3 × 0.01 = 3.03 s, against
+/// the idle slot 1's (no request) 16,000/100 + 0.01 = 160.01 s, so the projected winner is slot 0. Its
+/// `least_load` seconds are 300/100 = 3 s against slot 1's 0 s: a 3 s gap. The other
+/// slot's mean is 0, so the margin is the absolute 2 s: escape to slot 1. Margin 5 s: slot
+/// 0 keeps it.
 #[test]
 fn incident_a_8_enforce_takes_the_hard_load_escape() {
-    let slow = |overlap, queued| SlotFigures {
+    let slow = |overlap, requests, queued| SlotFigures {
         prefill_tps: 100.0,
-        ..fig(overlap, 1.0, queued, 0.0, 0.0)
+        ..fig(overlap, requests, queued, 0.0, 0.0)
     };
-    let f = Fleet::from_slots(&[Some(slow(1_000.0, 300.0)), Some(slow(0.0, 0.0))]);
-    let c = both(&f, 16_000, &cfg(ENFORCE), 0);
+    let f = Fleet::from_slots(&[Some(slow(1_000.0, 1.0, 300.0)), Some(slow(0.0, 0.0, 0.0))]);
+    let c = both_out(&f, 16_000, 10, &cfg(ENFORCE), 0);
     assert_eq!((slot(&c), c.reason), (1, Reason::LoadEscape));
     assert!(
-        (c.cost - 160.0).abs() < 1e-3,
+        (c.cost - 160.01).abs() < 1e-3,
         "the chosen slot's projected seconds: {c:?}"
     );
     let wide_margin = ScoreConfig {
         escape_margin_s: 5.0,
         ..cfg(ENFORCE)
     };
-    let c = both(&f, 16_000, &wide_margin, 0);
+    let c = both_out(&f, 16_000, 10, &wide_margin, 0);
     assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
-    assert!((c.cost - 3.0).abs() < 1e-6);
+    assert!((c.cost - 3.03).abs() < 1e-5, "{c:?}");
+}
+
+/// Item 8, the load-relative part. The fleet of item 8 plus slot 2, a worker without the
+/// prefix carrying one request and 200 queued tokens at 100 tokens/s (`least_load` 2 s; projected 2 +
+/// 2 × 160 + 3 × 0.01 = 322.03 s). The projected winner is still slot 0 (3.03 s), the
+/// load-only winner slot 1 (0 s), the gap 3 s. The others' mean `least_load` is
+/// (0 + 2)/2 = 1 s, so the default margin is 2 + 2 × 1 = 4 s > 3 s: slot 0 keeps it. With
+/// `escape_margin_rel` 0 the margin is 2 s: escape to slot 1. With rel 0.9 it is 2.9 s:
+/// escape; with rel 1.1, 3.1 s: no escape.
+#[test]
+fn incident_a_8_the_escape_margin_grows_with_the_fleets_load() {
+    let slow = |overlap, requests, queued| SlotFigures {
+        prefill_tps: 100.0,
+        ..fig(overlap, requests, queued, 0.0, 0.0)
+    };
+    let f = Fleet::from_slots(&[
+        Some(slow(1_000.0, 1.0, 300.0)),
+        Some(slow(0.0, 0.0, 0.0)),
+        Some(slow(0.0, 1.0, 200.0)),
+    ]);
+    for (rel, escapes) in [(2.0, false), (0.0, true), (0.9, true), (1.1, false)] {
+        let c = both_out(
+            &f,
+            16_000,
+            10,
+            &ScoreConfig {
+                escape_margin_rel: rel,
+                ..cfg(ENFORCE)
+            },
+            0,
+        );
+        let want = if escapes {
+            (1, Reason::LoadEscape, 160.01)
+        } else {
+            (0, Reason::CacheHold, 3.03)
+        };
+        assert_eq!((slot(&c), c.reason), (want.0, want.1), "rel {rel}: {c:?}");
+        assert!((c.cost - want.2).abs() < 1e-3, "rel {rel}: {c:?}");
+    }
 }
 
 /// Item 9: knobs out of range are rejected, naming the knob (more in `config.rs`).
@@ -266,6 +353,7 @@ fn incident_a_9_runtime_knobs_are_bounded() {
     let req = ScoreRequest {
         prompt_tokens: 10,
         block_size: 16,
+        expected_output_tokens: 0,
     };
     assert!(s.score(&f, req, &bad, TieInput::default()).slot.is_some());
 }

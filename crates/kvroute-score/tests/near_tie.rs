@@ -23,6 +23,7 @@ fn seeded_routers_spread_a_burst_one_deterministic_router_sends_to_one_worker() 
     let req = ScoreRequest {
         prompt_tokens: 100,
         block_size: 16,
+        expected_output_tokens: 256,
     };
     let mut s = Scorer::new();
 

@@ -100,10 +100,11 @@ proptest! {
         draw in proptest::option::of(any::<u64>()),
         near in prop_oneof![Just(0.0f32), Just(0.05)],
         eps in prop_oneof![Just(0.0f32), Just(1e-3), Just(0.2)],
-        full_only in any::<bool>(),
+        output in prop_oneof![Just(0u32), 1u32..4_000],
+        rel in prop_oneof![Just(0.0f32), Just(2.0), Just(0.5)],
     ) {
         let f = fleet(SIZES[size], seed, specials, vacancy);
-        let req = ScoreRequest { prompt_tokens: prompt, block_size: 16 };
+        let req = ScoreRequest { prompt_tokens: prompt, block_size: 16, expected_output_tokens: output };
         let tie = TieInput { cursor, random: draw };
         let mut s = Scorer::new();
         for policy in policies() {
@@ -111,7 +112,7 @@ proptest! {
                 policy,
                 near_tie_band: near,
                 tie_epsilon: eps,
-                decode_full_batch_only: full_only,
+                escape_margin_rel: rel,
                 ..ScoreConfig::default()
             };
             let a = s.score(&f, req, &cfg, tie);

@@ -57,7 +57,8 @@
 //! router.publish(now)?;
 //!
 //! // A request continuing that prompt goes to its cache owner: projected prefill of the
-//! // 2 uncached tokens on `a` (2/8,000 s) beats all 10 tokens on `b` (10/8,000 s).
+//! // 2 uncached tokens on `a` (2/8,000 s) beats all 10 tokens on `b` (10/8,000 s); the
+//! // 64 output tokens cost both the same (64/1,000 s at the default decode throughput).
 //! let mut tokens = prompt.clone();
 //! tokens.extend([7, 8]);
 //! let decision = router.route(&RouteRequest::tokens(&tokens, 64, now))?;

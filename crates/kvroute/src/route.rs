@@ -116,6 +116,7 @@ impl Router {
         let sreq = ScoreRequest {
             prompt_tokens: req.prompt_tokens,
             block_size: u32::try_from(bs).unwrap_or(u32::MAX),
+            expected_output_tokens: req.expected_output_tokens,
         };
         let max = self.max_rescores;
         // The attempt in progress, so that an exit with an error still counts the re-scores
@@ -243,10 +244,12 @@ mod tests {
     use super::*;
     use crate::config::RouterConfig;
 
-    /// Worker 1 holds 256 of the 260 blocks of a 4,160-token prompt; worker 2 is idle.
-    /// Projected: worker 1 = 64/8,000 = 0.008 s, worker 2 = 4,160/8,000 = 0.52 s. After one
-    /// reservation of 64 prefill + 1,000 decode tokens, worker 1 = 0.008 + 0.008 + 1.0 =
-    /// 1.016 s, so a second decision must go to worker 2.
+    /// Worker 1 holds 256 of the 260 blocks of a 4,160-token prompt; worker 2 is idle; both
+    /// report 8,000 prefill and 1,000 decode tokens/s and 64 slots. Projected for a request
+    /// expecting 1,000 output tokens (1 s of decode): worker 1 = 64/8,000 + 1 = 1.008 s,
+    /// worker 2 = 4,160/8,000 + 1 = 1.52 s. After one reservation (one request, 64 prefill
+    /// and 1,000 decode tokens) worker 1 decodes in a batch of 2: 0.008 (queued) +
+    /// 2 × 0.008 + 3 × 1 = 3.024 s, so a second decision must go to worker 2.
     fn fleet(max_rescores: u32) -> (Router, Vec<u32>, [WorkerId; 2]) {
         let mut cfg = RouterConfig::new(4, 16);
         cfg.max_rescores = max_rescores;
@@ -389,6 +392,7 @@ mod tests {
         let a = r.route(&req).unwrap();
         let b = r.route(&req).unwrap();
         assert_eq!((a.worker, b.worker), (ws[0], ws[1]));
-        assert!((a.cost - 0.008).abs() < 1e-6 && (b.cost - 0.52).abs() < 1e-6);
+        assert!((a.cost - 1.008).abs() < 1e-6, "{a:?}");
+        assert!((b.cost - 1.52).abs() < 1e-6, "{b:?}");
     }
 }

@@ -1,7 +1,10 @@
 //! The full Router path on small fleets with hand-computed expectations: cache owner when
 //! idle, spill when overloaded (incident A shape), shadow mode, fallback, request errors.
-//! Units: prefill 8,000 tokens/s and decode 1,000 tokens/s (reported), KV barrier
-//! 0.15 s · k/(1 − k), blocks of 16 tokens, policy `projected_time` enforce (default).
+//! Units: prefill 8,000 tokens/s and decode 1,000 tokens/s (reported), 64 slots per
+//! worker, KV barrier 0.15 s · k/(1 − k), blocks of 16 tokens, policy `projected_time`
+//! enforce (default). Projected seconds (`kvroute_score`, module `cost`):
+//! `max(queued/π, wait) + n·U/π + (2n − 1)·O/δ + barrier`, `U` uncached and `O` expected
+//! output tokens, `n = q + 1` for `q` requests while the batch has room, else the cap.
 
 mod common;
 
@@ -15,8 +18,9 @@ fn hot_request(prefix: &[u32], tail_seed: u32) -> Vec<u32> {
     t
 }
 
-/// Idle fleet of 5, worker 1 holds the prefix. Owner: uncached 64 tokens → 64/8,000 =
-/// 0.008 s. Peers: 4,160/8,000 = 0.52 s. The owner wins with `CacheHold`, 256 blocks.
+/// Idle fleet of 5, worker 1 holds the prefix; 256 output tokens (0.256 s of decode). Owner:
+/// uncached 64 tokens → 64/8,000 + 0.256 = 0.264 s. Peers: 4,160/8,000 + 0.256 = 0.776 s.
+/// The owner wins with `CacheHold`, 256 blocks.
 #[test]
 fn route_picks_the_cache_owner_when_idle() {
     let (r, ws) = router(8, 5, |_| {});
@@ -28,7 +32,7 @@ fn route_picks_the_cache_owner_when_idle() {
     assert_eq!(d.worker, ws[0]);
     assert_eq!(d.reason, Reason::CacheHold);
     assert_eq!(d.overlap_blocks, 256);
-    assert!((d.cost - 0.008).abs() < 1e-6, "{d:?}");
+    assert!((d.cost - 0.264).abs() < 1e-6, "{d:?}");
     // Reserved: one request, 64 uncached prefill tokens, 256 decode tokens.
     let held = r.reserved(ws[0]).unwrap();
     assert_eq!(
@@ -38,13 +42,15 @@ fn route_picks_the_cache_owner_when_idle() {
     assert_eq!(r.stats().with_reason("cache_hold"), 1);
 }
 
-/// Incident A in small: worker 1 owns the prefix with 38 running and 109 waiting: queued
-/// 6,976 tokens, decode 159,600 tokens, KV 0.6 → 0.872 + 159.6 + 0.008 + 0.225 =
-/// 160.705 s. Worker 5 is lightly loaded (2 running, decode 8,400, KV 0.05): 8.4 + 0.52 +
-/// 0.0079 = 8.928 s. Workers 2–4 are idle: 0.52 s each. Each routed request reserves
-/// 4,160 prefill + 256 decode tokens on its worker: 0.52 + 0.52 + 0.256 = 1.296 s there.
-/// So three requests go to the three idle peers, one each (`Spill`, 0.52 s), and the
-/// fourth to the cheapest of them again (1.296 s < 8.928 s), never to the owner.
+/// Incident A in small, 256 output tokens: worker 1 owns the prefix with 38 running and 109
+/// waiting (q 147 > 64 slots: n = 64), queued 6,976 tokens, KV 0.6 → it waits for the 84th
+/// free slot, one every 0.256 s: 21.504 s (> 0.872 s of queue), + 64 × 0.008 +
+/// 127 × 0.256 + 0.225 = 54.753 s. Worker 5 is lightly loaded (2 running, n = 3, KV 0.05):
+/// 3 × 0.52 + 5 × 0.256 + 0.0079 = 2.848 s. Workers 2–4 are idle: 0.52 + 0.256 = 0.776 s
+/// each. Each routed request reserves one request, 4,160 prefill and 256 decode tokens on
+/// its worker: 0.52 + 2 × 0.52 + 3 × 0.256 = 2.328 s there. So three requests go to the
+/// three idle peers, one each (`Spill`, 0.776 s), and the fourth to one of them again
+/// (2.328 s < 2.848 s), never to the owner.
 #[test]
 fn route_spills_off_an_overloaded_owner() {
     let (r, ws) = router(8, 5, |_| {});
@@ -65,7 +71,7 @@ fn route_spills_off_an_overloaded_owner() {
         let d = r.route(&RouteRequest::tokens(&req, 256, NOW)).unwrap();
         assert!([ws[1], ws[2], ws[3]].contains(&d.worker), "{d:?}");
         assert_eq!(d.reason, Reason::Spill);
-        assert!((d.cost - 0.52).abs() < 1e-6, "{d:?}");
+        assert!((d.cost - 0.776).abs() < 1e-6, "{d:?}");
         assert_eq!(d.overlap_blocks, 0);
         seen.insert(d.worker);
         held.push(d);
@@ -74,15 +80,17 @@ fn route_spills_off_an_overloaded_owner() {
     let req = hot_request(&prefix, 20);
     let d = r.route(&RouteRequest::tokens(&req, 256, NOW)).unwrap();
     assert!(seen.contains(&d.worker), "{d:?}");
-    assert!((d.cost - 1.296).abs() < 1e-5, "{d:?}");
+    assert!((d.cost - 2.328).abs() < 1e-5, "{d:?}");
     assert_eq!(r.reserved(ws[0]).unwrap().requests, 0, "owner got nothing");
     assert_eq!(r.stats().with_reason("spill"), 4);
 }
 
-/// Shadow mode dispatches as `least_load` and records enforce's pick. Worker 1 holds the
-/// prefix with 800 queued tokens: least_load 800/8,000 = 0.1 s, projected 0.1 + 0.008 =
-/// 0.108 s. Worker 2 is idle: least_load 0 s, projected 0.52 s. Dispatch: worker 2
-/// (`LeastLoad`); counterfactual: worker 1 (`CacheHold`, 0.108 s); one disagreement.
+/// Shadow mode dispatches as `least_load` and records enforce's pick. 64 output tokens
+/// (0.064 s of decode). Worker 1 holds the prefix with 2 waiting requests and 800 queued
+/// tokens (n = 3): least_load 800/8,000 = 0.1 s, projected 0.1 + 3 × 0.008 + 5 × 0.064 =
+/// 0.444 s. Worker 2 is idle: least_load 0 s, projected 0.52 + 0.064 = 0.584 s. Dispatch:
+/// worker 2 (`LeastLoad`); counterfactual: worker 1 (`CacheHold`, 0.444 s); one
+/// disagreement.
 #[test]
 fn shadow_records_the_counterfactual_without_changing_dispatch() {
     let (r, ws) = router(4, 2, |c| {
@@ -94,11 +102,11 @@ fn shadow_records_the_counterfactual_without_changing_dispatch() {
     store(&r, ws[0], &prefix, 0);
     publish(&r, &ws, &[(ws[0], sample(0, 2, 800, 0, 0.0))]);
     let req = hot_request(&prefix, 3);
-    let d = r.route(&RouteRequest::tokens(&req, 256, NOW)).unwrap();
+    let d = r.route(&RouteRequest::tokens(&req, 64, NOW)).unwrap();
     assert_eq!((d.worker, d.reason), (ws[1], Reason::LeastLoad));
     let cf = d.shadow.expect("shadow mode records a counterfactual");
     assert_eq!((cf.worker, cf.reason), (Some(ws[0]), Reason::CacheHold));
-    assert!((cf.cost - 0.108).abs() < 1e-6, "{cf:?}");
+    assert!((cf.cost - 0.444).abs() < 1e-6, "{cf:?}");
     let s = r.stats();
     assert_eq!(s.shadow_disagreements, 1);
     assert_eq!(s.decisions.len(), 1);

@@ -14,11 +14,18 @@ pub fn cfg(policy: Policy) -> ScoreConfig {
     }
 }
 
-/// Scores with both paths, asserts they agree, returns the SIMD choice.
+/// Scores with both paths, asserts they agree, returns the SIMD choice. The request gives
+/// no expected output (`tokens_per_request` is assumed).
 pub fn both(fleet: &Fleet, prompt: u32, cfg: &ScoreConfig, cursor: u32) -> Choice {
+    both_out(fleet, prompt, 0, cfg, cursor)
+}
+
+/// [`both`] for a request of `prompt` tokens expecting `output` tokens.
+pub fn both_out(fleet: &Fleet, prompt: u32, output: u32, cfg: &ScoreConfig, cursor: u32) -> Choice {
     let req = ScoreRequest {
         prompt_tokens: prompt,
         block_size: 16,
+        expected_output_tokens: output,
     };
     let tie = TieInput {
         cursor,
