@@ -22,7 +22,7 @@
 //!
 //! 1. **Batch.** The request decodes in a batch of `n` sequences: `n = q + 1` while the
 //!    batch has room (`occ < 1`, or occupancy unknown), else the cap `M = q/occ`
-//!    (`occ = q/M`), so `n = M`.
+//!    (`occ = q/M`), so `n = M` (at least 1).
 //! 2. **Start.** Its prefill starts after the prefill queued ahead of it, `queued/π`, and,
 //!    when the batch is full, after a running slot frees. A full batch generates `δ`
 //!    tokens/s; with requests like this one (`O` tokens each) it completes one every
@@ -165,10 +165,11 @@ pub(crate) fn cost<V: Lane>(kind: CostKind, p: &Params, x: &LaneIn<V>) -> V {
             let spp = one / x.ptps.pos_or(V::splat(p.default_prefill_tps));
             let spd = one / x.dtps.pos_or(V::splat(p.default_decode_tps));
             let out_s = V::splat(p.output) * spd;
-            // The batch it decodes in: q + 1 with room, the cap M = q/occ when full (a NaN
-            // occupancy counts as full: n = NaN, never chosen).
+            // The batch it decodes in: q + 1 with room, the cap M = q/occ when full, at least
+            // 1 (a DP rank holding few requests of an engine full on its other ranks; a NaN
+            // occupancy).
             let q1 = x.requests + one;
-            let n = x.occ.below_or(1.0, q1, x.requests / x.occ);
+            let n = x.occ.below_or(1.0, q1, (x.requests / x.occ).max_(one));
             // A full batch frees a slot every out/δ seconds; it needs the (q − M + 1)-th
             // (0 with room, where n = q + 1).
             let wait = (q1 - n) * out_s;
@@ -234,6 +235,8 @@ mod tests {
     /// * Full (q 12, occupancy 1.5: M = n = 8), 1,000 queued (0.25 s): the 5th slot to free,
     ///   5 × 200/2,000 = 0.5 s; 8 × 0.21 + 15 × 0.1 = 1.68 + 1.5: 3.68 s. With 4,000 queued
     ///   the queue (1 s) is longer than the wait: 1 + 3.18 = 4.18 s.
+    /// * Occupancy 2 with no request on this slot (a DP rank of an engine full on its other
+    ///   ranks): M = 0/2, so n = 1 and nothing to wait for: 840/4,000 + 200/2,000 = 0.31 s.
     /// * No throughput reported (defaults 8,000 and 1,000), idle: 840/8,000 + 200/1,000
     ///   = 0.105 + 0.2 = 0.305 s; occupancy unknown (0 in the lane) with q 1 counts as room
     ///   (n = 2): 2 × 0.105 + 3 × 0.2 = 0.81 s.
@@ -244,6 +247,7 @@ mod tests {
             (lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0), 2.19),
             (lane(12.0, 1_000.0, 1.5, 0.0, 4_000.0, 2_000.0), 3.68),
             (lane(12.0, 4_000.0, 1.5, 0.0, 4_000.0, 2_000.0), 4.18),
+            (lane(0.0, 0.0, 2.0, 0.0, 4_000.0, 2_000.0), 0.31),
             (lane(0.0, 0.0, 0.0, 0.0, 0.0, 0.0), 0.305),
             (lane(1.0, 0.0, 0.0, 0.0, 0.0, 0.0), 0.81),
         ];

@@ -220,7 +220,7 @@ impl Ctx<'_> {
         };
         let lc = s.aux[l];
         let gap = s.aux[p] - lc;
-        // The others' mean is only needed (one scalar pass, the same for both engines) when
+        // The others' mean is only needed (one vector pass, the same for both engines) when
         // the absolute part alone is exceeded.
         if gap > self.cfg.escape_margin_s
             && gap
