@@ -32,7 +32,7 @@ pub enum ProjectedMode {
 pub enum Policy {
     /// Rotate over occupied slots; ignores cache and load (baseline).
     RoundRobin,
-    /// The gateway's load-only cost (field notes, "Cost models of the peers"): seconds of
+    /// The gateway's load-only cost (`docs/FAILURE-MODES.md`, "The peers' cost models"): seconds of
     /// queued and in-flight tokens plus the KV barrier.
     LeastLoad,
     /// Pure affinity, kept as the control (incident C): deepest overlap, then least load.

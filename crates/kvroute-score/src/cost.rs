@@ -68,7 +68,7 @@ use crate::lane::Lane;
 pub(crate) enum CostKind {
     /// 0 for every worker (round robin: only the cursor decides).
     Zero,
-    /// Field notes, peers, the gateway's `least_load` (seconds):
+    /// Peers (`docs/FAILURE-MODES.md`), the gateway's `least_load` (seconds):
     /// `(queued + decode) / ptps' + barrier`, `ptps'` = the lane's prefill throughput, else
     /// `least_load_tps` (2,000 tokens/s).
     LeastLoad,
@@ -85,10 +85,10 @@ pub(crate) enum CostKind {
     /// derivation): `max(queued/π, wait) + n·uncached/π + (2n − 1)·out/δ + barrier`,
     /// `wait = (q − M + 1)·out/δ` when the batch is full.
     Projected,
-    /// Field notes, Dynamo-style (blocks): `w·((queued + prompt)/bs − overlap)
+    /// Peers (`docs/FAILURE-MODES.md`), Dynamo-style (blocks): `w·((queued + prompt)/bs − overlap)
     /// + decode/bs + max(prompt/bs − overlap, 0)`.
     Dynamo,
-    /// Field notes, LMetric (tokens × requests): `(prompt − matched)·(requests + 1)`.
+    /// Peers (`docs/FAILURE-MODES.md`), LMetric (tokens × requests): `(prompt − matched)·(requests + 1)`.
     LMetric,
     /// `requests` (requests): the gateway's "least loaded".
     Requests,
