@@ -37,12 +37,49 @@ pub(crate) fn from_msgpack<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result
 
 /// Decodes one msgpack KV event batch payload (the last ZMQ frame).
 ///
+/// The common shapes are read by the fast path (`fast`: a hand-written msgpack reader for
+/// the hot shapes); anything it does not recognise goes to serde (`rmp-serde`), so the
+/// result, and every error, is the one [`decode_payload_serde`] gives for the same bytes.
+///
 /// # Errors
 /// [`WireError::Malformed`] for msgpack that does not have a batch's shape,
 /// [`WireError::TrailingBytes`], and the validation errors of [`WireError`] for a
 /// batch or event that breaks the documented shapes; nothing is returned for a batch
 /// with any bad event.
 pub fn decode_payload(bytes: &[u8]) -> Result<KvEventBatch, WireError> {
+    decode_payload_traced(bytes).0
+}
+
+/// Which reader turned a payload's msgpack into raw records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DecodePath {
+    /// The fast path's hand-written reader recognised the whole payload.
+    Fast,
+    /// The fast path did not recognise it (an unusual encoding, or malformed bytes); serde
+    /// read it.
+    Serde,
+}
+
+/// [`decode_payload`], also saying which reader read the payload (the result is the
+/// same either way): lets tests and [`WireCounters`](crate::WireCounters) see how often
+/// the fast path falls back.
+///
+/// # Errors
+/// As [`decode_payload`].
+pub fn decode_payload_traced(bytes: &[u8]) -> (Result<KvEventBatch, WireError>, DecodePath) {
+    match crate::fast::read_batch(bytes) {
+        Some(raw) => (validate_batch(raw), DecodePath::Fast),
+        None => (decode_payload_serde(bytes), DecodePath::Serde),
+    }
+}
+
+/// The reference decoder: [`decode_payload`] with serde (`rmp-serde` and the visitors of
+/// the raw records) reading every payload, never the fast path. Slower; the result and
+/// error [`decode_payload`] must give, for differential tests and the fuzz target.
+///
+/// # Errors
+/// As [`decode_payload`].
+pub fn decode_payload_serde(bytes: &[u8]) -> Result<KvEventBatch, WireError> {
     let raw: RawBatch = from_msgpack(bytes)?;
     validate_batch(raw)
 }

@@ -1,0 +1,355 @@
+//! A msgpack reader over a byte slice for the fast path. Every read takes only the markers
+//! it names (msgpack specification, "Formats") and returns `None` for anything else: another
+//! marker, truncated data, invalid UTF-8, an integer out of the target's range, nesting past
+//! [`MAX_NESTING`]. `None` never means "absent": it means "not recognised, let serde read
+//! it", so a `None` anywhere abandons the whole payload.
+
+use crate::event::ExtraKey;
+use crate::hash::WireHash;
+
+/// Deepest container nesting the reader follows (the batch array is level 1). Well inside
+/// serde's limit of [`MAX_DEPTH`](crate::MAX_DEPTH), so a payload this reader accepts is
+/// never one serde rejects for depth.
+pub(crate) const MAX_NESTING: usize = 16;
+
+/// Largest initial capacity of a vector of records (it grows past this as elements arrive):
+/// a declared length is not trusted for more than the bytes left can hold.
+const MAX_PREALLOC: usize = 4096;
+
+/// An integer as its marker family delivers it: unsigned markers (positive fixint,
+/// `uint 8`..`uint 64`) or signed ones (negative fixint, `int 8`..`int 64`).
+#[derive(Clone, Copy)]
+enum Int {
+    U(u64),
+    I(i64),
+}
+
+/// A cursor over one msgpack payload.
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader at the start of `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Self { buf, pos: 0 }
+    }
+
+    /// Whether every byte has been read.
+    pub fn at_end(&self) -> bool {
+        self.pos == self.buf.len()
+    }
+
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.buf.get(self.pos).copied()
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.buf.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+
+    fn be<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N)?.try_into().ok()
+    }
+
+    fn be16(&mut self) -> Option<usize> {
+        Some(usize::from(u16::from_be_bytes(self.be()?)))
+    }
+
+    fn be32(&mut self) -> Option<usize> {
+        usize::try_from(u32::from_be_bytes(self.be()?)).ok()
+    }
+
+    /// A vector's starting capacity for `n` declared elements.
+    fn capacity(&self, n: usize) -> usize {
+        n.min(self.remaining()).min(MAX_PREALLOC)
+    }
+
+    /// Consumes a nil if one is next.
+    pub fn nil(&mut self) -> bool {
+        let is_nil = self.peek() == Some(0xc0);
+        self.pos += usize::from(is_nil);
+        is_nil
+    }
+
+    /// `f`'s value, or `Some(None)` for a nil (serde's `Option<T>`).
+    pub fn opt<T>(&mut self, f: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+        if self.nil() {
+            Some(None)
+        } else {
+            f(self).map(Some)
+        }
+    }
+
+    /// An array header: its element count.
+    pub fn array_len(&mut self) -> Option<usize> {
+        match self.peek()? {
+            m @ 0x90..=0x9f => {
+                self.pos += 1;
+                Some(usize::from(m & 0x0f))
+            }
+            0xdc => {
+                self.pos += 1;
+                self.be16()
+            }
+            0xdd => {
+                self.pos += 1;
+                self.be32()
+            }
+            _ => None,
+        }
+    }
+
+    /// A map header: its entry count.
+    pub fn map_len(&mut self) -> Option<usize> {
+        match self.peek()? {
+            m @ 0x80..=0x8f => {
+                self.pos += 1;
+                Some(usize::from(m & 0x0f))
+            }
+            0xde => {
+                self.pos += 1;
+                self.be16()
+            }
+            0xdf => {
+                self.pos += 1;
+                self.be32()
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the next value is a map (not consumed).
+    pub fn at_map(&self) -> bool {
+        matches!(self.peek(), Some(0x80..=0x8f | 0xde | 0xdf))
+    }
+
+    /// A string (str markers only, valid UTF-8 only).
+    pub fn str(&mut self) -> Option<&'a str> {
+        let len = match self.peek()? {
+            m @ 0xa0..=0xbf => {
+                self.pos += 1;
+                usize::from(m & 0x1f)
+            }
+            0xd9 => {
+                self.pos += 1;
+                usize::from(self.byte()?)
+            }
+            0xda => {
+                self.pos += 1;
+                self.be16()?
+            }
+            0xdb => {
+                self.pos += 1;
+                self.be32()?
+            }
+            _ => return None,
+        };
+        core::str::from_utf8(self.take(len)?).ok()
+    }
+
+    /// [`Self::str`], owned.
+    pub fn string(&mut self) -> Option<String> {
+        self.str().map(str::to_owned)
+    }
+
+    /// A binary string (bin markers).
+    fn bin(&mut self) -> Option<&'a [u8]> {
+        let len = match self.peek()? {
+            0xc4 => {
+                self.pos += 1;
+                usize::from(self.byte()?)
+            }
+            0xc5 => {
+                self.pos += 1;
+                self.be16()?
+            }
+            0xc6 => {
+                self.pos += 1;
+                self.be32()?
+            }
+            _ => return None,
+        };
+        self.take(len)
+    }
+
+    fn int(&mut self) -> Option<Int> {
+        let m = self.peek()?;
+        self.pos += 1;
+        Some(match m {
+            0x00..=0x7f => Int::U(u64::from(m)),
+            0xe0..=0xff => Int::I(i64::from(m as i8)),
+            0xcc => Int::U(u64::from(self.byte()?)),
+            0xcd => Int::U(u64::from(u16::from_be_bytes(self.be()?))),
+            0xce => Int::U(u64::from(u32::from_be_bytes(self.be()?))),
+            0xcf => Int::U(u64::from_be_bytes(self.be()?)),
+            0xd0 => Int::I(i64::from(i8::from_be_bytes(self.be()?))),
+            0xd1 => Int::I(i64::from(i16::from_be_bytes(self.be()?))),
+            0xd2 => Int::I(i64::from(i32::from_be_bytes(self.be()?))),
+            0xd3 => Int::I(i64::from_be_bytes(self.be()?)),
+            _ => {
+                self.pos -= 1;
+                return None;
+            }
+        })
+    }
+
+    /// An integer that fits `i64` (serde's `i64` rejects larger unsigned values).
+    pub fn i64(&mut self) -> Option<i64> {
+        match self.int()? {
+            Int::U(v) => i64::try_from(v).ok(),
+            Int::I(v) => Some(v),
+        }
+    }
+
+    /// A 64-bit float (`float 64` only: timestamps as engines write them).
+    pub fn f64(&mut self) -> Option<f64> {
+        if self.peek()? != 0xcb {
+            return None;
+        }
+        self.pos += 1;
+        Some(f64::from_be_bytes(self.be()?))
+    }
+
+    /// A block hash: an integer (a non-negative signed one is [`WireHash::Unsigned`], as
+    /// the serde visitor makes it) or a binary string.
+    pub fn hash(&mut self) -> Option<WireHash> {
+        if let Some(b) = self.bin() {
+            return Some(match <[u8; 32]>::try_from(b) {
+                Ok(d) => WireHash::Binary(d),
+                Err(_) => WireHash::BadLength(b.len()),
+            });
+        }
+        Some(match self.int()? {
+            Int::U(v) => WireHash::Unsigned(v),
+            Int::I(v) => match u64::try_from(v) {
+                Ok(u) => WireHash::Unsigned(u),
+                Err(_) => WireHash::Signed(v),
+            },
+        })
+    }
+
+    /// An array of block hashes.
+    pub fn hashes(&mut self) -> Option<Vec<WireHash>> {
+        let n = self.array_len()?;
+        let mut out = Vec::with_capacity(self.capacity(n));
+        for _ in 0..n {
+            out.push(self.hash()?);
+        }
+        Some(out)
+    }
+
+    /// An array of token ids, each a positive fixint or `uint 8` / `uint 16` / `uint 32`,
+    /// read in one tight loop (any other marker: `None`).
+    pub fn tokens(&mut self) -> Option<Vec<u32>> {
+        let n = self.array_len()?;
+        let buf = self.buf;
+        let mut p = self.pos;
+        // Each token takes at least one byte, so `n` bounds the allocation by the input.
+        if n > buf.len() - p {
+            return None;
+        }
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let m = *buf.get(p)?;
+            let (v, w) = match m {
+                0x00..=0x7f => (u32::from(m), 1),
+                0xcc => (u32::from(*buf.get(p + 1)?), 2),
+                0xcd => (u32::from(u16::from_be_bytes(field(buf, p + 1)?)), 3),
+                0xce => (u32::from_be_bytes(field(buf, p + 1)?), 5),
+                _ => return None,
+            };
+            out.push(v);
+            p += w;
+        }
+        self.pos = p;
+        Some(out)
+    }
+
+    /// One `extra_keys` element, as the serde visitor reads it: nil, bool (as 0 / 1),
+    /// integer, `float 64`, string, binary, or a nested array or map (skipped).
+    pub fn extra_key(&mut self, depth: usize) -> Option<ExtraKey> {
+        Some(match self.peek()? {
+            0xc0 => {
+                self.pos += 1;
+                ExtraKey::Nil
+            }
+            b @ (0xc2 | 0xc3) => {
+                self.pos += 1;
+                ExtraKey::Int(i128::from(b == 0xc3))
+            }
+            0xcb => ExtraKey::Float(self.f64()?),
+            0xa0..=0xbf | 0xd9..=0xdb => ExtraKey::Str(self.string()?),
+            0xc4..=0xc6 => ExtraKey::Bytes(self.bin()?.to_vec()),
+            0x80..=0x9f | 0xdc..=0xdf => {
+                self.skip(depth)?;
+                ExtraKey::Nested
+            }
+            _ => match self.int()? {
+                Int::U(v) => ExtraKey::Int(i128::from(v)),
+                Int::I(v) => ExtraKey::Int(i128::from(v)),
+            },
+        })
+    }
+
+    /// Skips `n` values inside a container at nesting `depth`.
+    pub fn skip_n(&mut self, n: usize, depth: usize) -> Option<()> {
+        for _ in 0..n {
+            self.skip(depth)?;
+        }
+        Some(())
+    }
+
+    /// Skips one value of any kind but an extension (or a reserved marker) inside a
+    /// container at nesting `depth`.
+    pub fn skip(&mut self, depth: usize) -> Option<()> {
+        let m = self.byte()?;
+        let len = match m {
+            0x00..=0x7f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => 0,
+            0xa0..=0xbf => usize::from(m & 0x1f),
+            0xcc | 0xd0 => 1,
+            0xcd | 0xd1 => 2,
+            0xca | 0xce | 0xd2 => 4,
+            0xcb | 0xcf | 0xd3 => 8,
+            0xc4 | 0xd9 => usize::from(self.byte()?),
+            0xc5 | 0xda => self.be16()?,
+            0xc6 | 0xdb => self.be32()?,
+            0x80..=0x9f | 0xdc..=0xdf => {
+                if depth >= MAX_NESTING {
+                    return None;
+                }
+                let n = match m {
+                    0x80..=0x8f => usize::from(m & 0x0f) * 2,
+                    0x90..=0x9f => usize::from(m & 0x0f),
+                    0xdc => self.be16()?,
+                    0xdd => self.be32()?,
+                    0xde => self.be16()? * 2,
+                    _ => self.be32()?.checked_mul(2)?,
+                };
+                return self.skip_n(n, depth + 1);
+            }
+            // Extensions (0xc7..=0xc9, 0xd4..=0xd8) and the reserved 0xc1.
+            _ => return None,
+        };
+        self.take(len).map(|_| ())
+    }
+}
+
+/// `N` bytes of `buf` at `at`.
+fn field<const N: usize>(buf: &[u8], at: usize) -> Option<[u8; N]> {
+    buf.get(at..at.checked_add(N)?)?.try_into().ok()
+}
