@@ -11,13 +11,12 @@
 
 use std::io::Cursor;
 
-use kvroute_index::index::EngineHash;
 use serde::Deserialize;
 
 use crate::error::WireError;
 use crate::event::{BlockRemoved, BlockStored, EventEncoding, KvEvent, KvEventBatch, Medium};
 use crate::hash::WireHash;
-use crate::raw::{RawBatch, RawEvent};
+use crate::raw::{RawBatch, RawEvent, Tag};
 
 /// Deepest msgpack nesting accepted (a batch needs 5 levels; extra keys a few more).
 pub const MAX_DEPTH: usize = 32;
@@ -129,10 +128,6 @@ fn u32_field(field: &'static str, v: i64) -> Result<u32, WireError> {
     u32::try_from(v).map_err(|_| WireError::OutOfRange { field, value: v })
 }
 
-fn hashes(raw: Vec<WireHash>) -> Result<Vec<EngineHash>, WireError> {
-    raw.into_iter().map(WireHash::to_engine_hash).collect()
-}
-
 fn check_len(
     record: &'static str,
     len: Option<usize>,
@@ -154,12 +149,15 @@ fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
     let Some(tag) = e.tag else {
         return Err(WireError::UnexpectedTag { tag: String::new() });
     };
-    match tag.as_str() {
-        "BlockStored" => {
+    match tag {
+        Tag::BlockStored => {
             const R: &str = "BlockStored";
             check_len(R, e.len, 6, 12)?;
             let missing = |field| WireError::MissingField { record: R, field };
-            let block_hashes = hashes(e.block_hashes.ok_or(missing("block_hashes"))?)?;
+            let block_hashes = e
+                .block_hashes
+                .ok_or(missing("block_hashes"))?
+                .into_engine_hashes()?;
             let token_ids = e.token_ids.ok_or(missing("token_ids"))?;
             let bs = e.block_size.ok_or(missing("block_size"))?;
             let block_size = match u32::try_from(bs) {
@@ -185,7 +183,7 @@ fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
                 token_ids,
                 block_size,
                 lora_id: e.lora_id,
-                medium: Medium::from_wire(e.medium.as_deref()),
+                medium: e.medium.map_or(Medium::Gpu, |m| m.0),
                 lora_name: e.lora_name,
                 cache_salt: e.cache_salt,
                 extra_keys: e.extra_keys,
@@ -198,7 +196,7 @@ fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
                 encoding,
             }))
         }
-        "BlockRemoved" => {
+        Tag::BlockRemoved => {
             const R: &str = "BlockRemoved";
             check_len(R, e.len, 2, 4)?;
             let raw = e.block_hashes.ok_or(WireError::MissingField {
@@ -206,16 +204,16 @@ fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
                 field: "block_hashes",
             })?;
             Ok(KvEvent::BlockRemoved(BlockRemoved {
-                block_hashes: hashes(raw)?,
-                medium: Medium::from_wire(e.medium.as_deref()),
+                block_hashes: raw.into_engine_hashes()?,
+                medium: e.medium.map_or(Medium::Gpu, |m| m.0),
                 group_idx: e.group_idx.map(|g| u32_field("group_idx", g)).transpose()?,
                 encoding,
             }))
         }
-        "AllBlocksCleared" => {
+        Tag::AllBlocksCleared => {
             check_len("AllBlocksCleared", e.len, 1, 1)?;
             Ok(KvEvent::AllBlocksCleared)
         }
-        _ => Ok(KvEvent::Unknown { tag }),
+        Tag::Other(tag) => Ok(KvEvent::Unknown { tag }),
     }
 }

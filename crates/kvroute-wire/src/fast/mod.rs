@@ -22,7 +22,7 @@ mod reader;
 
 use reader::Reader;
 
-use crate::raw::{RawBatch, RawEvent};
+use crate::raw::{RawBatch, RawEvent, Tag};
 
 /// Container nesting of an event's fields (batch array 1, events array 2, event 3).
 const EVENT_DEPTH: usize = 3;
@@ -102,7 +102,7 @@ const STORED: [Field; 11] = [
         Some(())
     },
     |r, e| {
-        e.medium = r.opt(Reader::string)?;
+        e.medium = r.opt(Reader::medium)?;
         Some(())
     },
     name_or_meta,
@@ -131,7 +131,7 @@ const REMOVED: [Field; 3] = [
         Some(())
     },
     |r, e| {
-        e.medium = r.opt(Reader::string)?;
+        e.medium = r.opt(Reader::medium)?;
         Some(())
     },
     |r, e| {
@@ -149,10 +149,10 @@ fn positional(r: &mut Reader<'_>) -> Option<RawEvent> {
     if n == 0 {
         return Some(e);
     }
-    let tag = r.string()?;
-    let fields: &[Field] = match tag.as_str() {
-        "BlockStored" => &STORED,
-        "BlockRemoved" => &REMOVED,
+    let tag = r.tag()?;
+    let fields: &[Field] = match tag {
+        Tag::BlockStored => &STORED,
+        Tag::BlockRemoved => &REMOVED,
         _ => &[],
     };
     let read = fields.len().min(n - 1);
@@ -188,13 +188,13 @@ fn named(r: &mut Reader<'_>) -> Option<RawEvent> {
     let mut e = RawEvent::default();
     for _ in 0..r.map_len()? {
         match r.str()? {
-            "type" => e.tag = Some(r.string()?),
+            "type" => e.tag = Some(r.tag()?),
             "block_hashes" => e.block_hashes = Some(r.hashes()?),
             "parent_block_hash" => e.parent = r.opt(Reader::hash)?,
             "token_ids" => e.token_ids = Some(r.tokens()?),
             "block_size" | "page_size" => e.block_size = r.opt(Reader::i64)?,
             "lora_id" => e.lora_id = r.opt(Reader::i64)?,
-            "medium" => e.medium = r.opt(Reader::string)?,
+            "medium" => e.medium = r.opt(Reader::medium)?,
             "lora_name" => e.lora_name = r.opt(Reader::string)?,
             "cache_salt" => e.cache_salt = r.opt(Reader::string)?,
             "extra_keys" => e.extra_keys = r.opt(extra_keys)?,

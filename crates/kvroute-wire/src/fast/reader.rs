@@ -4,17 +4,14 @@
 //! [`MAX_NESTING`]. `None` never means "absent": it means "not recognised, let serde read
 //! it", so a `None` anywhere abandons the whole payload.
 
-use crate::event::ExtraKey;
+use crate::event::{ExtraKey, Medium};
 use crate::hash::WireHash;
+use crate::raw::{RawHashes, RawMedium, Tag};
 
 /// Deepest container nesting the reader follows (the batch array is level 1). Well inside
 /// serde's limit of [`MAX_DEPTH`](crate::MAX_DEPTH), so a payload this reader accepts is
 /// never one serde rejects for depth.
 pub(crate) const MAX_NESTING: usize = 16;
-
-/// Largest initial capacity of a vector of records (it grows past this as elements arrive):
-/// a declared length is not trusted for more than the bytes left can hold.
-const MAX_PREALLOC: usize = 4096;
 
 /// An integer as its marker family delivers it: unsigned markers (positive fixint,
 /// `uint 8`..`uint 64`) or signed ones (negative fixint, `int 8`..`int 64`).
@@ -72,11 +69,6 @@ impl<'a> Reader<'a> {
 
     fn be32(&mut self) -> Option<usize> {
         usize::try_from(u32::from_be_bytes(self.be()?)).ok()
-    }
-
-    /// A vector's starting capacity for `n` declared elements.
-    fn capacity(&self, n: usize) -> usize {
-        n.min(self.remaining()).min(MAX_PREALLOC)
     }
 
     /// Consumes a nil if one is next.
@@ -167,6 +159,16 @@ impl<'a> Reader<'a> {
         self.str().map(str::to_owned)
     }
 
+    /// An event tag (a string).
+    pub fn tag(&mut self) -> Option<Tag> {
+        self.str().map(Tag::from_wire)
+    }
+
+    /// A `medium` (a string).
+    pub fn medium(&mut self) -> Option<RawMedium> {
+        self.str().map(|s| RawMedium(Medium::from_wire(Some(s))))
+    }
+
     /// A binary string (bin markers).
     fn bin(&mut self) -> Option<&'a [u8]> {
         let len = match self.peek()? {
@@ -244,39 +246,31 @@ impl<'a> Reader<'a> {
     }
 
     /// An array of block hashes.
-    pub fn hashes(&mut self) -> Option<Vec<WireHash>> {
+    pub fn hashes(&mut self) -> Option<RawHashes> {
         let n = self.array_len()?;
-        let mut out = Vec::with_capacity(self.capacity(n));
+        let mut out = RawHashes::with_capacity(n.min(self.remaining()));
         for _ in 0..n {
             out.push(self.hash()?);
         }
         Some(out)
     }
 
-    /// An array of token ids, each a positive fixint or `uint 8` / `uint 16` / `uint 32`,
-    /// read in one tight loop (any other marker: `None`).
+    /// An array of token ids, each a positive fixint or `uint 8` / `uint 16` / `uint 32`
+    /// (any other marker: `None`), read as runs of one form each in tight loops.
     pub fn tokens(&mut self) -> Option<Vec<u32>> {
         let n = self.array_len()?;
-        let buf = self.buf;
-        let mut p = self.pos;
         // Each token takes at least one byte, so `n` bounds the allocation by the input.
-        if n > buf.len() - p {
+        if n > self.remaining() {
             return None;
         }
         let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let m = *buf.get(p)?;
-            let (v, w) = match m {
-                0x00..=0x7f => (u32::from(m), 1),
-                0xcc => (u32::from(*buf.get(p + 1)?), 2),
-                0xcd => (u32::from(u16::from_be_bytes(field(buf, p + 1)?)), 3),
-                0xce => (u32::from_be_bytes(field(buf, p + 1)?), 5),
-                _ => return None,
-            };
-            out.push(v);
-            p += w;
+        while out.len() < n {
+            let (count, bytes) = token_run(&self.buf[self.pos..], n - out.len(), &mut out);
+            if count == 0 {
+                return None;
+            }
+            self.pos += bytes;
         }
-        self.pos = p;
         Some(out)
     }
 
@@ -349,7 +343,43 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// `N` bytes of `buf` at `at`.
-fn field<const N: usize>(buf: &[u8], at: usize) -> Option<[u8; N]> {
-    buf.get(at..at.checked_add(N)?)?.try_into().ok()
+/// Appends to `out` the token ids of the longest run (at most `max`) at the start of `src`
+/// written in the form of the first one; returns how many and the bytes they took (0 and 0
+/// when the first is not a token id the fast path reads).
+fn token_run(src: &[u8], max: usize, out: &mut Vec<u32>) -> (usize, usize) {
+    match src.first() {
+        Some(&m) if m < 0x80 => run::<1>(src, max, out, |c| c[0] < 0x80, |c| u32::from(c[0])),
+        Some(0xcc) => run::<2>(src, max, out, |c| c[0] == 0xcc, |c| u32::from(c[1])),
+        Some(0xcd) => run::<3>(
+            src,
+            max,
+            out,
+            |c| c[0] == 0xcd,
+            |c| u32::from(u16::from_be_bytes([c[1], c[2]])),
+        ),
+        Some(0xce) => run::<5>(
+            src,
+            max,
+            out,
+            |c| c[0] == 0xce,
+            |c| u32::from_be_bytes([c[1], c[2], c[3], c[4]]),
+        ),
+        _ => (0, 0),
+    }
+}
+
+/// [`token_run`] of `W`-byte tokens: counts the run first, then converts it in one pass
+/// the compiler can unroll (no per-token capacity or bounds checks).
+fn run<const W: usize>(
+    src: &[u8],
+    max: usize,
+    out: &mut Vec<u32>,
+    is_form: impl Fn(&[u8]) -> bool,
+    value: impl Fn(&[u8]) -> u32,
+) -> (usize, usize) {
+    let whole = &src[..(src.len() / W).min(max) * W];
+    let count = whole.chunks_exact(W).take_while(|c| is_form(c)).count();
+    let bytes = count * W;
+    out.extend(whole[..bytes].chunks_exact(W).map(value));
+    (count, bytes)
 }
