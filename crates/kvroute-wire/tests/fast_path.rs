@@ -286,6 +286,27 @@ fn malformed_payloads_get_the_serde_error() {
         let e = malformed(&one_store(M::F64(1.0), a(vec![token])));
         assert_eq!(e.kind(), ErrorKind::Malformed, "{e}");
     }
+    // A `lora_id` past `i64::MAX`, positional and named.
+    let huge = M::U(1 << 63, Width::W64);
+    let ev = a(vec![
+        s("BlockStored"),
+        a(vec![u(1)]),
+        M::Nil,
+        a(vec![u(3)]),
+        u(1),
+        huge.clone(),
+    ]);
+    let named = map(vec![
+        ("type", s("BlockStored")),
+        ("block_hashes", a(vec![u(1)])),
+        ("token_ids", a(vec![u(3)])),
+        ("block_size", u(1)),
+        ("lora_id", huge),
+    ]);
+    for ev in [ev, named] {
+        let e = malformed(&a(vec![M::F64(1.0), a(vec![ev]), u(0)]).encode());
+        assert_eq!(e.kind(), ErrorKind::Malformed, "{e}");
+    }
     // Truncated anywhere.
     for cut in 0..good.len() {
         let e = malformed(&good[..cut]);
