@@ -123,8 +123,9 @@ fn long_forms_of_positional_events() {
     assert_eq!(got, Ok(want));
 }
 
-/// A map batch of a named event: unknown keys (nested values) skipped, a repeated key's
-/// last value kept, every kind of extra key, SGLang's `page_size` and `attn_dp_rank`.
+/// A map batch of a named event: unknown keys (nested values, one not UTF-8) skipped, a
+/// repeated key's last value kept, every kind of extra key, SGLang's `page_size` and
+/// `attn_dp_rank`.
 #[test]
 fn named_events_with_unknown_and_repeated_keys() {
     let extra = a(vec![
@@ -149,6 +150,8 @@ fn named_events_with_unknown_and_repeated_keys() {
                 map(vec![("x", a(vec![u(1), M::F64(2.5), s("y")]))]),
             ),
             (s("medium"), s("GPU")),
+            // A key that is not UTF-8: unknown to both readers.
+            (M::SBytes(vec![0x74, 0xff], Width::Short), u(1)),
             (s("medium"), s("DISK")),
             (s("extra_keys"), a(vec![extra, M::Nil])),
             (s("lora_name"), M::Nil),

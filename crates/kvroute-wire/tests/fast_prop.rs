@@ -272,13 +272,22 @@ fn positional(clean: bool) -> impl Strategy<Value = M> {
 }
 
 /// A named event: a random subset of the fields in random order (`block_size` or SGLang's
-/// `page_size`), unknown keys, now and then a repeated key or (malformed) a non-string key.
+/// `page_size`), unknown keys, now and then a repeated key, a key that is not UTF-8 or
+/// (malformed) a non-string key.
 fn named(clean: bool) -> impl Strategy<Value = M> {
     let unknown_key = prop::sample::select(vec!["locality", "ts", "session_id", "events"]);
+    // A key that is not UTF-8 is an unknown key to both readers; one that is not a string
+    // is one the fast path does not read.
+    let not_utf8 = M::SBytes(vec![0x74, 0xff], Width::Short);
     let odd_key = if clean {
-        Just(None).boxed()
+        prop_oneof![6 => Just(None), 1 => Just(Some(not_utf8))].boxed()
     } else {
-        prop_oneof![6 => Just(None), 1 => Just(Some(M::U(3, Width::Short)))].boxed()
+        prop_oneof![
+            6 => Just(None),
+            1 => Just(Some(not_utf8)),
+            1 => Just(Some(M::U(3, Width::Short))),
+        ]
+        .boxed()
     };
     (
         tag(clean),

@@ -39,10 +39,10 @@ fn batch(r: &mut Reader<'_>) -> Option<RawBatch> {
     let mut b = RawBatch::default();
     if r.at_map() {
         for _ in 0..r.map_len()? {
-            match r.str()? {
-                "ts" => b.ts = Some(r.f64()?),
-                "events" => b.events = Some(events(r)?),
-                "data_parallel_rank" | "attn_dp_rank" => b.dp_rank = r.opt(Reader::i64)?,
+            match r.key()? {
+                b"ts" => b.ts = Some(r.f64()?),
+                b"events" => b.events = Some(events(r)?),
+                b"data_parallel_rank" | b"attn_dp_rank" => b.dp_rank = r.opt(Reader::i64)?,
                 _ => r.skip(1)?,
             }
         }
@@ -173,9 +173,9 @@ fn name_or_meta(r: &mut Reader<'_>, e: &mut RawEvent) -> Option<()> {
     }
     let (mut cache_salt, mut lora_name) = (None, None);
     for _ in 0..r.map_len()? {
-        match r.str()? {
-            "cache_salt" => cache_salt = r.opt(Reader::string)?,
-            "lora_name" => lora_name = r.opt(Reader::string)?,
+        match r.key()? {
+            b"cache_salt" => cache_salt = r.opt(Reader::string)?,
+            b"lora_name" => lora_name = r.opt(Reader::string)?,
             _ => r.skip(EVENT_DEPTH + 1)?,
         }
     }
@@ -187,20 +187,20 @@ fn name_or_meta(r: &mut Reader<'_>, e: &mut RawEvent) -> Option<()> {
 fn named(r: &mut Reader<'_>) -> Option<RawEvent> {
     let mut e = RawEvent::default();
     for _ in 0..r.map_len()? {
-        match r.str()? {
-            "type" => e.tag = Some(r.tag()?),
-            "block_hashes" => e.block_hashes = Some(r.hashes()?),
-            "parent_block_hash" => e.parent = r.opt(Reader::hash)?,
-            "token_ids" => e.token_ids = Some(r.tokens()?),
-            "block_size" | "page_size" => e.block_size = r.opt(Reader::i64)?,
-            "lora_id" => e.lora_id = r.opt(Reader::i64)?,
-            "medium" => e.medium = r.opt(Reader::medium)?,
-            "lora_name" => e.lora_name = r.opt(Reader::string)?,
-            "cache_salt" => e.cache_salt = r.opt(Reader::string)?,
-            "extra_keys" => e.extra_keys = r.opt(extra_keys)?,
-            "group_idx" => e.group_idx = r.opt(Reader::i64)?,
-            "kv_cache_spec_kind" => e.spec_kind = r.opt(Reader::string)?,
-            "kv_cache_spec_sliding_window" => e.sliding_window = r.opt(Reader::i64)?,
+        match r.key()? {
+            b"type" => e.tag = Some(r.tag()?),
+            b"block_hashes" => e.block_hashes = Some(r.hashes()?),
+            b"parent_block_hash" => e.parent = r.opt(Reader::hash)?,
+            b"token_ids" => e.token_ids = Some(r.tokens()?),
+            b"block_size" | b"page_size" => e.block_size = r.opt(Reader::i64)?,
+            b"lora_id" => e.lora_id = r.opt(Reader::i64)?,
+            b"medium" => e.medium = r.opt(Reader::medium)?,
+            b"lora_name" => e.lora_name = r.opt(Reader::string)?,
+            b"cache_salt" => e.cache_salt = r.opt(Reader::string)?,
+            b"extra_keys" => e.extra_keys = r.opt(extra_keys)?,
+            b"group_idx" => e.group_idx = r.opt(Reader::i64)?,
+            b"kv_cache_spec_kind" => e.spec_kind = r.opt(Reader::string)?,
+            b"kv_cache_spec_sliding_window" => e.sliding_window = r.opt(Reader::i64)?,
             _ => r.skip(EVENT_DEPTH)?,
         }
     }

@@ -130,8 +130,8 @@ impl<'a> Reader<'a> {
         matches!(self.peek(), Some(0x80..=0x8f | 0xde | 0xdf))
     }
 
-    /// A string (str markers only, valid UTF-8 only).
-    pub fn str(&mut self) -> Option<&'a str> {
+    /// The bytes of a string (str markers only), not checked for UTF-8.
+    fn str_bytes(&mut self) -> Option<&'a [u8]> {
         let len = match self.peek()? {
             m @ 0xa0..=0xbf => {
                 self.pos += 1;
@@ -151,7 +151,19 @@ impl<'a> Reader<'a> {
             }
             _ => return None,
         };
-        core::str::from_utf8(self.take(len)?).ok()
+        self.take(len)
+    }
+
+    /// A string (str markers only, valid UTF-8 only).
+    pub fn str(&mut self) -> Option<&'a str> {
+        core::str::from_utf8(self.str_bytes()?).ok()
+    }
+
+    /// A map key (str markers only), as bytes: the keys this decoder knows are ASCII, and
+    /// any other key, valid UTF-8 or not, is skipped by both readers alike, so the bytes are
+    /// not checked for UTF-8.
+    pub fn key(&mut self) -> Option<&'a [u8]> {
+        self.str_bytes()
     }
 
     /// [`Self::str`], owned.
@@ -159,14 +171,23 @@ impl<'a> Reader<'a> {
         self.str().map(str::to_owned)
     }
 
-    /// An event tag (a string).
+    /// An event tag (a string); the known tags are compared as bytes.
     pub fn tag(&mut self) -> Option<Tag> {
-        self.str().map(Tag::from_wire)
+        Some(match self.str_bytes()? {
+            b"BlockStored" => Tag::BlockStored,
+            b"BlockRemoved" => Tag::BlockRemoved,
+            b"AllBlocksCleared" => Tag::AllBlocksCleared,
+            other => Tag::from_wire(core::str::from_utf8(other).ok()?),
+        })
     }
 
-    /// A `medium` (a string).
+    /// A `medium` (a string); `"GPU"`, the usual value, is compared as bytes.
     pub fn medium(&mut self) -> Option<RawMedium> {
-        self.str().map(|s| RawMedium(Medium::from_wire(Some(s))))
+        let medium = match self.str_bytes()? {
+            b"GPU" => Medium::Gpu,
+            other => Medium::from_wire(Some(core::str::from_utf8(other).ok()?)),
+        };
+        Some(RawMedium(medium))
     }
 
     /// A binary string (bin markers).
@@ -245,12 +266,28 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// An array of block hashes.
+    /// An array of block hashes; runs of `uint 64` hashes (vLLM's, and SGLang's
+    /// non-negative ones) are read in one loop.
     pub fn hashes(&mut self) -> Option<RawHashes> {
         let n = self.array_len()?;
         let mut out = RawHashes::with_capacity(n.min(self.remaining()));
-        for _ in 0..n {
-            out.push(self.hash()?);
+        let mut left = n;
+        while left > 0 {
+            let src = &self.buf[self.pos..];
+            let whole = &src[..(src.len() / 9).min(left) * 9];
+            let count = whole.chunks_exact(9).take_while(|c| c[0] == 0xcf).count();
+            if count == 0 {
+                out.push(self.hash()?);
+                left -= 1;
+                continue;
+            }
+            out.extend_unsigned(
+                whole[..count * 9]
+                    .chunks_exact(9)
+                    .map(|c| u64::from_be_bytes([c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]])),
+            );
+            self.pos += count * 9;
+            left -= count;
         }
         Some(out)
     }

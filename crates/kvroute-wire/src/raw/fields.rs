@@ -85,6 +85,12 @@ impl RawHashes {
         }
     }
 
+    /// Appends unsigned hashes (each its own engine hash, by the rule of
+    /// [`WireHash::Unsigned`]).
+    pub fn extend_unsigned(&mut self, hashes: impl Iterator<Item = u64>) {
+        self.hashes.extend(hashes.map(EngineHash));
+    }
+
     /// The engine hashes, or the error of the first hash that had none.
     pub fn into_engine_hashes(self) -> Result<Vec<EngineHash>, WireError> {
         match self.error {
