@@ -1,7 +1,9 @@
 //! Feeds arbitrary bytes to every kvroute-wire decoder: as a msgpack batch payload, as ZMQ
 //! messages (live with topic, older replay without), as a `LoadStat` frame and, when UTF-8,
 //! as Prometheus text and `/v1/loads` JSON. No input may panic; a decoded batch must hold
-//! the decoder's invariants and apply to a prefix index without panicking.
+//! the decoder's invariants and apply to a prefix index without panicking; the payload
+//! decoder (fast path, falling back to serde) must give exactly the result or error of the
+//! serde-only reference decoder, `decode_payload_serde`.
 //!
 //! Seed the corpus from the example payloads with `bash seed_wire_decode.sh` (in `fuzz/`).
 #![no_main]
@@ -9,13 +11,20 @@
 use kvroute_index::Slot;
 use kvroute_index::index::{IndexConfig, PrefixIndex};
 use kvroute_wire::{
-    KvEvent, KvMessage, decode_load_stat, decode_message, decode_payload, parse_sglang_loads,
-    parse_vllm_metrics,
+    KvEvent, KvMessage, decode_load_stat, decode_message, decode_payload, decode_payload_serde,
+    parse_sglang_loads, parse_vllm_metrics,
 };
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(batch) = decode_payload(data) {
+    let decoded = decode_payload(data);
+    // Debug text, not `==`: a NaN timestamp is not equal to itself.
+    assert_eq!(
+        format!("{decoded:?}"),
+        format!("{:?}", decode_payload_serde(data)),
+        "fast path and serde disagree"
+    );
+    if let Ok(batch) = decoded {
         let index = PrefixIndex::new(IndexConfig {
             worker_slots: 1,
             block_size: 16,

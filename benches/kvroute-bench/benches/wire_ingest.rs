@@ -7,6 +7,9 @@
 //!
 //! * `wire_decode/<shape>`: `decode_payload` alone; `wire_ingest/<shape>`: frames →
 //!   `decode_message` → `Router::ingest` (one live batch per iteration, sequence +1).
+//!   `wire_decode_serde/<shape>` and `wire_ingest_serde/<shape>`: the same through the
+//!   serde-only reference decoder (`decode_payload_serde`), the decoder before its fast
+//!   path, measured in the same run for a before/after comparison.
 //!   Every shape encodes the same logical batch: 4 `BlockStored` of 4 blocks (64 tokens),
 //!   each chained on the one before, then 4 `BlockRemoved` of those blocks, so the index
 //!   returns to its state after every batch: 8 events, 16 stored + 16 removed blocks.
@@ -16,8 +19,10 @@
 //!   SGLang's trailing metadata map, signed hashes), `binary_hashes` (vLLM arrays with
 //!   32-byte hashes), `signed_named` (SGLang 0.5.23 named maps, signed hashes).
 //! * `stream_replay/<engine>`: every batch of a real stream (hex decoded beforehand, so the
-//!   time is framing, decoding and applying) into a fresh two-worker Router. Needs the
-//!   shared data (`kv_events/*.jsonl.xz`); skipped with a notice without it.
+//!   time is framing, decoding and applying) into a fresh two-worker Router;
+//!   `stream_decode/<engine>` and `stream_decode_serde/<engine>`: every batch decoded
+//!   alone, by `decode_payload` and by the serde-only reference. Needs the shared data
+//!   (`kv_events/*.jsonl.xz`); skipped with a notice without it.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -26,7 +31,10 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use kvroute::{Channel, Router, RouterConfig, WorkerId};
 use kvroute_tests::msgpack::V;
 use kvroute_tests::stream::{Engine, records};
-use kvroute_wire::{KvEvent, decode_message, decode_payload};
+use kvroute_wire::{
+    DecodePath, Frames, KvEvent, KvMessage, decode_message, decode_payload, decode_payload_serde,
+    decode_payload_traced,
+};
 
 const BS: usize = 16;
 const STORES: u32 = 4;
@@ -184,46 +192,73 @@ fn router() -> (Router, WorkerId) {
 }
 
 fn shapes(c: &mut Criterion) {
-    let mut decode = c.benchmark_group("wire_decode");
-    decode.throughput(Throughput::Elements(BATCH_BLOCKS));
-    for shape in Shape::ALL {
-        let payload = shape.payload();
-        let batch = decode_payload(&payload).unwrap();
-        assert_eq!(batch.events.len(), 2 * STORES as usize);
-        decode.bench_function(shape.name(), |b| {
-            b.iter(|| decode_payload(black_box(&payload)).unwrap())
-        });
+    for (group, decode) in [
+        ("wire_decode", decode_payload as Decode),
+        ("wire_decode_serde", decode_payload_serde),
+    ] {
+        let mut g = c.benchmark_group(group);
+        g.throughput(Throughput::Elements(BATCH_BLOCKS));
+        for shape in Shape::ALL {
+            let payload = shape.payload();
+            let (batch, path) = decode_payload_traced(&payload);
+            // The fast path reads every shape, with the reference's result.
+            assert_eq!(path, DecodePath::Fast, "{}", shape.name());
+            assert_eq!(batch, decode_payload_serde(&payload));
+            assert_eq!(batch.unwrap().events.len(), 2 * STORES as usize);
+            g.bench_function(shape.name(), |b| {
+                b.iter(|| decode(black_box(&payload)).unwrap())
+            });
+        }
+        g.finish();
     }
-    decode.finish();
 
-    let mut ingest = c.benchmark_group("wire_ingest");
-    ingest.throughput(Throughput::Elements(BATCH_BLOCKS));
-    for shape in Shape::ALL {
-        let payload = shape.payload();
-        let (r, w) = router();
-        let mut seq = 0u64;
-        ingest.bench_function(shape.name(), |b| {
-            b.iter(|| {
-                let s = seq.to_be_bytes();
-                seq += 1;
-                let msg = decode_message(&[b"", &s, black_box(&payload)]).unwrap();
-                let report = r.ingest(w, Channel::Live, &msg).unwrap();
-                debug_assert!(report.trusted);
-                report.applied.stored_blocks
-            })
-        });
-        // Every batch stored and removed all its blocks.
-        let s = r.ingest_stats();
-        assert_eq!(s.stored_blocks, s.removed_blocks);
-        assert_eq!(r.index().worker_blocks(r.slot_of(w).unwrap()), 0);
+    for (group, decode) in [
+        ("wire_ingest", message_fast as DecodeMessage),
+        ("wire_ingest_serde", message_serde),
+    ] {
+        let mut g = c.benchmark_group(group);
+        g.throughput(Throughput::Elements(BATCH_BLOCKS));
+        for shape in Shape::ALL {
+            let payload = shape.payload();
+            let (r, w) = router();
+            let mut seq = 0u64;
+            g.bench_function(shape.name(), |b| {
+                b.iter(|| {
+                    let s = seq.to_be_bytes();
+                    seq += 1;
+                    let msg = decode(&[b"", &s, black_box(&payload)]);
+                    let report = r.ingest(w, Channel::Live, &msg).unwrap();
+                    debug_assert!(report.trusted);
+                    report.applied.stored_blocks
+                })
+            });
+            // Every batch stored and removed all its blocks.
+            let s = r.ingest_stats();
+            assert_eq!(s.stored_blocks, s.removed_blocks);
+            assert_eq!(r.index().worker_blocks(r.slot_of(w).unwrap()), 0);
+        }
+        g.finish();
     }
-    ingest.finish();
+}
+
+type Decode = fn(&[u8]) -> Result<kvroute_wire::KvEventBatch, kvroute_wire::WireError>;
+type DecodeMessage = fn(&[&[u8]]) -> KvMessage;
+
+/// `decode_message` (fast path, serde fallback) of a live batch.
+fn message_fast(frames: &[&[u8]]) -> KvMessage {
+    decode_message(frames).unwrap()
+}
+
+/// `decode_message` of a live batch with the serde-only reference decoder.
+fn message_serde(frames: &[&[u8]]) -> KvMessage {
+    let f = Frames::split(frames).unwrap();
+    KvMessage::Batch {
+        seq: f.seq,
+        batch: decode_payload_serde(f.payload).unwrap(),
+    }
 }
 
 fn streams(c: &mut Criterion) {
-    let mut group = c.benchmark_group("stream_replay");
-    group.sample_size(10);
-    group.measurement_time(Duration::from_secs(20));
     for engine in [Engine::Vllm, Engine::Sglang] {
         let Some(path) = kvroute_tests::data_file(engine.stream_file()) else {
             continue;
@@ -245,8 +280,12 @@ fn streams(c: &mut Criterion) {
             "stream_replay/{engine:?}: {} batches, {blocks} blocks per iteration",
             batches.len()
         );
+        let id = BenchmarkId::from_parameter(format!("{engine:?}"));
+        let mut group = c.benchmark_group("stream_replay");
+        group.sample_size(10);
+        group.measurement_time(Duration::from_secs(20));
         group.throughput(Throughput::Elements(blocks));
-        group.bench_function(BenchmarkId::from_parameter(format!("{engine:?}")), |b| {
+        group.bench_function(id.clone(), |b| {
             b.iter(|| {
                 let (r, w) = router();
                 for (seq, payload) in &batches {
@@ -256,8 +295,27 @@ fn streams(c: &mut Criterion) {
                 r.ingest_stats().contiguous
             })
         });
+        group.finish();
+        // Decoding alone, fast path and serde-only reference.
+        for (name, decode) in [
+            ("stream_decode", decode_payload as Decode),
+            ("stream_decode_serde", decode_payload_serde),
+        ] {
+            let mut group = c.benchmark_group(name);
+            group.sample_size(10);
+            group.measurement_time(Duration::from_secs(10));
+            group.throughput(Throughput::Elements(blocks));
+            group.bench_function(id.clone(), |b| {
+                b.iter(|| {
+                    batches
+                        .iter()
+                        .map(|(_, p)| decode(black_box(p)).unwrap().events.len())
+                        .sum::<usize>()
+                })
+            });
+            group.finish();
+        }
     }
-    group.finish();
 }
 
 criterion_group!(benches, shapes, streams);

@@ -11,13 +11,12 @@
 
 use std::io::Cursor;
 
-use kvroute_index::index::EngineHash;
 use serde::Deserialize;
 
 use crate::error::WireError;
 use crate::event::{BlockRemoved, BlockStored, EventEncoding, KvEvent, KvEventBatch, Medium};
 use crate::hash::WireHash;
-use crate::raw::{RawBatch, RawEvent};
+use crate::raw::{RawBatch, RawEvent, Tag};
 
 /// Deepest msgpack nesting accepted (a batch needs 5 levels; extra keys a few more).
 pub const MAX_DEPTH: usize = 32;
@@ -37,12 +36,49 @@ pub(crate) fn from_msgpack<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result
 
 /// Decodes one msgpack KV event batch payload (the last ZMQ frame).
 ///
+/// The common shapes are read by the fast path (`fast`: a hand-written msgpack reader for
+/// the hot shapes); anything it does not recognise goes to serde (`rmp-serde`), so the
+/// result, and every error, is the one [`decode_payload_serde`] gives for the same bytes.
+///
 /// # Errors
 /// [`WireError::Malformed`] for msgpack that does not have a batch's shape,
 /// [`WireError::TrailingBytes`], and the validation errors of [`WireError`] for a
 /// batch or event that breaks the documented shapes; nothing is returned for a batch
 /// with any bad event.
 pub fn decode_payload(bytes: &[u8]) -> Result<KvEventBatch, WireError> {
+    decode_payload_traced(bytes).0
+}
+
+/// Which reader turned a payload's msgpack into raw records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DecodePath {
+    /// The fast path's hand-written reader recognised the whole payload.
+    Fast,
+    /// The fast path did not recognise it (an unusual encoding, or malformed bytes); serde
+    /// read it.
+    Serde,
+}
+
+/// [`decode_payload`], also saying which reader read the payload (the result is the
+/// same either way): lets tests and [`WireCounters`](crate::WireCounters) see how often
+/// the fast path falls back.
+///
+/// # Errors
+/// As [`decode_payload`].
+pub fn decode_payload_traced(bytes: &[u8]) -> (Result<KvEventBatch, WireError>, DecodePath) {
+    match crate::fast::read_batch(bytes) {
+        Some(raw) => (validate_batch(raw), DecodePath::Fast),
+        None => (decode_payload_serde(bytes), DecodePath::Serde),
+    }
+}
+
+/// The reference decoder: [`decode_payload`] with serde (`rmp-serde` and the visitors of
+/// the raw records) reading every payload, never the fast path. Slower; the result and
+/// error [`decode_payload`] must give, for differential tests and the fuzz target.
+///
+/// # Errors
+/// As [`decode_payload`].
+pub fn decode_payload_serde(bytes: &[u8]) -> Result<KvEventBatch, WireError> {
     let raw: RawBatch = from_msgpack(bytes)?;
     validate_batch(raw)
 }
@@ -92,10 +128,6 @@ fn u32_field(field: &'static str, v: i64) -> Result<u32, WireError> {
     u32::try_from(v).map_err(|_| WireError::OutOfRange { field, value: v })
 }
 
-fn hashes(raw: Vec<WireHash>) -> Result<Vec<EngineHash>, WireError> {
-    raw.into_iter().map(WireHash::to_engine_hash).collect()
-}
-
 fn check_len(
     record: &'static str,
     len: Option<usize>,
@@ -117,12 +149,15 @@ fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
     let Some(tag) = e.tag else {
         return Err(WireError::UnexpectedTag { tag: String::new() });
     };
-    match tag.as_str() {
-        "BlockStored" => {
+    match tag {
+        Tag::BlockStored => {
             const R: &str = "BlockStored";
             check_len(R, e.len, 6, 12)?;
             let missing = |field| WireError::MissingField { record: R, field };
-            let block_hashes = hashes(e.block_hashes.ok_or(missing("block_hashes"))?)?;
+            let block_hashes = e
+                .block_hashes
+                .ok_or(missing("block_hashes"))?
+                .into_engine_hashes()?;
             let token_ids = e.token_ids.ok_or(missing("token_ids"))?;
             let bs = e.block_size.ok_or(missing("block_size"))?;
             let block_size = match u32::try_from(bs) {
@@ -148,7 +183,7 @@ fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
                 token_ids,
                 block_size,
                 lora_id: e.lora_id,
-                medium: Medium::from_wire(e.medium.as_deref()),
+                medium: e.medium.map_or(Medium::Gpu, |m| m.0),
                 lora_name: e.lora_name,
                 cache_salt: e.cache_salt,
                 extra_keys: e.extra_keys,
@@ -161,7 +196,7 @@ fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
                 encoding,
             }))
         }
-        "BlockRemoved" => {
+        Tag::BlockRemoved => {
             const R: &str = "BlockRemoved";
             check_len(R, e.len, 2, 4)?;
             let raw = e.block_hashes.ok_or(WireError::MissingField {
@@ -169,16 +204,16 @@ fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
                 field: "block_hashes",
             })?;
             Ok(KvEvent::BlockRemoved(BlockRemoved {
-                block_hashes: hashes(raw)?,
-                medium: Medium::from_wire(e.medium.as_deref()),
+                block_hashes: raw.into_engine_hashes()?,
+                medium: e.medium.map_or(Medium::Gpu, |m| m.0),
                 group_idx: e.group_idx.map(|g| u32_field("group_idx", g)).transpose()?,
                 encoding,
             }))
         }
-        "AllBlocksCleared" => {
+        Tag::AllBlocksCleared => {
             check_len("AllBlocksCleared", e.len, 1, 1)?;
             Ok(KvEvent::AllBlocksCleared)
         }
-        _ => Ok(KvEvent::Unknown { tag }),
+        Tag::Other(tag) => Ok(KvEvent::Unknown { tag }),
     }
 }

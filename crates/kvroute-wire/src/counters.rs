@@ -2,9 +2,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::batch::{DecodePath, decode_payload_traced};
 use crate::error::{ErrorKind, WireError};
 use crate::event::{KvEvent, KvEventBatch};
-use crate::frame::{KvMessage, decode_message};
+use crate::frame::{KvMessage, decode_message_traced};
 
 /// Monotonic decode counters (`Relaxed` atomics: statistics, nothing is published
 /// through them). Feed every decoder result to [`WireCounters::record`], or decode through
@@ -18,6 +19,8 @@ pub struct WireCounters {
     clears: AtomicU64,
     unknown_events: AtomicU64,
     end_markers: AtomicU64,
+    fast_reads: AtomicU64,
+    serde_reads: AtomicU64,
     errors: [AtomicU64; ErrorKind::COUNT],
 }
 
@@ -38,6 +41,11 @@ pub struct WireStats {
     pub unknown_events: u64,
     /// Replay end markers.
     pub end_markers: u64,
+    /// Payloads the fast path read (whatever validation then found).
+    pub fast_reads: u64,
+    /// Payloads the fast path did not recognise and handed to serde (unusual encodings
+    /// and malformed bytes): a share that grows names a shape worth adding to it.
+    pub serde_reads: u64,
     /// Rejections by [`ErrorKind`] (index `kind as usize`).
     pub errors: [u64; ErrorKind::COUNT],
 }
@@ -83,6 +91,14 @@ impl WireCounters {
         }
     }
 
+    /// Counts which reader read a payload.
+    pub fn record_path(&self, path: DecodePath) {
+        match path {
+            DecodePath::Fast => bump(&self.fast_reads, 1),
+            DecodePath::Serde => bump(&self.serde_reads, 1),
+        }
+    }
+
     /// Counts a decoder result (either side) and passes it through.
     pub fn record<T>(&self, r: Result<T, WireError>) -> Result<T, WireError> {
         if let Err(e) = &r {
@@ -96,7 +112,11 @@ impl WireCounters {
     /// # Errors
     /// As [`decode_message`](crate::decode_message).
     pub fn decode_message(&self, frames: &[&[u8]]) -> Result<KvMessage, WireError> {
-        let r = self.record(decode_message(frames));
+        let (r, path) = decode_message_traced(frames);
+        if let Some(path) = path {
+            self.record_path(path);
+        }
+        let r = self.record(r);
         match &r {
             Ok(KvMessage::Batch { batch, .. }) => self.record_batch(batch),
             Ok(KvMessage::EndOfReplay) => bump(&self.end_markers, 1),
@@ -110,7 +130,9 @@ impl WireCounters {
     /// # Errors
     /// As [`decode_payload`](crate::decode_payload).
     pub fn decode_payload(&self, payload: &[u8]) -> Result<KvEventBatch, WireError> {
-        let r = self.record(crate::batch::decode_payload(payload));
+        let (r, path) = decode_payload_traced(payload);
+        self.record_path(path);
+        let r = self.record(r);
         if let Ok(b) = &r {
             self.record_batch(b);
         }
@@ -132,6 +154,8 @@ impl WireCounters {
             clears: r(&self.clears),
             unknown_events: r(&self.unknown_events),
             end_markers: r(&self.end_markers),
+            fast_reads: r(&self.fast_reads),
+            serde_reads: r(&self.serde_reads),
             errors,
         }
     }

@@ -6,7 +6,7 @@
 //! * `seq` is 8 bytes, big-endian `u64`, starting at 0 and +1 per batch.
 //! * The replay stream ends with seq `0xFFFF_FFFF_FFFF_FFFF` and an empty payload.
 
-use crate::batch::decode_payload;
+use crate::batch::{DecodePath, decode_payload_traced};
 use crate::error::WireError;
 use crate::event::KvEventBatch;
 
@@ -75,24 +75,33 @@ pub enum KvMessage {
 /// # Errors
 /// The errors of [`Frames::split`]; [`WireError::EmptyPayload`] for an empty payload that
 /// is not the end marker; [`WireError::EndMarkerWithPayload`]; those of
-/// [`decode_payload`].
+/// [`decode_payload`](crate::decode_payload).
 pub fn decode_message(frames: &[&[u8]]) -> Result<KvMessage, WireError> {
-    let f = Frames::split(frames)?;
+    decode_message_traced(frames).0
+}
+
+/// [`decode_message`], with the reader that read the payload (`None` when no payload was
+/// decoded: an end marker or a framing error).
+pub(crate) fn decode_message_traced(
+    frames: &[&[u8]],
+) -> (Result<KvMessage, WireError>, Option<DecodePath>) {
+    let f = match Frames::split(frames) {
+        Ok(f) => f,
+        Err(e) => return (Err(e), None),
+    };
     if f.is_end_of_replay() {
-        return Ok(KvMessage::EndOfReplay);
+        return (Ok(KvMessage::EndOfReplay), None);
     }
     if f.seq == END_OF_REPLAY_SEQ {
-        return Err(WireError::EndMarkerWithPayload {
-            len: f.payload.len(),
-        });
+        let len = f.payload.len();
+        return (Err(WireError::EndMarkerWithPayload { len }), None);
     }
     if f.payload.is_empty() {
-        return Err(WireError::EmptyPayload { seq: f.seq });
+        return (Err(WireError::EmptyPayload { seq: f.seq }), None);
     }
-    Ok(KvMessage::Batch {
-        seq: f.seq,
-        batch: decode_payload(f.payload)?,
-    })
+    let (batch, path) = decode_payload_traced(f.payload);
+    let msg = batch.map(|batch| KvMessage::Batch { seq: f.seq, batch });
+    (msg, Some(path))
 }
 
 /// The request a replay client sends to the ROUTER socket: the start sequence as 8

@@ -15,8 +15,12 @@
 //! * [`WireCounters`]: counts of decoded batches, events, blocks and of every
 //!   [`WireError`] kind.
 //!
-//! msgpack is read with serde and `rmp-serde` (custom visitors where shapes vary), never a
-//! hand-written msgpack parser. Malformed input of any kind is a typed [`WireError`]; no
+//! msgpack is read with serde and `rmp-serde` (custom visitors where shapes vary), except on
+//! the hot path: the common batch and event shapes are read by a small hand-written reader
+//! (`fast`) into the same raw records, which falls back to serde for anything it does not
+//! recognise, so results and errors are serde's ([`decode_payload_serde`] is the serde-only
+//! reference; [`decode_payload_traced`] says which reader ran). Malformed input of any kind is
+//! a typed [`WireError`]; no
 //! input panics (a fuzz target, `fuzz/fuzz_targets/wire_decode.rs`, checks it), and a
 //! batch with one bad event is rejected whole.
 
@@ -24,12 +28,15 @@ mod batch;
 mod counters;
 mod error;
 mod event;
+mod fast;
 pub mod frame;
 pub mod hash;
 pub mod load;
 mod raw;
 
-pub use batch::{MAX_DEPTH, decode_payload};
+pub use batch::{
+    DecodePath, MAX_DEPTH, decode_payload, decode_payload_serde, decode_payload_traced,
+};
 pub use counters::{WireCounters, WireStats};
 pub use error::{ErrorKind, WireError};
 pub use event::{

@@ -5,7 +5,11 @@
 
 use core::fmt;
 
+mod fields;
+
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+pub(crate) use fields::{RawHashes, RawMedium, Tag};
 
 use crate::event::ExtraKey;
 use crate::hash::WireHash;
@@ -80,14 +84,14 @@ impl<'de> Visitor<'de> for BatchVisitor {
 /// One event as sent, every field optional; `len` is the positional element count.
 #[derive(Debug, Default)]
 pub(crate) struct RawEvent {
-    pub tag: Option<String>,
+    pub tag: Option<Tag>,
     pub len: Option<usize>,
-    pub block_hashes: Option<Vec<WireHash>>,
+    pub block_hashes: Option<RawHashes>,
     pub parent: Option<WireHash>,
     pub token_ids: Option<Vec<u32>>,
     pub block_size: Option<i64>,
     pub lora_id: Option<i64>,
-    pub medium: Option<String>,
+    pub medium: Option<RawMedium>,
     pub lora_name: Option<String>,
     pub cache_salt: Option<String>,
     pub extra_keys: Option<Vec<Option<Vec<ExtraKey>>>>,
@@ -129,13 +133,13 @@ impl<'de> Visitor<'de> for EventVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawEvent, A::Error> {
         let mut e = RawEvent::default();
-        let Some(tag) = seq.next_element::<String>()? else {
+        let Some(tag) = seq.next_element::<Tag>()? else {
             e.len = Some(0);
             return Ok(e);
         };
         let mut n = 1;
-        match tag.as_str() {
-            "BlockStored" => {
+        match tag {
+            Tag::BlockStored => {
                 let _ = next(&mut seq, &mut n, &mut e.block_hashes)?
                     && next(&mut seq, &mut n, &mut e.parent)?
                     && next(&mut seq, &mut n, &mut e.token_ids)?
@@ -167,7 +171,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                     && next(&mut seq, &mut n, &mut e.spec_kind)?
                     && next(&mut seq, &mut n, &mut e.sliding_window)?;
             }
-            "BlockRemoved" => {
+            Tag::BlockRemoved => {
                 let _ = next(&mut seq, &mut n, &mut e.block_hashes)?
                     && next(&mut seq, &mut n, &mut e.medium)?
                     && next(&mut seq, &mut n, &mut e.group_idx)?;

@@ -5,7 +5,8 @@
 //! engine caps it, must equal the engine's own hit; at the snapshot record, the index's
 //! residency, its engine-hash map (`PrefixIndex::engine_hashes`) and an independent
 //! engine-hash model must each give the engine's cached-hash count, copy count and SHA-256
-//! over the sorted hashes. Records are read by `kvroute_tests::stream`.
+//! over the sorted hashes. Records are read by `kvroute_tests::stream`. Every batch must
+//! have been read by the decoder's fast path (none handed to serde).
 //!
 //! Streams are decompressed and decoded line by line (197 MB raw for vLLM). Release-mode
 //! run time and throughput are printed.
@@ -170,6 +171,9 @@ fn replay(engine: Engine) {
         index.stats(),
     );
     assert_eq!(stats.total_errors(), 0);
+    // Every real batch is one of the common shapes: the fast path read each one (so these
+    // engine-checked results are the fast path's), serde none.
+    assert_eq!((stats.fast_reads, stats.serde_reads), (stats.batches, 0));
     assert!(store_errors.is_empty(), "store errors: {store_errors:?}");
     assert_eq!(non_device, 0, "the streams carry device blocks only");
     assert_eq!((snapshots, ends), (1, 1));

@@ -6,7 +6,9 @@
 //! `../shared/data` beside the checkout or `$KVROUTE_DATA_DIR`; a missing file skips the
 //! test with a notice, except under `CI`, where it fails).
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
+
+pub mod encode;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
