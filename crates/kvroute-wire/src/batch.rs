@@ -1,6 +1,6 @@
 //! Payload decoding: msgpack bytes to a validated [`KvEventBatch`].
 //!
-//! Accepted shapes (`shared/docs/kv-events.md`, "Batch", "vLLM events", "SGLang events"):
+//! Accepted shapes (`docs/WIRE-FORMAT.md`, "Batch", "Events"):
 //! * batch: `[ts, events, dp_rank]`, `[ts, events]`, or a map with `ts`, `events` and
 //!   `data_parallel_rank` or `attn_dp_rank` (other keys ignored);
 //! * `BlockStored` arrays of 6 to 12 elements (tag included; position 7 may be SGLang's

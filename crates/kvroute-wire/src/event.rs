@@ -1,6 +1,6 @@
 //! Typed KV events: what every wire generation of vLLM and SGLang decodes to.
 //!
-//! Field meanings follow `shared/docs/kv-events.md` (vLLM's `vllm/distributed/kv_events.py`
+//! Field meanings follow `docs/WIRE-FORMAT.md` (vLLM's `vllm/distributed/kv_events.py`
 //! `BlockStored` / `BlockRemoved` / `AllBlocksCleared` and SGLang's
 //! `sglang/srt/disaggregation/kv_events.py` equivalents).
 

@@ -1,5 +1,5 @@
 //! ZMQ multipart messages of the KV event publisher and its replay socket
-//! (`shared/docs/kv-events.md`, "Transport").
+//! (`docs/WIRE-FORMAT.md`, "Transport").
 //!
 //! * Live (PUB): `[topic, seq, payload]`; the topic is UTF-8 and often empty.
 //! * Replay (ROUTER), newer engines: `[topic, seq, payload]`; older: `[seq, payload]`.

@@ -1,6 +1,6 @@
 //! Decoding of what inference engines send a KV-aware router: bytes in, typed values out.
 //! No I/O, no sockets, no clock: the caller receives ZMQ frames and HTTP bodies and hands
-//! them here. Wire formats: `shared/docs/kv-events.md` (vLLM 0.33 and SGLang 0.5.23 as
+//! them here. Wire formats: `docs/WIRE-FORMAT.md` (vLLM 0.33 and SGLang 0.5.23 as
 //! their own message classes encode them, and the older generations).
 //!
 //! * [`frame`]: ZMQ multipart messages `[topic, seq, payload]`, replay messages with or

@@ -2,7 +2,7 @@
 //! hand-written msgpack reader ([`reader`]) straight into the raw records of the serde
 //! layer ([`crate::raw`]), which `batch` then validates as it does serde's.
 //!
-//! Shapes read (`shared/docs/kv-events.md`): the batch as `[ts, events, dp_rank, ...]` or a
+//! Shapes read (`docs/WIRE-FORMAT.md`): the batch as `[ts, events, dp_rank, ...]` or a
 //! map; events as positional arrays (`["BlockStored", hashes, parent, token_ids,
 //! block_size, lora_id, medium, lora_name | SGLang metadata map, extra_keys, group_idx,
 //! kv_cache_spec_kind, kv_cache_spec_sliding_window, ...]`, `["BlockRemoved", hashes,

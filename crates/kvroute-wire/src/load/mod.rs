@@ -1,5 +1,5 @@
 //! Load telemetry decoding: vLLM's Prometheus text, SGLang's `/v1/loads` JSON and its
-//! `LoadStat` msgpack frames (`shared/docs/kv-events.md`, "Load telemetry"). Each becomes
+//! `LoadStat` msgpack frames (`docs/WIRE-FORMAT.md`, "Load telemetry"). Each becomes
 //! the typed update `kvroute-load` validates and publishes.
 
 mod loadstat;

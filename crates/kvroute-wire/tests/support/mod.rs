@@ -15,7 +15,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 pub use kvroute_tests::data_file;
 pub use kvroute_tests::stream::unhex;
 
-/// The seed of a namespace, written out from the design brief's rule (not the crate's).
+/// The seed of a namespace, written out from the rule in `docs/WIRE-FORMAT.md`, "Block hashes and how kvroute hashes tokens" (not from the crate's code).
 pub fn seed(lora: Option<&str>, salt: Option<&str>) -> u64 {
     let mut s = 1337u64;
     if let Some(l) = lora {
