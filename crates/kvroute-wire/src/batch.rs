@@ -67,7 +67,7 @@ pub enum DecodePath {
 /// As [`decode_payload`].
 pub fn decode_payload_traced(bytes: &[u8]) -> (Result<KvEventBatch, WireError>, DecodePath) {
     match crate::fast::read_batch(bytes) {
-        Some(raw) => (validate_batch(raw), DecodePath::Fast),
+        Some(raw) => (validate_batch(raw, |events| events), DecodePath::Fast),
         None => (decode_payload_serde(bytes), DecodePath::Serde),
     }
 }
@@ -80,10 +80,17 @@ pub fn decode_payload_traced(bytes: &[u8]) -> (Result<KvEventBatch, WireError>, 
 /// As [`decode_payload`].
 pub fn decode_payload_serde(bytes: &[u8]) -> Result<KvEventBatch, WireError> {
     let raw: RawBatch = from_msgpack(bytes)?;
-    validate_batch(raw)
+    validate_batch(raw, |events| {
+        events.into_iter().map(validate_event).collect()
+    })
 }
 
-fn validate_batch(raw: RawBatch) -> Result<KvEventBatch, WireError> {
+/// Checks a batch's own fields in order (element count, `ts`, `events`, rank), then gives
+/// the result of `validate_events` on its events (all valid, or the first event's error).
+fn validate_batch<E>(
+    raw: RawBatch<E>,
+    validate_events: impl FnOnce(E) -> Result<Vec<KvEvent>, WireError>,
+) -> Result<KvEventBatch, WireError> {
     const RECORD: &str = "batch";
     if let Some(got) = raw.len {
         if got < 2 {
@@ -113,10 +120,7 @@ fn validate_batch(raw: RawBatch) -> Result<KvEventBatch, WireError> {
         .dp_rank
         .map(|r| u32_field("data_parallel_rank", r))
         .transpose()?;
-    let events = raw_events
-        .into_iter()
-        .map(validate_event)
-        .collect::<Result<Vec<_>, _>>()?;
+    let events = validate_events(raw_events)?;
     Ok(KvEventBatch {
         ts,
         events,
@@ -141,7 +145,8 @@ fn check_len(
     }
 }
 
-fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
+/// The typed event of a raw one, or why it is rejected.
+pub(crate) fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
     let encoding = match e.len {
         Some(n) => EventEncoding::Positional(n),
         None => EventEncoding::Named,

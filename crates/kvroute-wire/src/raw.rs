@@ -22,12 +22,14 @@ fn drain<'de, A: SeqAccess<'de>>(seq: &mut A, mut n: usize) -> Result<usize, A::
     Ok(n)
 }
 
-/// A batch as sent: positional (`len` = element count) or named (`len` = `None`).
+/// A batch as sent: positional (`len` = element count) or named (`len` = `None`). `E` is
+/// what holds its events: raw events here, events already validated one by one on the fast
+/// path.
 #[derive(Debug, Default)]
-pub(crate) struct RawBatch {
+pub(crate) struct RawBatch<E = Vec<RawEvent>> {
     pub len: Option<usize>,
     pub ts: Option<f64>,
-    pub events: Option<Vec<RawEvent>>,
+    pub events: Option<E>,
     pub dp_rank: Option<i64>,
 }
 

@@ -1,6 +1,7 @@
 //! The fast path of payload decoding: the batch and event shapes engines send, read by a
-//! hand-written msgpack reader ([`reader`]) straight into the raw records of the serde
-//! layer ([`crate::raw`]), which `batch` then validates as it does serde's.
+//! hand-written msgpack reader ([`reader`]) into the raw records of the serde layer
+//! ([`crate::raw`]), each event validated by `batch` as soon as it is read and the batch's
+//! own fields as serde's are.
 //!
 //! Shapes read (`docs/WIRE-FORMAT.md`): the batch as `[ts, events, dp_rank, ...]` or a
 //! map; events as positional arrays (`["BlockStored", hashes, parent, token_ids,
@@ -22,21 +23,32 @@ mod reader;
 
 use reader::Reader;
 
+use crate::batch::validate_event;
+use crate::error::WireError;
+use crate::event::KvEvent;
 use crate::raw::{RawBatch, RawEvent, Tag};
+
+/// A batch whose events are validated as they are read: all of them, or the first error.
+pub(crate) type FastBatch = RawBatch<Result<Vec<KvEvent>, WireError>>;
 
 /// Container nesting of an event's fields (batch array 1, events array 2, event 3).
 const EVENT_DEPTH: usize = 3;
 
 /// The raw batch of a whole payload, or `None` when the payload is not one the fast path
 /// recognises (see the module doc) and must go to serde.
-pub(crate) fn read_batch(bytes: &[u8]) -> Option<RawBatch> {
+pub(crate) fn read_batch(bytes: &[u8]) -> Option<FastBatch> {
     let mut r = Reader::new(bytes);
     let b = batch(&mut r)?;
     r.at_end().then_some(b)
 }
 
-fn batch(r: &mut Reader<'_>) -> Option<RawBatch> {
-    let mut b = RawBatch::default();
+fn batch(r: &mut Reader<'_>) -> Option<FastBatch> {
+    let mut b = FastBatch {
+        len: None,
+        ts: None,
+        events: None,
+        dp_rank: None,
+    };
     if r.at_map() {
         for _ in 0..r.map_len()? {
             match r.key()? {
@@ -63,15 +75,24 @@ fn batch(r: &mut Reader<'_>) -> Option<RawBatch> {
     Some(b)
 }
 
-fn events(r: &mut Reader<'_>) -> Option<Vec<RawEvent>> {
+/// The events array, each event validated as soon as it is read (no vector of raw events);
+/// after the first invalid one the rest are still read, so that the whole payload is known
+/// to be one the fast path recognises, but not validated.
+fn events(r: &mut Reader<'_>) -> Option<Result<Vec<KvEvent>, WireError>> {
     let n = r.array_len()?;
-    let mut out = Vec::with_capacity(n.min(1024));
+    let mut out = Ok(Vec::with_capacity(n.min(1024)));
     for _ in 0..n {
-        out.push(if r.at_map() {
+        let raw = if r.at_map() {
             named(r)?
         } else {
             positional(r)?
-        });
+        };
+        if let Ok(events) = &mut out {
+            match validate_event(raw) {
+                Ok(e) => events.push(e),
+                Err(e) => out = Err(e),
+            }
+        }
     }
     Some(out)
 }
