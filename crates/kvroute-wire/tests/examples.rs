@@ -15,19 +15,6 @@ use kvroute_wire::{
 use serde_json::Value;
 use support::{chained, data_file, local_hashes, seed, unhex};
 
-const BS_FIELDS: [&str; 11] = [
-    "block_hashes",
-    "parent_block_hash",
-    "token_ids",
-    "block_size",
-    "lora_id",
-    "medium",
-    "lora_name",
-    "extra_keys",
-    "group_idx",
-    "kv_cache_spec_kind",
-    "kv_cache_spec_sliding_window",
-];
 const BR_FIELDS: [&str; 3] = ["block_hashes", "medium", "group_idx"];
 
 fn example(file: &str, name: &str) -> Option<Value> {
@@ -72,7 +59,7 @@ fn fields(ev: &Value) -> (String, serde_json::Map<String, Value>, Option<usize>)
         Value::Array(a) => {
             let tag = a[0].as_str().unwrap().to_string();
             let names: &[&str] = match tag.as_str() {
-                "BlockStored" => &BS_FIELDS,
+                "BlockStored" => &support::STORE_FIELDS,
                 "BlockRemoved" => &BR_FIELDS,
                 _ => &[],
             };

@@ -206,20 +206,6 @@ fn store_fields(clean: bool) -> impl Strategy<Value = Vec<M>> {
         })
 }
 
-const STORE_KEYS: [&str; 11] = [
-    "block_hashes",
-    "parent_block_hash",
-    "token_ids",
-    "block_size",
-    "lora_id",
-    "medium",
-    "lora_name",
-    "extra_keys",
-    "group_idx",
-    "kv_cache_spec_kind",
-    "kv_cache_spec_sliding_window",
-];
-
 fn tag(clean: bool) -> impl Strategy<Value = M> {
     let names = prop::sample::select(vec![
         "BlockStored",
@@ -318,7 +304,7 @@ fn named(clean: bool) -> impl Strategy<Value = M> {
                             (M::S("lora_name".into(), Width::Short), M::Nil)
                         }
                         i => (
-                            M::S(STORE_KEYS[i - 1].into(), Width::Short),
+                            M::S(support::STORE_FIELDS[i - 1].into(), Width::Short),
                             f[i - 1].clone(),
                         ),
                     })

@@ -16,6 +16,22 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 pub use kvroute_tests::data_file;
 pub use kvroute_tests::stream::unhex;
 
+/// The positional fields of vLLM's `BlockStored` after its tag, in order, as named-map keys
+/// (`docs/WIRE-FORMAT.md`, "Events").
+pub const STORE_FIELDS: [&str; 11] = [
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+    "lora_name",
+    "extra_keys",
+    "group_idx",
+    "kv_cache_spec_kind",
+    "kv_cache_spec_sliding_window",
+];
+
 /// The seed of a namespace, written out from the rule in `docs/WIRE-FORMAT.md`, "Block hashes and how kvroute hashes tokens" (not from the crate's code).
 pub fn seed(lora: Option<&str>, salt: Option<&str>) -> u64 {
     let mut s = 1337u64;
