@@ -28,7 +28,7 @@ pub struct RequestRecord {
     pub predicted_cached_tokens: u32,
     /// Output tokens (tokens): what the serving engine generates, the trace's requested
     /// length capped by the engine's context (`max_model_len − prompt`); the requested
-    /// length for a request no engine served.
+    /// length for a request no engine served (refused, rejected or never placed).
     pub output_tokens: u32,
     /// Times admission rejected it before it was placed.
     pub rejections: u32,

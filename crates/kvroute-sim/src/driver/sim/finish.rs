@@ -26,9 +26,12 @@ impl<'a> Sim<'a> {
                 prompt_tokens: r.prompt.len(),
                 cached_tokens: st.cached,
                 predicted_cached_tokens: st.predicted,
-                output_tokens: st.engine.map_or(r.output_tokens, |e| {
-                    self.engines[e as usize].output_len(r.prompt.len(), r.output_tokens)
-                }),
+                output_tokens: match (st.status, st.engine) {
+                    (Status::Refused, _) | (_, None) => r.output_tokens,
+                    (_, Some(e)) => {
+                        self.engines[e as usize].output_len(r.prompt.len(), r.output_tokens)
+                    }
+                },
                 rejections: st.rejections,
                 reason: st.reason.to_owned(),
             })
