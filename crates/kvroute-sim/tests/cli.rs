@@ -215,34 +215,23 @@ fn empty_traces_and_unwritable_outputs_fail_before_running() {
         "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 10000000, \"hash_ids\": [0, 1]}\n",
     )
     .unwrap();
-    let missing = dir.join("no-such-dir").join("r.json");
-    let out = sim(&[
-        "replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--quiet",
-        "--json",
-        missing.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("--json"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(out.stdout.is_empty(), "ran before failing");
-
-    let out = sim(&[
-        "replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--quiet",
-        "--svg",
-        trace.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("--svg"), "{}", text(&out.stderr));
-    assert!(out.stdout.is_empty(), "ran before failing");
+    // An output that cannot be written fails with exit code 1, naming the flag, before
+    // anything runs (nothing on stdout).
+    let fails_early = |flag: &str, path: &std::path::Path| {
+        let out = sim(&[
+            "replay",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--quiet",
+            flag,
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{flag}");
+        assert!(text(&out.stderr).contains(flag), "{}", text(&out.stderr));
+        assert!(out.stdout.is_empty(), "{flag}: ran before failing");
+    };
+    fails_early("--json", &dir.join("no-such-dir").join("r.json"));
+    fails_early("--svg", &trace);
 
     let json = dir.join("r.json");
     let out = sim(&[
