@@ -19,7 +19,11 @@
 //!
 //! No function here allocates per block: callers pass a buffer that is appended to.
 
+mod block16;
+
 use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use block16::Block16;
 
 /// The XXH3 seed of the shared hashing scheme (Dynamo's `XXH3_SEED`).
 pub const XXH3_SEED: u64 = 1337;
@@ -126,22 +130,24 @@ pub fn chain_hash(parent: SequenceHash, local: LocalBlockHash) -> SequenceHash {
     let hi = local.0 ^ FLIP_HI;
     let product = u128::from(lo) * u128::from(hi);
     let folded = (product as u64) ^ ((product >> 64) as u64);
-    let mut h = 16u64
+    let h = 16u64
         .wrapping_add(lo.swap_bytes())
         .wrapping_add(hi)
         .wrapping_add(folded);
-    // XXH3 avalanche.
-    h ^= h >> 37;
-    h = h.wrapping_mul(0x1656_6791_9e37_79f9);
-    h ^= h >> 32;
-    SequenceHash(h)
+    SequenceHash(block16::avalanche(h))
 }
 
 /// Cuts token ids into full blocks and hashes them.
+///
+/// At a block size of 16 tokens the local hash takes a path specialised to 64-byte inputs
+/// with the namespace's keys computed once (module `block16`); other block sizes use the
+/// general XXH3. Both give the same hashes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockHasher {
     block_size: usize,
     namespace: HashNamespace,
+    /// The specialised local hash, when `block_size` is 16.
+    block16: Option<Block16>,
 }
 
 impl BlockHasher {
@@ -154,6 +160,16 @@ impl BlockHasher {
         Self {
             block_size,
             namespace,
+            block16: (block_size == block16::TOKENS).then(|| Block16::new(namespace.seed)),
+        }
+    }
+
+    /// The local hash of one full block (`block.len() == block_size`).
+    #[inline(always)]
+    fn local(&self, block: &[u32]) -> LocalBlockHash {
+        match (&self.block16, <&[u32; block16::TOKENS]>::try_from(block)) {
+            (Some(b16), Ok(tokens)) => LocalBlockHash(b16.hash(tokens)),
+            _ => local_block_hash(block, self.namespace),
         }
     }
 
@@ -176,7 +192,7 @@ impl BlockHasher {
     pub fn local_hashes_into(&self, tokens: &[u32], out: &mut Vec<LocalBlockHash>) {
         out.reserve(self.full_blocks(tokens.len()));
         for block in tokens.chunks_exact(self.block_size) {
-            out.push(local_block_hash(block, self.namespace));
+            out.push(self.local(block));
         }
     }
 
@@ -193,7 +209,7 @@ impl BlockHasher {
         out.reserve(n);
         let mut prev = parent;
         for block in tokens.chunks_exact(self.block_size) {
-            let local = local_block_hash(block, self.namespace);
+            let local = self.local(block);
             let seq = match prev {
                 None => SequenceHash(local.0),
                 Some(p) => chain_hash(p, local),
@@ -215,7 +231,7 @@ impl BlockHasher {
         let mut prev = parent;
         let mut n = 0;
         for (block, slot) in tokens.chunks_exact(self.block_size).zip(out.iter_mut()) {
-            let local = local_block_hash(block, self.namespace);
+            let local = self.local(block);
             let seq = match prev {
                 None => SequenceHash(local.0),
                 Some(p) => chain_hash(p, local),
