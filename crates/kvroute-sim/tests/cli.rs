@@ -158,7 +158,8 @@ fn replay_reads_a_trace_and_reports_bad_lines() {
 /// negative one), and an empty `--limit`.
 #[test]
 fn out_of_range_sizes_are_usage_errors() {
-    let trace = scratch("bounds").join("t.jsonl");
+    let dir = scratch("bounds");
+    let trace = dir.join("t.jsonl");
     std::fs::write(
         &trace,
         "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [0, 1]}\n",
@@ -192,6 +193,7 @@ fn out_of_range_sizes_are_usage_errors() {
     let out = sim(&["replay", "--trace", "/nonexistent/kvroute.jsonl"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("cannot open"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Checks that fail before any simulation runs (nothing on stdout): an empty trace, a
