@@ -112,6 +112,9 @@ fn validate_batch<E>(
         record: RECORD,
         field: "ts",
     })?;
+    if !ts.is_finite() {
+        return Err(WireError::NonFiniteTimestamp { bits: ts.to_bits() });
+    }
     let raw_events = raw.events.ok_or(WireError::MissingField {
         record: RECORD,
         field: "events",

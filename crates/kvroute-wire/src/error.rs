@@ -84,6 +84,12 @@ pub enum WireError {
         /// The value received.
         value: i64,
     },
+    /// A batch timestamp that is NaN or infinite (engines publish seconds since the Unix
+    /// epoch, a finite float; the router compares them to tell a restart from a repeat).
+    NonFiniteTimestamp {
+        /// The value's IEEE-754 bits (`f64::to_bits`), so the error stays comparable.
+        bits: u64,
+    },
     /// `token_ids.len() != block_size * block_hashes.len()` in a `BlockStored`.
     TokenCount {
         /// Block hashes in the event.
@@ -153,6 +159,8 @@ pub enum ErrorKind {
     HashSize,
     /// [`WireError::OutOfRange`].
     OutOfRange,
+    /// [`WireError::NonFiniteTimestamp`].
+    NonFiniteTimestamp,
     /// [`WireError::TokenCount`].
     TokenCount,
     /// [`WireError::Prometheus`].
@@ -169,7 +177,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Number of kinds (the length of the counter array).
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 20;
 
     /// Every kind, in counter order.
     pub const ALL: [ErrorKind; Self::COUNT] = [
@@ -186,6 +194,7 @@ impl ErrorKind {
         Self::MissingField,
         Self::HashSize,
         Self::OutOfRange,
+        Self::NonFiniteTimestamp,
         Self::TokenCount,
         Self::Prometheus,
         Self::MissingMetric,
@@ -212,6 +221,7 @@ impl WireError {
             Self::MissingField { .. } => ErrorKind::MissingField,
             Self::HashSize { .. } => ErrorKind::HashSize,
             Self::OutOfRange { .. } => ErrorKind::OutOfRange,
+            Self::NonFiniteTimestamp { .. } => ErrorKind::NonFiniteTimestamp,
             Self::TokenCount { .. } => ErrorKind::TokenCount,
             Self::Prometheus { .. } => ErrorKind::Prometheus,
             Self::MissingMetric { .. } => ErrorKind::MissingMetric,
@@ -250,6 +260,9 @@ impl fmt::Display for WireError {
             Self::MissingField { record, field } => write!(f, "{record}: missing {field}"),
             Self::HashSize { len } => write!(f, "binary block hash of {len} bytes, not 32"),
             Self::OutOfRange { field, value } => write!(f, "{field} = {value} is out of range"),
+            Self::NonFiniteTimestamp { bits } => {
+                write!(f, "batch ts = {} is not finite", f64::from_bits(*bits))
+            }
             Self::TokenCount {
                 blocks,
                 block_size,

@@ -329,6 +329,35 @@ fn malformed_payloads_get_the_serde_error() {
     assert_eq!(e.kind(), ErrorKind::Malformed, "{e}");
 }
 
+/// A NaN or infinite batch timestamp is rejected by both readers, with its bits in the error
+/// and the counter of its kind raised; the largest finite value still decodes.
+#[test]
+fn non_finite_timestamps_are_rejected() {
+    let counters = WireCounters::default();
+    for ts in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        for encoded in [M::F64(ts), M::F32(ts as f32)] {
+            let (got, _) = both(&one_store(encoded, a(vec![u(3)])));
+            let e = counters.record(got).unwrap_err();
+            // `f32` widens to the same `f64` value: NaN stays NaN, infinities stay infinite.
+            let bits = match e {
+                WireError::NonFiniteTimestamp { bits } => bits,
+                other => panic!("{ts}: {other}"),
+            };
+            let back = f64::from_bits(bits);
+            assert!(
+                back.is_nan() == ts.is_nan() && (ts.is_nan() || back == ts),
+                "{ts}"
+            );
+        }
+    }
+    assert_eq!(
+        counters.stats().errors[ErrorKind::NonFiniteTimestamp as usize],
+        6
+    );
+    let (got, path) = both(&one_store(M::F64(f64::MAX), a(vec![u(3)])));
+    assert_eq!((got.unwrap().ts, path), (f64::MAX, DecodePath::Fast));
+}
+
 /// Every encoded example of the shared data: the fast path reads it, with serde's result.
 #[test]
 fn shared_examples_take_the_fast_path() {
