@@ -205,17 +205,18 @@ impl Ctx<'_> {
         if self.fallback_cause().is_some() {
             return self.model::<E>(s, CostKind::Projected);
         }
-        E::costs2(
+        let [p, l] = E::costs2_select(
             [CostKind::Projected, CostKind::LeastLoad],
             &self.p,
             self.fleet,
             [&mut s.costs, &mut s.aux],
+            &self.rule,
         );
-        let Some(p) = E::select(self.fleet, &s.costs, Mask::ALL, &self.rule) else {
+        let Some(p) = p else {
             return none();
         };
         let pc = s.costs[p];
-        let Some(l) = E::select(self.fleet, &s.aux, Mask::ALL, &self.rule) else {
+        let Some(l) = l else {
             return none();
         };
         let lc = s.aux[l];
