@@ -32,8 +32,8 @@ pub use publisher::{
 };
 pub use reconcile::{EffectiveLoad, effective_load};
 pub use reserve::{
-    Reservation, ReservationStats, ReservationTable, ReserveError, Reserved, SweepReport,
-    TableError, Work,
+    GROUP_SLOTS, Reservation, ReservationStats, ReservationTable, ReserveError, Reserved,
+    SweepReport, TableError, Work,
 };
 pub use snapshot::{EngineLoad, LoadSnapshot, LoadStats, NO_ENGINE, SlotLoad};
 pub use time::Nanos;

@@ -259,3 +259,49 @@ fn loom_reader_never_sees_requests_without_tokens() {
         assert_eq!(t.stats().underflow_clamped, 0);
     });
 }
+
+/// Group counts (`reserve/group.rs`): a scan of every slot skips a group whose count reads
+/// 0, so the count must be raised after the slot counters (and at all). A reader that sees
+/// the count raised by a concurrent reservation must then see that reservation whole in
+/// `reserved_nonzero`; a reservation whose `reserve` returned before the scan must be seen;
+/// a sibling's concurrent return must not hide a reservation still held.
+#[test]
+fn loom_group_count_never_hides_a_reservation() {
+    model(|| {
+        let t = ReservationTable::new(2, Nanos(10)).unwrap();
+        t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+        t.add_worker(Slot(1), G1, Nanos(0)).unwrap();
+        let generations = [G1.0, G1.0];
+        let held = Reserved {
+            requests: 1,
+            prefill_tokens: 3,
+            decode_tokens: 2,
+        };
+        // A sibling in the same group, returned while the reader reads.
+        let sibling = t.reserve(Slot(1), G1, work(1, 1), Nanos(0)).unwrap();
+        let t1 = t.clone();
+        // The guard is returned, so it is held until the reader is done.
+        let reserver = thread::spawn(move || {
+            let g = t1.reserve(Slot(0), G1, work(3, 2), Nanos(0)).unwrap();
+            drop(sibling);
+            g
+        });
+        let mut out = Vec::new();
+        if t.guards_in_group(Slot(0)) >= 2 {
+            // The reader saw the reservation's raise (the sibling's alone is 1): its
+            // counters are visible whole.
+            t.reserved_nonzero(&generations, &mut out);
+            assert!(out.contains(&(Slot(0), held)), "{out:?}");
+        }
+        let guard = reserver.join().unwrap();
+        // Returned before this scan began: never skipped.
+        t.reserved_nonzero(&generations, &mut out);
+        assert_eq!(out, vec![(Slot(0), held)]);
+        assert_eq!(t.guards_in_group(Slot(0)), 1);
+        drop(guard);
+        assert_eq!(t.guards_in_group(Slot(0)), 0);
+        t.reserved_nonzero(&generations, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(t.stats().underflow_clamped, 0);
+    });
+}

@@ -4,9 +4,9 @@
 
 use kvroute_index::{Slot, SlotGeneration, WorkerId, WorkerRegistry};
 use kvroute_load::{
-    Fields, LoadConfig, LoadPublisher, LoadSample, Nanos, Reservation, ReservationTable,
-    ReserveError, Reserved, SglangRankLoad, TableError, VllmLoadUpdate, VllmRankLoad, Work,
-    effective_load,
+    Fields, GROUP_SLOTS, LoadConfig, LoadPublisher, LoadSample, Nanos, Reservation,
+    ReservationTable, ReserveError, Reserved, SglangRankLoad, TableError, VllmLoadUpdate,
+    VllmRankLoad, Work, effective_load,
 };
 
 const G1: SlotGeneration = SlotGeneration(1);
@@ -466,4 +466,121 @@ fn concurrent_reserve_and_release_return_to_zero() {
     }
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
     assert_eq!(t.stats().underflow_clamped, 0);
+}
+
+/// `reserved_nonzero` per slot, without groups: `reserved_for` of each slot's tenancy,
+/// zeros left out.
+fn reference_nonzero(t: &ReservationTable, generations: &[u64]) -> Vec<(Slot, Reserved)> {
+    generations
+        .iter()
+        .enumerate()
+        .take(t.capacity())
+        .filter(|&(_, &g)| g != 0)
+        .filter_map(|(i, &g)| {
+            let s = Slot(i as u32);
+            t.reserved_for(s, SlotGeneration(g))
+                .filter(|r| !r.is_zero())
+                .map(|r| (s, r))
+        })
+        .collect()
+}
+
+#[test]
+fn reserved_nonzero_skips_only_groups_without_guards() {
+    assert_eq!(GROUP_SLOTS, 64);
+    // 200 slots: groups [0, 64), [64, 128), [128, 192), [192, 200).
+    let t = table(200);
+    let mut generations = vec![G1.0; 200];
+    for i in 0..200 {
+        t.add_worker(Slot(i), G1, Nanos(0)).unwrap();
+    }
+    // Slot 70 holds generation 2 in the table; the snapshot still says 1.
+    t.remove_worker(Slot(70), G1).unwrap();
+    t.add_worker(Slot(70), SlotGeneration(2), Nanos(0)).unwrap();
+    // Slot 100 is vacant in the snapshot.
+    generations[100] = 0;
+
+    let mut guards = vec![
+        t.reserve(Slot(3), G1, work(10, 20), Nanos(0)).unwrap(),
+        t.reserve(Slot(130), G1, work(1, 2), Nanos(0)).unwrap(),
+        t.reserve(Slot(130), G1, work(3, 4), Nanos(0)).unwrap(),
+        t.reserve(Slot(131), G1, work(0, 7), Nanos(0)).unwrap(),
+        t.reserve(Slot(199), G1, work(5, 0), Nanos(0)).unwrap(),
+        // Another tenancy than the snapshot's, and a slot the snapshot has vacant.
+        t.reserve(Slot(70), SlotGeneration(2), work(9, 9), Nanos(0))
+            .unwrap(),
+        t.reserve(Slot(100), G1, work(8, 8), Nanos(0)).unwrap(),
+        // Dropped by reconciliation: its guard is still out, its slot reads zero.
+        t.reserve(Slot(5), G1, work(6, 6), Nanos(0)).unwrap(),
+    ];
+    assert_eq!(t.reconcile(Slot(5), G1, Fields::RESERVABLE), r(1, 6, 6));
+    // Guards out per group, by hand: {3, 5}, {70, 100}, {130, 130, 131}, {199}.
+    let counts: Vec<u64> = [0, 64, 128, 192, 200]
+        .iter()
+        .map(|&s| t.guards_in_group(Slot(s)))
+        .collect();
+    assert_eq!(counts, [2, 2, 3, 1, 0]);
+
+    let mut out = Vec::new();
+    t.reserved_nonzero(&generations, &mut out);
+    let expected = vec![
+        (Slot(3), r(1, 10, 20)),
+        (Slot(130), r(2, 4, 6)),
+        (Slot(131), r(1, 0, 7)),
+        (Slot(199), r(1, 5, 0)),
+    ];
+    assert_eq!(out, expected);
+    assert_eq!(out, reference_nonzero(&t, &generations));
+
+    // A snapshot shorter than the table, ending inside group 2.
+    t.reserved_nonzero(&generations[..131], &mut out);
+    assert_eq!(out, vec![(Slot(3), r(1, 10, 20)), (Slot(130), r(2, 4, 6))]);
+    assert_eq!(out, reference_nonzero(&t, &generations[..131]));
+
+    // Returning group 2's guards (commit for one, drop for the others) empties it; the
+    // other groups are unchanged.
+    let g131 = guards.remove(3);
+    let g130b = guards.remove(2);
+    let g130a = guards.remove(1);
+    assert_eq!(g131.commit(), r(1, 0, 7));
+    drop((g130a, g130b));
+    assert_eq!(t.guards_in_group(Slot(150)), 0);
+    assert_eq!(t.guards_in_group(Slot(0)), 2);
+    t.reserved_nonzero(&generations, &mut out);
+    assert_eq!(out, vec![(Slot(3), r(1, 10, 20)), (Slot(199), r(1, 5, 0))]);
+    assert_eq!(out, reference_nonzero(&t, &generations));
+
+    // A guard whose worker was removed still counts until it is returned, once.
+    t.remove_worker(Slot(199), G1).unwrap();
+    assert_eq!(t.guards_in_group(Slot(199)), 1);
+    drop(guards);
+    assert_eq!(t.guards_in_group(Slot(0)), 0);
+    assert_eq!(t.guards_in_group(Slot(199)), 0);
+    assert_eq!(t.guards_in_group(Slot(64)), 0);
+    t.reserved_nonzero(&generations, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn refused_reservations_leave_no_group_count() {
+    let t = table(2);
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let held = t
+        .reserve_at_most(Slot(0), G1, work(1, 1), Nanos(0), 0)
+        .unwrap();
+    assert!(matches!(
+        t.reserve_at_most(Slot(0), G1, work(1, 1), Nanos(0), 0),
+        Err(ReserveError::Contended { .. })
+    ));
+    assert!(matches!(
+        t.reserve(Slot(1), G1, work(1, 1), Nanos(0)),
+        Err(ReserveError::StaleSlot { .. })
+    ));
+    assert!(matches!(
+        t.reserve(Slot(0), G1, work(u32::MAX, 1), Nanos(0)),
+        Err(ReserveError::Saturated { .. })
+    ));
+    assert_eq!(t.guards_in_group(Slot(0)), 1, "only the held guard");
+    drop(held);
+    assert_eq!(t.guards_in_group(Slot(0)), 0);
 }

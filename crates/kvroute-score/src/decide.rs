@@ -43,7 +43,7 @@ use crate::config::{Policy, ProjectedMode, ScoreConfig};
 use crate::cost::{CostKind, Params};
 use crate::fleet::Fleet;
 use crate::reason::{Choice, Counterfactual, FallbackCause, Reason};
-use crate::select::{Engine, Mask, Scalar, Simd, TieRule};
+use crate::select::{Engine, Mask, Scalar, Simd, TieRule, finite};
 
 /// The request as the scorer sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,17 +205,18 @@ impl Ctx<'_> {
         if self.fallback_cause().is_some() {
             return self.model::<E>(s, CostKind::Projected);
         }
-        E::costs2(
+        let [p, l] = E::costs2_select(
             [CostKind::Projected, CostKind::LeastLoad],
             &self.p,
             self.fleet,
             [&mut s.costs, &mut s.aux],
+            &self.rule,
         );
-        let Some(p) = E::select(self.fleet, &s.costs, Mask::ALL, &self.rule) else {
+        let Some(p) = p else {
             return none();
         };
         let pc = s.costs[p];
-        let Some(l) = E::select(self.fleet, &s.aux, Mask::ALL, &self.rule) else {
+        let Some(l) = l else {
             return none();
         };
         let lc = s.aux[l];
@@ -246,7 +247,7 @@ impl Ctx<'_> {
         let chunks: &[[f32; 8]] = bytemuck::cast_slice(&costs[..n]);
         for (&o, &c) in occupied.iter().zip(chunks) {
             let (o, c) = (f32x8::new(o), f32x8::new(c));
-            let keep = o.cmp_gt(f32x8::ZERO) & c.is_finite();
+            let keep = o.cmp_gt(f32x8::ZERO) & finite(c);
             acc += keep.blend(c, f32x8::ZERO);
             count += keep.blend(f32x8::ONE, f32x8::ZERO);
         }

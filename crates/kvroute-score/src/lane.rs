@@ -5,6 +5,9 @@
 //! operations in the same order: `+ − × ÷` are exactly rounded per lane in both, no fused
 //! multiply-add is used, and `max_`/`min_`/`pos_or` are defined by comparison and select
 //! with the same NaN rule in both (a NaN comparison is false, so the second operand wins).
+//! On x86 the SIMD `max_`/`min_` are the `maxps`/`minps` instructions, which are defined
+//! exactly so (`a > b ? a : b`, `a < b ? a : b`: the second operand when either is NaN or
+//! both are zero); elsewhere a comparison and a select.
 //! What the SIMD path implements on its own (chunking, masks, reductions, padding, tie
 //! keys) is checked against the scalar reference in `tests/prop_simd_vs_scalar.rs`.
 
@@ -58,11 +61,39 @@ impl Lane for f32x8 {
     }
     #[inline]
     fn max_(self, o: Self) -> Self {
-        self.cmp_gt(o).blend(self, o)
+        #[cfg(all(
+            any(target_arch = "x86", target_arch = "x86_64"),
+            target_feature = "sse"
+        ))]
+        {
+            // `maxps self, o`: `self > o ? self : o` per lane (module docs).
+            self.fast_max(o)
+        }
+        #[cfg(not(all(
+            any(target_arch = "x86", target_arch = "x86_64"),
+            target_feature = "sse"
+        )))]
+        {
+            self.cmp_gt(o).blend(self, o)
+        }
     }
     #[inline]
     fn min_(self, o: Self) -> Self {
-        self.cmp_lt(o).blend(self, o)
+        #[cfg(all(
+            any(target_arch = "x86", target_arch = "x86_64"),
+            target_feature = "sse"
+        ))]
+        {
+            // `minps self, o`: `self < o ? self : o` per lane (module docs).
+            self.fast_min(o)
+        }
+        #[cfg(not(all(
+            any(target_arch = "x86", target_arch = "x86_64"),
+            target_feature = "sse"
+        )))]
+        {
+            self.cmp_lt(o).blend(self, o)
+        }
     }
     #[inline]
     fn pos_or(self, fallback: Self) -> Self {

@@ -15,17 +15,19 @@
 //! Every step is a comparison of exact values, so the two agree bit for bit.
 //!
 //! The SIMD selection makes two vector passes (eligibility with the running minimum, then
-//! the band, both into one candidate bit per slot); the tie keys of step 4 then visit only
-//! the band's slots, so a small band costs nothing more. `projected_time` computes its two
-//! cost kinds (projected seconds and the escape's `least_load` seconds) in one pass over the
-//! lanes ([`Engine::costs2`]).
+//! the band, both into one candidate byte per chunk of eight slots); the tie keys of step 4
+//! then visit only the band's slots, so a small band costs nothing more. `projected_time`
+//! computes its two cost kinds (projected seconds and the escape's `least_load` seconds)
+//! in one pass over the lanes that also does both selections' eligibility pass
+//! ([`Engine::costs2_select`]).
 
 #![allow(clippy::needless_range_loop)] // parallel lanes are indexed together
 
-use wide::{CmpGe, CmpGt, CmpLe, CmpLt, f32x8};
+use wide::{CmpEq, CmpGe, CmpGt, CmpLe, f32x8};
 
 use crate::cost::{CostKind, LaneIn, Params, cost};
 use crate::fleet::Fleet;
+use crate::lane::Lane;
 
 /// Which slots may be chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -52,12 +54,23 @@ pub(crate) struct TieRule {
 pub(crate) trait Engine {
     /// Writes the cost of every lane (padded length) into `out`.
     fn costs(kind: CostKind, p: &Params, fleet: &Fleet, out: &mut Vec<f32>);
-    /// [`costs`](Self::costs) of two kinds at once (one pass over the lanes where the
-    /// implementation can share the loads).
-    fn costs2(kinds: [CostKind; 2], p: &Params, fleet: &Fleet, out: [&mut Vec<f32>; 2]) {
+    /// [`costs`](Self::costs) of two kinds at once, then [`select`](Self::select) on each
+    /// of the two cost lanes with [`Mask::ALL`] and `rule` (one pass over the lanes where
+    /// the implementation can share the loads and the eligibility pass).
+    fn costs2_select(
+        kinds: [CostKind; 2],
+        p: &Params,
+        fleet: &Fleet,
+        out: [&mut Vec<f32>; 2],
+        rule: &TieRule,
+    ) -> [Option<usize>; 2] {
         let [a, b] = out;
         Self::costs(kinds[0], p, fleet, a);
         Self::costs(kinds[1], p, fleet, b);
+        [
+            Self::select(fleet, a, Mask::ALL, rule),
+            Self::select(fleet, b, Mask::ALL, rule),
+        ]
     }
     /// The chosen slot under `mask` and `rule`, or `None` when no slot is eligible.
     fn select(fleet: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize>;
@@ -214,12 +227,20 @@ impl<'a> Cols<'a> {
     /// Eligibility mask of chunk `c` with costs `cv`.
     #[inline(always)]
     fn eligible(&self, cv: f32x8, mask: Mask, c: usize) -> f32x8 {
-        let mut e = f32x8::from(self.occupied[c]).cmp_gt(f32x8::ZERO) & cv.is_finite();
+        let mut e = f32x8::from(self.occupied[c]).cmp_gt(f32x8::ZERO) & finite(cv);
         if let Some(t) = mask.min_overlap {
             e &= f32x8::from(self.overlap[c]).cmp_ge(f32x8::splat(t));
         }
         e
     }
+}
+
+/// All ones where `x` is finite (not NaN, not ±inf): `x − x` is +0 exactly for finite `x`
+/// and NaN otherwise (two instructions per half, where `is_finite`'s bit test takes four).
+#[inline(always)]
+#[allow(clippy::eq_op)] // `x − x` is the point: +0 or NaN
+pub(crate) fn finite(x: f32x8) -> f32x8 {
+    (x - x).cmp_eq(f32x8::ZERO)
 }
 
 fn hmin(x: f32x8) -> f32 {
@@ -240,35 +261,112 @@ impl Engine for Simd {
         }
     }
 
-    fn costs2(kinds: [CostKind; 2], p: &Params, f: &Fleet, out: [&mut Vec<f32>; 2]) {
+    fn costs2_select(
+        kinds: [CostKind; 2],
+        p: &Params,
+        f: &Fleet,
+        out: [&mut Vec<f32>; 2],
+        rule: &TieRule,
+    ) -> [Option<usize>; 2] {
         let cols = Cols::new(f);
+        let chunks = cols.chunks;
         let [a, b] = out;
         for o in [&mut *a, &mut *b] {
             o.resize(f.lane_len(), 0.0);
             o.truncate(f.lane_len());
         }
-        let (a, b) = (chunked_mut(a, cols.chunks), chunked_mut(b, cols.chunks));
-        for c in 0..cols.chunks {
-            let x = cols.lanes(c);
-            a[c] = cost::<f32x8>(kinds[0], p, &x).to_array();
-            b[c] = cost::<f32x8>(kinds[1], p, &x).to_array();
+        let (ca, cb) = (chunked_mut(a, chunks), chunked_mut(b, chunks));
+        let mut stack = [[0u8; STACK_BYTES]; 2];
+        let mut heap = Vec::new();
+        let [ba, bb] = candidate_bytes(chunks, &mut stack, &mut heap);
+        // Costs and both eligibility passes (Mask::ALL) at once: the same values and
+        // comparisons, in the same order, as `costs` then `select`'s first pass on each.
+        let (mut sa, mut sb) = (Scan::new(), Scan::new());
+        {
+            let (ea, eb) = (&mut ba[..chunks], &mut bb[..chunks]);
+            for c in 0..chunks {
+                let x = cols.lanes(c);
+                let va = cost::<f32x8>(kinds[0], p, &x);
+                let vb = cost::<f32x8>(kinds[1], p, &x);
+                ca[c] = va.to_array();
+                cb[c] = vb.to_array();
+                let occupied = f32x8::from(cols.occupied[c]).cmp_gt(f32x8::ZERO);
+                ea[c] = sa.add(occupied & finite(va), va);
+                eb[c] = sb.add(occupied & finite(vb), vb);
+            }
         }
+        [
+            Self::finish(f, chunked(a, chunks), rule, sa, ba),
+            Self::finish(f, chunked(b, chunks), rule, sb, bb),
+        ]
     }
 
     fn select(f: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize> {
-        let words = f.lane_len().div_ceil(64);
-        if words <= STACK_WORDS {
-            let mut bits = [0u64; STACK_WORDS];
-            Self::select_in(f, costs, mask, rule, &mut bits[..words])
-        } else {
-            let mut bits = vec![0u64; words];
-            Self::select_in(f, costs, mask, rule, &mut bits)
+        let cols = Cols::new(f);
+        let chunks = cols.chunks;
+        let cs = chunked(costs, chunks);
+        let mut stack = [[0u8; STACK_BYTES]; 2];
+        let mut heap = Vec::new();
+        let [bytes, _] = candidate_bytes(chunks, &mut stack, &mut heap);
+        let mut scan = Scan::new();
+        for (c, byte) in bytes[..chunks].iter_mut().enumerate() {
+            let cv = f32x8::from(cs[c]);
+            *byte = scan.add(cols.eligible(cv, mask, c), cv);
         }
+        Self::finish(f, cs, rule, scan, bytes)
     }
 }
 
-/// Candidate bit words kept on the stack: 4,096 slots (the router's maximum).
-const STACK_WORDS: usize = 64;
+/// Candidate bytes kept on the stack per cost lane: 512 chunks, 4,096 slots (the router's
+/// maximum).
+const STACK_BYTES: usize = 512;
+
+/// Two zeroed candidate byte buffers of `chunks.div_ceil(8) * 8` bytes (whole `u64`
+/// words): `stack`'s when they fit, else `heap`, grown.
+fn candidate_bytes<'a>(
+    chunks: usize,
+    stack: &'a mut [[u8; STACK_BYTES]; 2],
+    heap: &'a mut Vec<u8>,
+) -> [&'a mut [u8]; 2] {
+    let n = chunks.div_ceil(8) * 8;
+    if n <= STACK_BYTES {
+        let [a, b] = stack;
+        [&mut a[..n], &mut b[..n]]
+    } else {
+        heap.resize(2 * n, 0);
+        let (a, b) = heap.split_at_mut(n);
+        [a, b]
+    }
+}
+
+/// The eligibility pass of one cost lane: the running minimum of eligible costs (one
+/// accumulator per vector lane) and whether any slot is eligible.
+#[derive(Clone, Copy)]
+struct Scan {
+    acc: f32x8,
+    any: u32,
+}
+
+impl Scan {
+    #[inline(always)]
+    fn new() -> Self {
+        Scan {
+            acc: f32x8::splat(f32::INFINITY),
+            any: 0,
+        }
+    }
+
+    /// Takes one chunk's eligibility `e` and costs `cv`; returns its candidate byte (bit
+    /// `j`: lane `j` eligible).
+    #[inline(always)]
+    fn add(&mut self, e: f32x8, cv: f32x8) -> u8 {
+        let m = e.move_mask() as u32;
+        self.any |= m;
+        // `cv < acc ? cv : acc` where eligible (`min_`: one `minps` on x86), else `acc`.
+        self.acc = e.blend(cv, f32x8::splat(f32::INFINITY)).min_(self.acc);
+        m as u8
+    }
+}
 
 /// Calls `each(i)` for every set bit `i` of `bits` (slot order).
 #[inline(always)]
@@ -298,50 +396,45 @@ fn retain_bits(bits: &mut [u64], mut drop: impl FnMut(usize) -> bool) {
 }
 
 impl Simd {
-    /// The selection over the candidate bit words `bits` (one bit per lane, zeroed).
+    /// The selection after the eligibility pass (`scan`, and `bytes`: one candidate byte
+    /// per chunk of `costs`, then zeros to a whole number of `u64` words).
     ///
-    /// Two vector passes: eligibility (into `bits`) with the running minimum, then the
-    /// band (`bits` narrowed by `cost <= limit`, chunks without a candidate skipped). The
-    /// tie keys then only visit band slots, one at a time in slot order, with the same
-    /// comparisons as the scalar reference.
-    fn select_in(
+    /// One more vector pass narrows the candidates to the band (`cost <= limit`, chunks
+    /// without a candidate skipped); the candidates then become one bit per slot in `u64`
+    /// words (byte `c` is bits `8(c mod 8)..` of word `c/8`), and the tie keys visit only
+    /// band slots, one at a time in slot order, with the same comparisons as the scalar
+    /// reference.
+    fn finish(
         f: &Fleet,
-        costs: &[f32],
-        mask: Mask,
+        cs: &[[f32; 8]],
         rule: &TieRule,
-        bits: &mut [u64],
+        scan: Scan,
+        bytes: &mut [u8],
     ) -> Option<usize> {
-        let cols = Cols::new(f);
-        let chunks = cols.chunks;
-        let cs = chunked(costs, chunks);
-        let bits = &mut bits[..chunks.div_ceil(8)];
-        let mut acc = f32x8::splat(f32::INFINITY);
-        let mut any = 0u32;
-        for c in 0..chunks {
-            let cv = f32x8::from(cs[c]);
-            let e = cols.eligible(cv, mask, c);
-            let m = e.move_mask() as u32;
-            any |= m;
-            bits[c / 8] |= u64::from(m) << ((c % 8) * 8);
-            acc = (e & cv.cmp_lt(acc)).blend(cv, acc);
-        }
-        if any == 0 {
+        if scan.any == 0 {
             return None;
         }
-        let t = f32x8::splat(band_limit(hmin(acc), rule.band));
-        let mut n = 0u64;
-        for c in 0..chunks {
-            let shift = (c % 8) * 8;
-            let m = (bits[c / 8] >> shift) & 0xff;
-            if m == 0 {
+        let t = f32x8::splat(band_limit(hmin(scan.acc), rule.band));
+        for (b, c) in bytes.iter_mut().zip(cs) {
+            if *b == 0 {
                 continue;
             }
-            let keep = m & (f32x8::from(cs[c]).cmp_le(t).move_mask() as u64);
-            bits[c / 8] &= !(0xffu64 << shift);
-            bits[c / 8] |= keep << shift;
-            n += u64::from(keep.count_ones());
+            *b &= f32x8::from(*c).cmp_le(t).move_mask() as u8;
+        }
+        let mut words = [0u64; STACK_BYTES / 8];
+        let mut heap = Vec::new();
+        let bits = if bytes.len() <= STACK_BYTES {
+            &mut words[..bytes.len() / 8]
+        } else {
+            heap.resize(bytes.len() / 8, 0);
+            &mut heap[..]
+        };
+        for (w, b) in bits.iter_mut().zip(bytes.chunks_exact(8)) {
+            *w = u64::from_le_bytes(b.try_into().expect("8 bytes"));
         }
         if let Some(r) = rule.random {
+            // The band's size, counted only here (the SSE2 baseline has no `popcnt`).
+            let n: u64 = bits.iter().map(|w| u64::from(w.count_ones())).sum();
             let mut k = r % n.max(1);
             let mut pick = None;
             for_each_bit(bits, |i| {
@@ -395,5 +488,45 @@ impl Simd {
             }
         }
         after.or(first)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `finite` is `f32::is_finite` per lane, on every class of value.
+    #[test]
+    fn finite_matches_is_finite() {
+        let x = [
+            [
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                -0.0,
+                0.0,
+                1.5,
+                -3.0e38,
+                f32::MAX,
+            ],
+            [
+                f32::MIN_POSITIVE,
+                1.0e-45,
+                -1.0e-45,
+                f32::MIN,
+                -f32::NAN,
+                7.0,
+                -7.0,
+                1.0e30,
+            ],
+        ];
+        for lanes in x {
+            let got = finite(f32x8::new(lanes)).move_mask();
+            let want = lanes
+                .iter()
+                .enumerate()
+                .fold(0, |m, (i, v)| m | (i32::from(v.is_finite()) << i));
+            assert_eq!(got, want, "{lanes:?}");
+        }
     }
 }

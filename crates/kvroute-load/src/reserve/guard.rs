@@ -19,6 +19,8 @@
 //!   entry back with `Release`; a reader loads prefill with `Acquire` before decode, so if
 //!   it misses the prefill tokens it sees them as decode tokens (it may count them twice
 //!   for a moment, never zero times).
+//! * Returning ends by lowering the slot's group count (`Release`, once per guard, after
+//!   the fields; `group.rs`).
 
 use core::fmt;
 
@@ -43,6 +45,8 @@ pub struct Reservation {
     prior: Reserved,
     entries: [Option<Entry>; 3],
     decoding: bool,
+    /// Whether the guard is still counted in its slot's group (`group.rs`).
+    counted: bool,
 }
 
 impl Reservation {
@@ -64,6 +68,7 @@ impl Reservation {
             prior,
             entries,
             decoding: false,
+            counted: true,
         }
     }
 
@@ -196,6 +201,10 @@ impl Reservation {
                     _ => live.decode_tokens += amount,
                 }
             }
+        }
+        // After the per-slot amounts are returned, once (`group.rs`).
+        if core::mem::take(&mut self.counted) {
+            self.table.groups.lower(self.slot.index());
         }
         live
     }

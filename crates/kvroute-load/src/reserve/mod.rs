@@ -25,13 +25,19 @@
 //! Unsigned counters with exact take-back make "never negative" a structural property
 //! rather than a clamp; the clamp that exists is counted and stays 0 in practice.
 //!
+//! Each guard is also counted in its slot's group of [`GROUP_SLOTS`] slots until it is
+//! returned, so a scan of every slot skips groups where no guard is out (`group.rs`).
+//!
 //! Modules: `field` (one counter: two tagged buckets), `table` (slots, tenancy protocol,
-//! control-path operations), `guard` (the RAII guard). Each has its `# Orderings` section.
+//! control-path operations), `group` (guards out per group of slots), `guard` (the RAII
+//! guard). Each has its `# Orderings` section.
 
 mod field;
+mod group;
 mod guard;
 mod table;
 
+pub use group::GROUP_SLOTS;
 pub use guard::Reservation;
 pub use table::{
     ReservationStats, ReservationTable, ReserveError, Reserved, SweepReport, TableError, Work,

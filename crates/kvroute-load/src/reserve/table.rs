@@ -62,6 +62,14 @@
 //! * `reserve_at_most` checks the limit with a `Relaxed` load before adding anything (an
 //!   early exit, so a contended decision rarely shows its tokens), and again in the request
 //!   count's compare-and-swap, which decides; a refusal there takes the tokens back.
+//! * Group counts (`group.rs`): a successful `reserve` raises its slot's group count
+//!   (`Release`) after its field additions and its re-validation; a guard lowers it
+//!   (`Release`) after returning its fields. `reserved_nonzero` loads a group's count
+//!   (`Acquire`) before its slots and skips the group when it reads 0: it never misses a
+//!   reservation whose `reserve` returned before the scan began (its raise happens-before
+//!   the load, and the count stays at least 1 until its own guard lowers it), and a scan
+//!   that reads a concurrent reservation's raise sees its fields whole. A concurrent one may
+//!   be seen or not, as before (loom: `loom_group_count_never_hides_a_reservation`).
 //! * Reads of totals come after loading the load snapshot (an `Acquire`), which is what the
 //!   reconciliation rule needs (`reconcile.rs`). Control-path operations (`age`, `clear`)
 //!   are `Relaxed` read-modify-writes under the admin lock.
@@ -74,6 +82,7 @@ use kvroute_sync::atomic::{AtomicU64, Ordering};
 use kvroute_sync::{Arc, Mutex};
 
 use super::field::{AddRefused, Entry, FieldCell, Returned};
+use super::group::{GROUP_SLOTS, GroupCounts};
 use super::guard::Reservation;
 use crate::lanes::Fields;
 use crate::time::Nanos;
@@ -340,6 +349,8 @@ struct Admin {
 /// The shared state behind a [`ReservationTable`] handle (guards hold it too).
 pub(crate) struct Inner {
     slots: Box<[SlotCell]>,
+    /// Guards out per group of slots (`group.rs`).
+    pub(crate) groups: GroupCounts,
     ttl: Nanos,
     admin: Mutex<Admin>,
     stats: Stats,
@@ -415,6 +426,7 @@ impl ReservationTable {
         Ok(Self {
             inner: Arc::new(Inner {
                 slots,
+                groups: GroupCounts::new(capacity),
                 ttl,
                 admin: Mutex::new(Admin {
                     last_aged: vec![Nanos::ZERO; capacity],
@@ -567,17 +579,45 @@ impl ReservationTable {
     /// out reads as zero), with the same orderings; pass a load snapshot's
     /// [`generation`](crate::LoadSnapshot::generation) lane, loaded before this call (the
     /// reconciliation rule). Allocates only when `out` must grow.
+    ///
+    /// Cost: one load per group of [`GROUP_SLOTS`](crate::reserve::GROUP_SLOTS) slots, and
+    /// the slots themselves only of groups where a guard is out
+    /// ([`guards_in_group`](Self::guards_in_group)): a group reading 0 is skipped. That never
+    /// misses a reservation whose `reserve` returned before this call (module docs of
+    /// `group.rs`, `# Orderings`); one made concurrently may be seen or not, as before.
     pub fn reserved_nonzero(&self, generations: &[u64], out: &mut Vec<(Slot, Reserved)>) {
         out.clear();
-        for (i, (cell, &g)) in self.inner.slots.iter().zip(generations).enumerate() {
-            if g == VACANT || cell.tenancy.load(Ordering::Acquire) != g {
+        let n = self.inner.slots.len().min(generations.len());
+        for (group, start) in (0..n).step_by(GROUP_SLOTS).enumerate() {
+            if self.inner.groups.live(group) == 0 {
                 continue;
             }
-            let r = cell.totals();
-            if !r.is_zero() {
-                out.push((Slot(i as u32), r));
+            let end = n.min(start + GROUP_SLOTS);
+            let cells = &self.inner.slots[start..end];
+            for (i, (cell, &g)) in (start..end).zip(cells.iter().zip(&generations[start..end])) {
+                if g == VACANT || cell.tenancy.load(Ordering::Acquire) != g {
+                    continue;
+                }
+                let r = cell.totals();
+                if !r.is_zero() {
+                    out.push((Slot(i as u32), r));
+                }
             }
         }
+    }
+
+    /// Reservation guards handed out and not yet returned on the group of
+    /// [`GROUP_SLOTS`](crate::reserve::GROUP_SLOTS) consecutive slots holding `slot` (0 for
+    /// an out-of-range slot). It counts guards, not amounts: a guard whose amounts were
+    /// already dropped (swept, reconciled, worker removed) still counts until it is
+    /// returned. Loaded with `Acquire`: a reader that sees a guard counted here sees its
+    /// reservation's counters whole (`group.rs`, `# Orderings`). What
+    /// [`reserved_nonzero`](Self::reserved_nonzero) checks before reading a group.
+    pub fn guards_in_group(&self, slot: Slot) -> u64 {
+        if slot.index() >= self.capacity() {
+            return 0;
+        }
+        self.inner.groups.live(slot.index() / GROUP_SLOTS)
     }
 
     /// The table's counters.
@@ -722,6 +762,10 @@ impl ReservationTable {
             self.inner.take_back(cell, &entries);
             return Err(stale());
         }
+        // Counted in its group only now that its counters are raised and it is sure to be
+        // handed out (`group.rs`): a scan that skips the group cannot miss it once this
+        // call has returned.
+        self.inner.groups.raise(slot.index());
         Ok(Reservation::new(
             self.inner.clone(),
             slot,
