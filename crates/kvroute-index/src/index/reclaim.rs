@@ -63,9 +63,9 @@ unsafe fn free_box<T>(addr: usize) {
 /// models are small).
 ///
 /// # Safety
-/// `p` came from `Box::<Node>::into_raw`, no reference to it is left (no table slot and no
-/// successor link points to it), and this is called once for it.
-pub(crate) unsafe fn defer_free_node(p: *mut super::node::Node) {
+/// `p` came from `node::alloc_acquired` with this `words`, no reference to it is left (no
+/// table slot and no successor link points to it), and this is called once for it.
+pub(crate) unsafe fn defer_free_node(p: *mut super::node::Head, words: usize) {
     #[cfg(not(kvroute_loom))]
     {
         let addr = p as usize;
@@ -74,11 +74,11 @@ pub(crate) unsafe fn defer_free_node(p: *mut super::node::Node) {
         // now on and is freed once; crossbeam runs the closure only after every guard
         // pinned before now has been dropped.
         unsafe {
-            guard.defer_unchecked(move || free_box::<super::node::Node>(addr));
+            guard.defer_unchecked(move || super::node::free(addr as *mut _, words));
         }
     }
     #[cfg(kvroute_loom)]
-    let _ = p;
+    let _ = (p, words);
 }
 
 impl Guard {
