@@ -310,7 +310,7 @@ impl PrefixIndex {
                 if let Some(p) = prev {
                     // SAFETY: `p` was reached in this call under `guard` (see `prev`), and is
                     // a node of this index's table (allocated with `words`).
-                    unsafe { Node::from_thin(p, words) }.link_succ(node);
+                    unsafe { Node::from_thin(p, words) }.link_succ(node, &guard);
                 }
                 let thin = node.as_thin().cast_const();
                 prev = Some(thin);

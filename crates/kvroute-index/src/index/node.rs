@@ -70,6 +70,8 @@ use core::ptr;
 
 use kvroute_sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+use super::reclaim::{self, Guard};
+
 /// Marks a node whose last holder has left: it can never be acquired again.
 pub(crate) const RETIRED: u32 = u32::MAX;
 
@@ -158,7 +160,7 @@ pub(crate) unsafe fn free(p: *mut Head, words: usize) {
     if !s.is_null() {
         // SAFETY: the successor link owns one reference on `s`, released exactly once here
         // as this node is freed; successors belong to the same index (same `words`).
-        unsafe { drop_ref(s, words) };
+        unsafe { drop_ref(s, words, &reclaim::pin()) };
     }
     let node = ptr::slice_from_raw_parts_mut(p.cast::<AtomicU64>(), words) as *mut Node;
     // SAFETY: `node` spans exactly the allocation made by `alloc_acquired(_, words)`, every
@@ -207,8 +209,8 @@ impl Node {
     /// Makes `next` this node's successor unless it has a live one (a retired successor is
     /// replaced). Does nothing on a retired node. The caller holds a holder reference on
     /// `next` (so it is linked in the table and `refs >= 1`); both nodes belong to one
-    /// index.
-    pub(crate) fn link_succ(&self, next: &Node) {
+    /// index. `guard` is the caller's pinned epoch.
+    pub(crate) fn link_succ(&self, next: &Node, guard: &Guard) {
         debug_assert_eq!(self.words.len(), next.words.len());
         let head = &self.head;
         if ptr::eq(head, &next.head) || head.holders.load(Ordering::Acquire) == RETIRED {
@@ -233,7 +235,7 @@ impl Node {
             if !cur.is_null() {
                 // SAFETY: the CAS took the old link out of the node; it owned one reference
                 // on `cur` (a node of this index), released exactly once, here.
-                unsafe { drop_ref(cur, self.words.len()) };
+                unsafe { drop_ref(cur, self.words.len(), guard) };
             }
         } else {
             // The table's reference is still held (the caller holds `next`), so this cannot
@@ -244,13 +246,14 @@ impl Node {
     }
 
     /// Gives up this node's successor link (when the node leaves the table), so that a
-    /// retired node never keeps a chain of other retired nodes allocated.
-    pub(crate) fn unlink_succ(&self) {
+    /// retired node never keeps a chain of other retired nodes allocated. `guard` is the
+    /// caller's pinned epoch.
+    pub(crate) fn unlink_succ(&self, guard: &Guard) {
         let s = self.head.succ.swap(ptr::null_mut(), Ordering::AcqRel);
         if !s.is_null() {
             // SAFETY: the link owned one reference on `s` (a node of this index); the swap
             // took it out of the node, so it is released exactly once, here.
-            unsafe { drop_ref(s, self.words.len()) };
+            unsafe { drop_ref(s, self.words.len(), guard) };
         }
     }
 
@@ -348,17 +351,18 @@ impl Head {
     }
 }
 
-/// Drops one reference on `p`; the last one hands it to the epoch collector.
+/// Drops one reference on `p`; the last one hands it to the epoch collector (through
+/// `guard`, the caller's pinned epoch).
 ///
 /// # Safety
 /// `p` came from [`alloc_acquired`] with this `words`, and the caller owns one of its
 /// references (the table link or a successor link), which it gives up here.
-pub(crate) unsafe fn drop_ref(p: *mut Head, words: usize) {
+pub(crate) unsafe fn drop_ref(p: *mut Head, words: usize, guard: &Guard) {
     // SAFETY: the caller's reference keeps `p` allocated until this decrement.
     if unsafe { &*p }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
         // SAFETY: no reference is left: the node is unreachable for threads that pin from
         // now on, and only this call saw the count reach zero.
-        unsafe { super::reclaim::defer_free_node(p, words) };
+        unsafe { guard.defer_free_node(p, words) };
     }
 }
 

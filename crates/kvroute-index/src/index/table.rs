@@ -440,13 +440,12 @@ impl Writer<'_> {
             }
             i = (i + 1) & arr.mask;
         }
-        let _ = guard;
-        node.unlink_succ();
+        node.unlink_succ(guard);
         // SAFETY: allocated by `acquire_or_insert` with the table's word count; the table's
         // link owned one reference, and no slot of the current array points to it any more
         // (older arrays are only reachable by readers pinned before now); the caller
         // guarantees this is its only unlink, so the table's reference is dropped once.
-        unsafe { node::drop_ref(target, t.words as usize) };
+        unsafe { node::drop_ref(target, t.words as usize, guard) };
     }
 }
 
@@ -645,7 +644,7 @@ mod loom_tests {
                     let mut w = t.writer(1);
                     let (s, _) = w.acquire_or_insert(2, &g);
                     let p = t.find(1, &g).expect("block 1 stays");
-                    p.link_succ(s);
+                    p.link_succ(s, &g);
                     s.as_thin() as usize
                 })
             };

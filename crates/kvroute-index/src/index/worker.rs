@@ -74,6 +74,7 @@ unsafe impl Send for WorkerState {}
 
 impl WorkerState {
     /// Advances the store clock; renumbers stamps compactly when it nears overflow.
+    #[inline]
     pub(crate) fn tick(&mut self) -> u32 {
         if self.clock == u32::MAX {
             self.renumber();
@@ -82,6 +83,8 @@ impl WorkerState {
         self.clock
     }
 
+    #[cold]
+    #[inline(never)]
     fn renumber(&mut self) {
         let mut stamps: Vec<(u32, u64)> = self.entries.iter().map(|(k, e)| (e.stamp, *k)).collect();
         stamps.sort_unstable();
