@@ -76,9 +76,24 @@ const BATCH: usize = 16;
 struct Delta {
     nodes: i64,
     residencies: i64,
+    /// Nodes this event unlinked (handed to the epoch collector).
+    unlinked: u64,
 }
 
 impl Delta {
+    /// Applies the gauge changes and, when the event unlinked nodes, asks the epoch
+    /// collector to run what is due (`Guard::flush`: seal this thread's bag, advance the
+    /// epoch if every pinned thread allows, free up to a few bags). Without it frees lag far
+    /// behind a writer that only stores and removes (crossbeam collects on its own only
+    /// every 128 pins), so freed nodes are not reused and new ones come from fresh memory.
+    fn settle(self, index: &PrefixIndex, guard: &Guard) {
+        let flush = self.unlinked > 0;
+        self.apply(index);
+        if flush {
+            guard.flush();
+        }
+    }
+
     fn apply(self, index: &PrefixIndex) {
         let add = |g: &AtomicU64, d: i64| {
             if d > 0 {
@@ -336,7 +351,7 @@ impl PrefixIndex {
                 depth = depth.saturating_add(1);
             }
         }
-        d.apply(self);
+        d.settle(self, &guard);
         out
     }
 
@@ -367,6 +382,7 @@ impl PrefixIndex {
             // belongs to `self.table`.
             unsafe { w.unlink(node, guard) };
             d.nodes -= 1;
+            d.unlinked += 1;
         }
     }
 
@@ -420,7 +436,7 @@ impl PrefixIndex {
             }
         }
         state.shrink_if_sparse();
-        d.apply(self);
+        d.settle(self, &guard);
         IndexCounters::bump(&self.counters.unknown_removes, out.unknown as u64);
         Ok(out)
     }
@@ -462,7 +478,7 @@ impl PrefixIndex {
         }
         debug_assert!(state.aliases.is_empty());
         state.aliases = Default::default();
-        d.apply(self);
+        d.settle(self, &guard);
         n
     }
 
