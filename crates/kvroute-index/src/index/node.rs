@@ -7,8 +7,10 @@
 //! words, 8 bytes each (`24 + 8 * words` bytes: 32 at up to 64 slots, 88 at 512). Every
 //! node of one index has the same number of words, so pointers are stored thin (`*mut
 //! Head`: the table's slots, successor links, the workers' entries) and widened to the
-//! slice-tailed [`Node`] with the index's word count where the words are needed. The
-//! allocation is made and freed here only (`alloc_acquired`, `free`), with one layout
+//! slice-tailed [`Node`] with the index's word count where the words are needed. A `&Node`
+//! is such a wide reference: it spans the whole allocation, so the words are reached
+//! through it (bounds-checked) and not by pointer arithmetic past a header-sized reference.
+//! The allocation is made and freed here only (`alloc_acquired`, `free`), with one layout
 //! function for both.
 //!
 //! # The holder protocol
