@@ -3,7 +3,7 @@
 //! process).
 //!
 //! Three scenarios, each on a fresh index of 70 worker slots (so slots 64..70 use the nodes'
-//! extension words): store 49,280 block residencies (a 32-block shared prefix and 7 of 10
+//! second bit word): store 49,280 block residencies (a 32-block shared prefix and 7 of 10
 //! 96-block conversations per worker, through chained `store` events, with a duplicate store
 //! and an alias per conversation) into an index sized for 64 blocks (so its node table must
 //! grow, and must shrink back), check the gauges against hand-computed values, then let go
@@ -241,7 +241,7 @@ impl Workload {
                 per_worker + CONVERSATIONS_PER_WORKER
             );
         }
-        // Worker 69 (an extension-word slot) holds conversations 9, 2, 5, 8, 1, 4, 7.
+        // Worker 69 (a second-word slot) holds conversations 9, 2, 5, 8, 1, 4, 7.
         index.match_prefix(&self.queries[2], out);
         assert_eq!(
             out.get(Slot(69)),
@@ -365,9 +365,9 @@ fn scenario(kind: Teardown) -> Result<(), String> {
 }
 
 /// Rounds of "store one long event, remove all but its first block": the first block's
-/// successor link may keep the removed second block allocated (one 40-byte node: key 8,
-/// holders 4, refs 4, bit word 8, extension pointer 8, successor pointer 8), but never the
-/// chain of removed blocks behind it. Live bytes after each round equal those with the
+/// successor link may keep the removed second block allocated (one 40-byte node in one
+/// allocation: key 8, holders 4, refs 4, successor pointer 8, and the two bit words of 70
+/// slots, 16), but never the chain of removed blocks behind it. Live bytes after each round equal those with the
 /// first block alone plus that one node.
 fn succ_chain_scenario() -> Result<(), String> {
     const ROUNDS: u64 = 6;

@@ -154,7 +154,8 @@ fn measure(
 
 fn main() {
     let mut rows = Vec::new();
-    for workers in [16usize, 64] {
+    // 512 workers: eight bit words per node (the ingest benches' fleet).
+    for workers in [16usize, 64, 512] {
         let fleet = ConversationFleet::new(workers, 0x6b76_726f_7574_6521);
         rows.push(measure(
             format!("conversation fleet, {workers} workers"),

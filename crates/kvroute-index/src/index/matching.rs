@@ -138,9 +138,8 @@ impl PrefixIndex {
         let guard = reclaim::pin();
         let view = self.table.view(&guard);
         let mut next: Option<&Node> = view.find(hashes[0].0);
-        let ext_len = self.table.ext_len as usize;
         if words == 1 {
-            // Up to 64 slots in use: one word, no extension words, a tight loop.
+            // Up to 64 slots in use: one word, a tight loop.
             let mut alive = u64::MAX;
             let mut depth = 0usize;
             while let Some(node) = next {
@@ -180,17 +179,12 @@ impl PrefixIndex {
             let Some(node) = next else {
                 break;
             };
-            // SAFETY: every node of this index's table gets extension arrays of exactly
-            // `table.ext_len` words (`store_locked` passes it to `set_bit`).
-            let (word0, ext) = unsafe { node.words_unchecked(ext_len) };
+            // `words <= table words`: every live word index is in bounds.
+            let bit_words = &node.words()[..words];
             let mut kept_count = 0;
             for i in 0..live_count {
                 let w = live[i] as usize;
-                let bits = if w == 0 {
-                    word0
-                } else {
-                    ext.map_or(0, |e| e[w - 1].load(Ordering::Acquire))
-                };
+                let bits = bit_words[w].load(Ordering::Acquire);
                 let a = alive[w];
                 let kept = a & bits;
                 if depth > 0 {
@@ -213,11 +207,10 @@ impl PrefixIndex {
                 .get(depth)
                 .and_then(|h| node.succ_for(h.0).or_else(|| view.find(h.0)));
             if let Some(n) = next {
-                // Start loading what the level after will need: the next node's extension
-                // words and its successor.
-                if live_count > 1 || live[0] != 0 {
-                    prefetch_read(n.ext_addr());
-                }
+                // Start loading what the level after will need: the next node's last live
+                // bit word (a node of 512 slots spans two cache lines) and its successor.
+                let last = &n.words()[live[live_count - 1] as usize];
+                prefetch_read(core::ptr::from_ref(last).cast());
                 prefetch_read(n.succ_addr());
             }
         }

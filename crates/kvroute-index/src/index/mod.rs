@@ -4,9 +4,8 @@
 //! Every distinct block is one node addressed by its chained [`SequenceHash`]. Because the
 //! chained hash of block `i` commits to blocks `0..=i`, the set of nodes *is* a prefix trie
 //! whose edges are implicit: the child of node `h` for a block with local hash `l` is the
-//! node `chain(h, l)`. A node carries one bit per worker slot (atomic 64-bit words: the first
-//! inline, the rest allocated when a slot of 64 or more first stores on it) and a holder
-//! count. Nodes are found through an open-addressing table (`table`) that readers probe
+//! node `chain(h, l)`. A node carries one bit per worker slot (`worker_slots.div_ceil(64)` atomic 64-bit
+//! words, in the node's one allocation) and a holder count. Nodes are found through an open-addressing table (`table`) that readers probe
 //! without locks and that grows and shrinks with the number of blocks.
 //!
 //! # Semantics
@@ -25,6 +24,9 @@
 //! * A node whose last holder leaves is unlinked and freed after an epoch grace period
 //!   (`crossbeam-epoch`); after every worker clears, the index holds no node and its
 //!   per-worker maps are freed, so memory returns to the empty baseline (buckets only).
+//! * Removals shrink a worker's maps only with hysteresis (below 1/8 full, above 112
+//!   entries), so an engine's steady state of storing and evicting does not free and regrow
+//!   them every event; [`PrefixIndex::collect_garbage`] gives the rest back.
 //!
 //! # Bounded memory
 //! Each worker may hold at most `max_blocks_per_worker` blocks. A store that would exceed it
@@ -61,7 +63,7 @@ pub use types::{
 
 use crate::hash::{SequenceHash, chain_hash, local_block_hash};
 use crate::registry::Slot;
-use node::Node;
+use node::{Head, Node};
 use reclaim::Guard;
 use table::{Table, Writer};
 use worker::{Entry, WorkerState};
@@ -73,11 +75,25 @@ const BATCH: usize = 16;
 #[derive(Default)]
 struct Delta {
     nodes: i64,
-    ext_arrays: i64,
     residencies: i64,
+    /// Nodes this event unlinked (handed to the epoch collector).
+    unlinked: u64,
 }
 
 impl Delta {
+    /// Applies the gauge changes and, when the event unlinked nodes, asks the epoch
+    /// collector to run what is due (`Guard::flush`: seal this thread's bag, advance the
+    /// epoch if every pinned thread allows, free up to a few bags). Without it frees lag far
+    /// behind a writer that only stores and removes (crossbeam collects on its own only
+    /// every 128 pins), so freed nodes are not reused and new ones come from fresh memory.
+    fn settle(self, index: &PrefixIndex, guard: &Guard) {
+        let flush = self.unlinked > 0;
+        self.apply(index);
+        if flush {
+            guard.flush();
+        }
+    }
+
     fn apply(self, index: &PrefixIndex) {
         let add = |g: &AtomicU64, d: i64| {
             if d > 0 {
@@ -87,7 +103,6 @@ impl Delta {
             }
         };
         add(&index.nodes, self.nodes);
-        add(&index.ext_arrays, self.ext_arrays);
         add(&index.residencies, self.residencies);
     }
 }
@@ -100,8 +115,6 @@ pub struct PrefixIndex {
     /// Number of 64-slot words any worker has ever used (highest slot / 64 + 1).
     active_words: AtomicUsize,
     nodes: AtomicU64,
-    /// Nodes whose extension bit words (slots 64 and up) are allocated.
-    ext_arrays: AtomicU64,
     residencies: AtomicU64,
     counters: IndexCounters,
 }
@@ -130,13 +143,12 @@ impl PrefixIndex {
             h.finish()
         };
         Ok(Self {
-            table: Table::new(config.expected_blocks, (words - 1) as u32, mix),
+            table: Table::new(config.expected_blocks, words as u32, mix),
             workers: (0..config.worker_slots)
                 .map(|_| Mutex::new(WorkerState::default()))
                 .collect(),
             active_words: AtomicUsize::new(0),
             nodes: AtomicU64::new(0),
-            ext_arrays: AtomicU64::new(0),
             residencies: AtomicU64::new(0),
             counters: IndexCounters::default(),
             config,
@@ -205,7 +217,7 @@ impl PrefixIndex {
                 Some(e) => {
                     parent_node = Some(e.node);
                     first_depth = e.depth.saturating_add(1);
-                    Some(SequenceHash(e.node().key))
+                    Some(SequenceHash(e.head().key))
                 }
                 None => {
                     IndexCounters::bump(&self.counters.unknown_parent_stores, 1);
@@ -254,7 +266,7 @@ impl PrefixIndex {
         &self,
         slot: Slot,
         state: &mut WorkerState,
-        parent: Option<*const Node>,
+        parent: Option<*const Head>,
         first_depth: u16,
         blocks: impl Iterator<Item = (EngineHash, SequenceHash)>,
     ) -> StoreOutcome {
@@ -262,13 +274,13 @@ impl PrefixIndex {
         self.active_words.fetch_max(s / 64 + 1, Ordering::Relaxed);
         let guard = reclaim::pin();
         let mut w = self.table.writer(s);
-        let ext_len = self.table.ext_len as usize;
+        let words = self.table.words as usize;
         let mut out = StoreOutcome::default();
         let mut d = Delta::default();
         // The previous block's node. Every node seen in this call stays allocated until
         // `guard` is dropped (a node released meanwhile is freed only after the grace
         // period), so the pointer stays valid even if eviction releases that block.
-        let mut prev: Option<*const Node> = parent;
+        let mut prev: Option<*const Head> = parent;
         let mut depth = first_depth;
         let mut blocks = blocks;
         let mut batch = [(EngineHash(0), SequenceHash(0)); BATCH];
@@ -289,7 +301,7 @@ impl PrefixIndex {
             for &(eh, seq) in &batch[..n] {
                 let stamp = state.tick();
                 if let Some(e) = state.entries.get_mut(&eh.0) {
-                    if e.node().key == seq.0 {
+                    if e.head().key == seq.0 {
                         e.copies = e.copies.saturating_add(1);
                         e.stamp = stamp;
                         out.extra_copies += 1;
@@ -311,30 +323,25 @@ impl PrefixIndex {
                     d.nodes += 1;
                 }
                 if let Some(p) = prev {
-                    // SAFETY: `p` was reached in this call under `guard` (see `prev`).
-                    unsafe { &*p }.link_succ(node);
+                    // SAFETY: `p` was reached in this call under `guard` (see `prev`), and is
+                    // a node of this index's table (allocated with `words`).
+                    unsafe { Node::from_thin(p, words) }.link_succ(node, &guard);
                 }
-                prev = Some(core::ptr::from_ref(node));
-                let (already, new_ext) = node.set_bit(s, ext_len);
-                if new_ext {
-                    d.ext_arrays += 1;
-                }
-                if already {
+                let thin = node.as_thin().cast_const();
+                prev = Some(thin);
+                if node.set_bit(s) {
                     // This worker already holds the node under another engine hash: keep one
                     // holder reference per worker and count the alias instead.
                     let retired = node.release();
                     debug_assert!(!retired, "the worker's own reference keeps the node");
-                    *state
-                        .aliases
-                        .entry(core::ptr::from_ref(node) as usize)
-                        .or_insert(0) += 1;
+                    *state.aliases.entry(thin as usize).or_insert(0) += 1;
                 } else {
                     d.residencies += 1;
                 }
                 state.entries.insert(
                     eh.0,
                     Entry {
-                        node: core::ptr::from_ref(node),
+                        node: thin,
                         copies: 1,
                         depth,
                         stamp,
@@ -344,7 +351,7 @@ impl PrefixIndex {
                 depth = depth.saturating_add(1);
             }
         }
-        d.apply(self);
+        d.settle(self, &guard);
         out
     }
 
@@ -366,7 +373,7 @@ impl PrefixIndex {
             }
             return;
         }
-        let node: &Node = entry.node();
+        let node: &Node = entry.node(self.table.words as usize);
         node.clear_bit(s);
         d.residencies -= 1;
         if node.release() {
@@ -375,9 +382,7 @@ impl PrefixIndex {
             // belongs to `self.table`.
             unsafe { w.unlink(node, guard) };
             d.nodes -= 1;
-            if node.has_ext() {
-                d.ext_arrays -= 1;
-            }
+            d.unlinked += 1;
         }
     }
 
@@ -431,7 +436,7 @@ impl PrefixIndex {
             }
         }
         state.shrink_if_sparse();
-        d.apply(self);
+        d.settle(self, &guard);
         IndexCounters::bump(&self.counters.unknown_removes, out.unknown as u64);
         Ok(out)
     }
@@ -473,7 +478,7 @@ impl PrefixIndex {
         }
         debug_assert!(state.aliases.is_empty());
         state.aliases = Default::default();
-        d.apply(self);
+        d.settle(self, &guard);
         n
     }
 
@@ -504,10 +509,17 @@ impl PrefixIndex {
             .unwrap_or_default()
     }
 
-    /// Asks the epoch collector to free retired nodes now. Frees happen on their own as
-    /// threads pin and unpin; this is for tests and memory gauges. A freed node can release
-    /// its successor, which is then freed a grace period later, so this flushes repeatedly.
+    /// Asks the epoch collector to free retired nodes now, and gives back the spare
+    /// capacity of every worker's maps (an empty map is freed, one at most a quarter full
+    /// shrinks; removals alone keep up to 112 entries' worth per worker, see the index
+    /// docs). Frees happen on their own as threads pin and unpin; this is for tests, memory
+    /// gauges and idle moments: it takes each worker's lock in turn (`O(worker_slots)`). A
+    /// freed node can release its successor, which is then freed a grace period later, so
+    /// this flushes repeatedly.
     pub fn collect_garbage(&self) {
+        for w in self.workers.iter() {
+            w.lock().unwrap_or_else(|p| p.into_inner()).trim();
+        }
         for _ in 0..256 {
             reclaim::pin().flush();
         }
@@ -523,9 +535,7 @@ impl PrefixIndex {
             .iter()
             .map(|w| w.lock().map(|s| s.heap_bytes()).unwrap_or(0))
             .sum();
-        let ext_bytes =
-            r(&self.ext_arrays) as usize * (self.config.worker_slots.div_ceil(64) - 1) * 8;
-        let node_bytes = nodes as usize * core::mem::size_of::<Node>() + ext_bytes;
+        let node_bytes = nodes as usize * node::node_bytes(self.table.words as usize);
         IndexStats {
             nodes,
             residencies: r(&self.residencies),

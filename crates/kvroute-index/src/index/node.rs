@@ -1,6 +1,18 @@
 //! One indexed block: its chained hash, the bitset of workers holding it, and the holder
 //! count that decides, race-free, when the node may be unlinked.
 //!
+//! # Layout
+//! A node is one heap allocation: a 24-byte [`Head`] (key, holder count, reference count,
+//! successor pointer) followed by the index's `words = worker_slots.div_ceil(64)` bit
+//! words, 8 bytes each (`24 + 8 * words` bytes: 32 at up to 64 slots, 88 at 512). Every
+//! node of one index has the same number of words, so pointers are stored thin (`*mut
+//! Head`: the table's slots, successor links, the workers' entries) and widened to the
+//! slice-tailed [`Node`] with the index's word count where the words are needed. A `&Node`
+//! is such a wide reference: it spans the whole allocation, so the words are reached
+//! through it (bounds-checked) and not by pointer arithmetic past a header-sized reference.
+//! The allocation is made and freed here only (`alloc_acquired`, `free`), with one layout
+//! function for both.
+//!
 //! # The holder protocol
 //! `holders` counts the workers whose bit is set (each worker counts once, however many
 //! copies or engine hashes it has for the block; that bookkeeping is the worker's own).
@@ -41,10 +53,9 @@
 //! * Bit words: `fetch_or` / `fetch_and` with `Release` publish a worker's residency change;
 //!   readers load with `Acquire`. The words carry no other data, so no stronger ordering is
 //!   needed; a match that races with a store sees the bit either set or not, both of which
-//!   are valid linearisations.
-//! * `ext` (bit words for slots 64 and above): installed once with a CAS (`AcqRel` success,
-//!   `Acquire` failure) so that readers that load the pointer with `Acquire` see the zeroed
-//!   words; it is freed only when the node itself is freed.
+//!   are valid linearisations. The words are initialised (zero) before the node is
+//!   published, by the `AcqRel` CAS that links it in the table, so a reader that loads the
+//!   node pointer with `Acquire` sees them; they live exactly as long as the node.
 //! * `succ`: set with a CAS (`AcqRel`) after the new successor's `refs` was raised, so the
 //!   successor cannot be freed while the link exists; the CAS (or the swap when the node
 //!   leaves the table) hands the old link's reference to exactly one thread, which drops
@@ -56,50 +67,158 @@
 //!   table is dropped) frees without the epoch collector: `&mut` on the table already
 //!   orders it after every other thread's use, and the same `AcqRel` decrements are kept.
 
+use core::alloc::Layout;
 use core::ptr;
 
 use kvroute_sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+use super::reclaim::{self, Guard};
+
 /// Marks a node whose last holder has left: it can never be acquired again.
 pub(crate) const RETIRED: u32 = u32::MAX;
 
-pub(crate) struct Node {
+/// The fixed part of a node, at the start of its allocation; the bit words follow it.
+/// A `*mut Head` is the node's thin pointer.
+#[repr(C)]
+pub(crate) struct Head {
     /// The chained block hash this node stands for.
     pub(crate) key: u64,
     pub(crate) holders: AtomicU32,
     /// References keeping the allocation: the table link and a predecessor's `succ`.
     refs: AtomicU32,
-    /// Bits of slots 0..64.
-    word0: AtomicU64,
-    /// Bits of slots 64.., allocated on first use, or null. The allocation is `1 + len`
-    /// words: word 0 holds `len`, the rest are the bit words of slots 64 and up.
-    ext: AtomicPtr<AtomicU64>,
     /// The block stored after this one in the same event, or null (see the module docs).
-    succ: AtomicPtr<Node>,
+    succ: AtomicPtr<Head>,
 }
 
-impl Node {
-    /// A node for `key`, already acquired once by its creator (holders = 1), with the
-    /// reference its table link will own.
-    pub(crate) fn new_acquired(key: u64) -> Self {
-        Self {
+/// A whole node: the head and its bit words (word `w` holds slots `64w..64w + 64`).
+/// Always reached through a reference widened from a thin pointer by [`Node::from_thin`].
+#[repr(C)]
+pub(crate) struct Node {
+    head: Head,
+    words: [AtomicU64],
+}
+
+impl core::ops::Deref for Node {
+    type Target = Head;
+
+    #[inline]
+    fn deref(&self) -> &Head {
+        &self.head
+    }
+}
+
+/// The allocation of a node with `words` bit words: the head, then the words with no
+/// padding between (the head is 24 bytes, a multiple of the words' alignment).
+fn layout(words: usize) -> Layout {
+    let (l, _) = Layout::new::<Head>()
+        .extend(Layout::array::<AtomicU64>(words).expect("at most 64 bit words"))
+        .expect("node layout fits");
+    l.pad_to_align()
+}
+
+/// Heap bytes of one node with `words` bit words (`24 + 8 * words`).
+pub(crate) fn node_bytes(words: usize) -> usize {
+    layout(words).size()
+}
+
+/// Allocates a node for `key` with `words` zeroed bit words, already acquired once by its
+/// creator (holders = 1), with the reference its table link will own. Returns its thin
+/// pointer; free it with [`free`] (or, once shared, through [`drop_ref`]).
+pub(crate) fn alloc_acquired(key: u64, words: usize) -> *mut Head {
+    let layout = layout(words);
+    // SAFETY: the layout is non-zero-sized (the head alone is 24 bytes).
+    let base = unsafe { std::alloc::alloc(layout) };
+    if base.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    let head = base.cast::<Head>();
+    // SAFETY: `base` is a fresh allocation of `layout`: the head at offset 0 and the
+    // `words` words right after it are in bounds and aligned (see `layout`), and nothing
+    // else can see the memory yet, so each is initialised once with a plain write.
+    unsafe {
+        head.write(Head {
             key,
             holders: AtomicU32::new(1),
             refs: AtomicU32::new(1),
-            word0: AtomicU64::new(0),
-            ext: AtomicPtr::new(ptr::null_mut()),
             succ: AtomicPtr::new(ptr::null_mut()),
+        });
+        let w = head.add(1).cast::<AtomicU64>();
+        for i in 0..words {
+            w.add(i).write(AtomicU64::new(0));
         }
+    }
+    head
+}
+
+/// Frees a node: releases its successor link (if any), drops its fields and gives the
+/// memory back.
+///
+/// # Safety
+/// `p` came from [`alloc_acquired`] with this `words`; no reference to it is left and no
+/// thread can reach it any more (or ever could); this is called once for it.
+pub(crate) unsafe fn free(p: *mut Head, words: usize) {
+    // SAFETY: `p` is allocated (caller), so its head can be read.
+    let s = unsafe { &*p }.succ.load(Ordering::Acquire);
+    if !s.is_null() {
+        // SAFETY: the successor link owns one reference on `s`, released exactly once here
+        // as this node is freed; successors belong to the same index (same `words`).
+        unsafe { drop_ref(s, words, &reclaim::pin()) };
+    }
+    let node = ptr::slice_from_raw_parts_mut(p.cast::<AtomicU64>(), words) as *mut Node;
+    // SAFETY: `node` spans exactly the allocation made by `alloc_acquired(_, words)`, every
+    // field of which was initialised there; no one else can reach it (caller), so it is
+    // dropped and deallocated once, with the layout it was allocated with.
+    unsafe {
+        ptr::drop_in_place(node);
+        std::alloc::dealloc(p.cast(), layout(words));
+    }
+}
+
+impl Node {
+    /// The whole node behind a thin pointer.
+    ///
+    /// # Safety
+    /// `p` came from [`alloc_acquired`] with this `words` and stays allocated for `'a`.
+    #[inline]
+    pub(crate) unsafe fn from_thin<'a>(p: *const Head, words: usize) -> &'a Node {
+        let node = ptr::slice_from_raw_parts(p.cast::<AtomicU64>(), words) as *const Node;
+        // SAFETY: the caller guarantees an initialised allocation of `words` words that
+        // outlives `'a`; the slice metadata is the trailing word count, as `Node` needs.
+        unsafe { &*node }
+    }
+
+    /// This node's thin pointer (with the provenance of the whole allocation).
+    #[inline]
+    pub(crate) fn as_thin(&self) -> *mut Head {
+        ptr::from_ref(self).cast::<Head>().cast_mut()
+    }
+
+    /// The successor, if it stands for `key` and is not retired.
+    #[inline]
+    pub(crate) fn succ_for(&self, key: u64) -> Option<&Node> {
+        let p = self.head.succ.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null `succ` holds a reference on its target (`refs`), released
+        // only when this node is freed; this node is borrowed, so it is not freed, and a
+        // target whose last reference goes is freed only after the epoch grace period.
+        // Successors are nodes of the same index, so they have this node's word count.
+        let s = unsafe { Node::from_thin(p, self.words.len()) };
+        (s.key == key && s.holders.load(Ordering::Acquire) != RETIRED).then_some(s)
     }
 
     /// Makes `next` this node's successor unless it has a live one (a retired successor is
     /// replaced). Does nothing on a retired node. The caller holds a holder reference on
-    /// `next` (so it is linked in the table and `refs >= 1`).
-    pub(crate) fn link_succ(&self, next: &Node) {
-        if ptr::eq(self, next) || self.holders.load(Ordering::Acquire) == RETIRED {
+    /// `next` (so it is linked in the table and `refs >= 1`); both nodes belong to one
+    /// index. `guard` is the caller's pinned epoch.
+    pub(crate) fn link_succ(&self, next: &Node, guard: &Guard) {
+        debug_assert_eq!(self.words.len(), next.words.len());
+        let head = &self.head;
+        if ptr::eq(head, &next.head) || head.holders.load(Ordering::Acquire) == RETIRED {
             return;
         }
-        let cur = self.succ.load(Ordering::Acquire);
+        let cur = head.succ.load(Ordering::Acquire);
         if !cur.is_null() {
             // SAFETY: a non-null `succ` holds a reference on its target, and `self` is
             // borrowed (so not freed), hence the target is allocated.
@@ -110,20 +229,15 @@ impl Node {
             // A retired successor is useless to matches: replace it below.
         }
         next.refs.fetch_add(1, Ordering::Relaxed);
-        let linked = self
+        let linked = head
             .succ
-            .compare_exchange(
-                cur,
-                ptr::from_ref(next).cast_mut(),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
+            .compare_exchange(cur, next.as_thin(), Ordering::AcqRel, Ordering::Relaxed)
             .is_ok();
         if linked {
             if !cur.is_null() {
                 // SAFETY: the CAS took the old link out of the node; it owned one reference
-                // on `cur`, released exactly once, here.
-                unsafe { drop_ref(cur) };
+                // on `cur` (a node of this index), released exactly once, here.
+                unsafe { drop_ref(cur, self.words.len(), guard) };
             }
         } else {
             // The table's reference is still held (the caller holds `next`), so this cannot
@@ -133,6 +247,58 @@ impl Node {
         }
     }
 
+    /// Gives up this node's successor link (when the node leaves the table), so that a
+    /// retired node never keeps a chain of other retired nodes allocated. `guard` is the
+    /// caller's pinned epoch.
+    pub(crate) fn unlink_succ(&self, guard: &Guard) {
+        let s = self.head.succ.swap(ptr::null_mut(), Ordering::AcqRel);
+        if !s.is_null() {
+            // SAFETY: the link owned one reference on `s` (a node of this index); the swap
+            // took it out of the node, so it is released exactly once, here.
+            unsafe { drop_ref(s, self.words.len(), guard) };
+        }
+    }
+
+    /// Sets `slot`'s bit; returns whether it was already set.
+    ///
+    /// # Panics
+    /// If `slot >= 64 * words` (callers pass a slot checked against `worker_slots`).
+    #[inline]
+    pub(crate) fn set_bit(&self, slot: usize) -> bool {
+        let mask = 1u64 << (slot % 64);
+        self.words[slot / 64].fetch_or(mask, Ordering::Release) & mask != 0
+    }
+
+    /// Clears `slot`'s bit.
+    ///
+    /// # Panics
+    /// If `slot >= 64 * words` (callers pass a slot checked against `worker_slots`).
+    #[inline]
+    pub(crate) fn clear_bit(&self, slot: usize) {
+        let mask = 1u64 << (slot % 64);
+        self.words[slot / 64].fetch_and(!mask, Ordering::Release);
+    }
+
+    /// The bit words, for a reader to load (`Acquire`) one by one.
+    #[inline]
+    pub(crate) fn words(&self) -> &[AtomicU64] {
+        &self.words
+    }
+
+    /// The bit word of slots 0..64.
+    #[inline]
+    pub(crate) fn word0(&self) -> u64 {
+        self.words[0].load(Ordering::Acquire)
+    }
+
+    /// The bit word `w` (slots `64w..64w+64`).
+    #[cfg(test)]
+    pub(crate) fn word(&self, w: usize) -> u64 {
+        self.words[w].load(Ordering::Acquire)
+    }
+}
+
+impl Head {
     /// Current reference count (tests only).
     #[cfg(all(test, kvroute_loom))]
     pub(crate) fn refs(&self) -> u32 {
@@ -141,33 +307,8 @@ impl Node {
 
     /// Takes the successor link out of this node and returns its target (null if none);
     /// the caller then owns the reference the link held.
-    pub(crate) fn take_succ(&self) -> *mut Node {
+    pub(crate) fn take_succ(&self) -> *mut Head {
         self.succ.swap(ptr::null_mut(), Ordering::AcqRel)
-    }
-
-    /// Gives up this node's successor link (when the node leaves the table), so that a
-    /// retired node never keeps a chain of other retired nodes allocated.
-    pub(crate) fn unlink_succ(&self) {
-        let s = self.succ.swap(ptr::null_mut(), Ordering::AcqRel);
-        if !s.is_null() {
-            // SAFETY: the link owned one reference on `s`; the swap took it out of the node,
-            // so it is released exactly once, here.
-            unsafe { drop_ref(s) };
-        }
-    }
-
-    /// The successor, if it stands for `key` and is not retired.
-    #[inline]
-    pub(crate) fn succ_for(&self, key: u64) -> Option<&Node> {
-        let p = self.succ.load(Ordering::Acquire);
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: a non-null `succ` holds a reference on its target (`refs`), released
-        // only when this node is freed; this node is borrowed, so it is not freed, and a
-        // target whose last reference goes is freed only after the epoch grace period.
-        let s = unsafe { &*p };
-        (s.key == key && s.holders.load(Ordering::Acquire) != RETIRED).then_some(s)
     }
 
     /// Takes one holder reference unless the node is retired.
@@ -205,171 +346,25 @@ impl Node {
         self.holders.load(Ordering::Acquire) == RETIRED
     }
 
-    fn ext_words(&self) -> Option<&[AtomicU64]> {
-        let p = self.ext.load(Ordering::Acquire);
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY:
-        // - a non-null `ext` was produced by `Box::into_raw` of a boxed slice of `1 + len`
-        //   initialised `AtomicU64`s whose first word holds `len` (see `ext_or_alloc`);
-        // - it is freed only in `Drop for Node`, which needs `&mut self`, so it outlives the
-        //   returned borrow of `self`;
-        // - atomics are only ever accessed through shared references.
-        let all = unsafe {
-            let len = (*p).load(Ordering::Relaxed) as usize;
-            core::slice::from_raw_parts(p, len + 1)
-        };
-        Some(&all[1..])
-    }
-
-    /// Whether the extension words are allocated.
-    pub(crate) fn has_ext(&self) -> bool {
-        !self.ext.load(Ordering::Acquire).is_null()
-    }
-
-    /// The extension words, allocating them if needed; the flag says whether this call
-    /// installed them.
-    fn ext_or_alloc(&self, ext_len: usize) -> (&[AtomicU64], bool) {
-        if let Some(words) = self.ext_words() {
-            return (words, false);
-        }
-        // Word 0 holds the length, then the zeroed words. A range of known length collects
-        // in one allocation (a chained iterator would grow the buffer step by step).
-        let fresh: Box<[AtomicU64]> = (0..=ext_len)
-            .map(|i| AtomicU64::new(if i == 0 { ext_len as u64 } else { 0 }))
-            .collect();
-        let fresh = Box::into_raw(fresh).cast::<AtomicU64>();
-        let installed = self
-            .ext
-            .compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if !installed {
-            // SAFETY: `fresh` came from `Box::into_raw` of a slice of `1 + ext_len` words
-            // just above and was never shared (the CAS failed), so we own it and free it once.
-            drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, ext_len + 1)) });
-        }
-        (self.ext_words().expect("ext installed above"), installed)
-    }
-
-    /// Sets `slot`'s bit (`ext_len`: extension words to allocate if needed, at least
-    /// `slot / 64`). Returns whether it was already set, and whether this call allocated
-    /// the extension words.
-    pub(crate) fn set_bit(&self, slot: usize, ext_len: usize) -> (bool, bool) {
-        let mask = 1u64 << (slot % 64);
-        let (word, new_ext) = if slot < 64 {
-            (&self.word0, false)
-        } else {
-            let (words, new_ext) = self.ext_or_alloc(ext_len);
-            (&words[slot / 64 - 1], new_ext)
-        };
-        (word.fetch_or(mask, Ordering::Release) & mask != 0, new_ext)
-    }
-
-    /// Clears `slot`'s bit.
-    pub(crate) fn clear_bit(&self, slot: usize) {
-        let mask = 1u64 << (slot % 64);
-        if slot < 64 {
-            self.word0.fetch_and(!mask, Ordering::Release);
-        } else if let Some(words) = self.ext_words() {
-            words[slot / 64 - 1].fetch_and(!mask, Ordering::Release);
-        }
-    }
-
-    /// The bit words for reading: word 0 and the extension words (`None` while no slot of
-    /// 64 or more has stored on this node), each loaded once. Skips reading the extension's
-    /// length header by trusting `ext_len`.
-    ///
-    /// # Safety
-    /// Every extension array of this node was allocated with at least `ext_len` words (true
-    /// for all nodes of one table: `set_bit` is always passed the table's `ext_len`).
-    #[inline]
-    pub(crate) unsafe fn words_unchecked(&self, ext_len: usize) -> (u64, Option<&[AtomicU64]>) {
-        let word0 = self.word0.load(Ordering::Acquire);
-        let p = self.ext.load(Ordering::Acquire);
-        if p.is_null() {
-            return (word0, None);
-        }
-        // SAFETY: a non-null `ext` points to `1 + len` initialised words (header first) that
-        // live as long as the node (freed only in `Drop`); the caller guarantees
-        // `len >= ext_len`, so `ext_len` words after the header are in bounds.
-        let words = unsafe { core::slice::from_raw_parts(p.add(1), ext_len) };
-        (word0, Some(words))
-    }
-
-    /// The bit word of slots 0..64.
-    #[inline]
-    pub(crate) fn word0(&self) -> u64 {
-        self.word0.load(Ordering::Acquire)
-    }
-
     /// Address of the successor (null if none), for prefetching.
     #[inline]
     pub(crate) fn succ_addr(&self) -> *const u8 {
         self.succ.load(Ordering::Relaxed).cast_const().cast()
     }
-
-    /// Address of the extension words (null if none), for prefetching.
-    #[inline]
-    pub(crate) fn ext_addr(&self) -> *const u8 {
-        self.ext.load(Ordering::Relaxed).cast_const().cast()
-    }
-
-    /// The bit word `w` (slots `64w..64w+64`).
-    #[cfg(test)]
-    pub(crate) fn word(&self, w: usize) -> u64 {
-        if w == 0 {
-            self.word0.load(Ordering::Acquire)
-        } else {
-            match self.ext_words() {
-                Some(words) => words[w - 1].load(Ordering::Acquire),
-                None => 0,
-            }
-        }
-    }
-
-    /// Heap bytes this node owns besides itself.
-    #[cfg(all(test, not(kvroute_loom)))]
-    pub(crate) fn ext_bytes(&self) -> usize {
-        if self.ext.load(Ordering::Acquire).is_null() {
-            0
-        } else {
-            (self.ext_words().map_or(0, <[AtomicU64]>::len) + 1) * core::mem::size_of::<AtomicU64>()
-        }
-    }
 }
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        let p = self.ext.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: a non-null `ext` is the `Box::into_raw` of `1 + len` words installed by
-            // `ext_or_alloc`, with `len` in word 0; `&mut self` proves no reader holds it.
-            unsafe {
-                let len = (*p).load(Ordering::Relaxed) as usize;
-                drop(Box::from_raw(ptr::slice_from_raw_parts_mut(p, len + 1)));
-            }
-        }
-        let s = self.succ.load(Ordering::Acquire);
-        if !s.is_null() {
-            // SAFETY: the successor link owns one reference on `s`, released exactly once
-            // here as this node is freed.
-            unsafe { drop_ref(s) };
-        }
-    }
-}
-
-/// Drops one reference on `p`; the last one hands it to the epoch collector.
+/// Drops one reference on `p`; the last one hands it to the epoch collector (through
+/// `guard`, the caller's pinned epoch).
 ///
 /// # Safety
-/// `p` came from `Box::<Node>::into_raw`, and the caller owns one of its references (the
-/// table link or a successor link), which it gives up here.
-pub(crate) unsafe fn drop_ref(p: *mut Node) {
+/// `p` came from [`alloc_acquired`] with this `words`, and the caller owns one of its
+/// references (the table link or a successor link), which it gives up here.
+pub(crate) unsafe fn drop_ref(p: *mut Head, words: usize, guard: &Guard) {
     // SAFETY: the caller's reference keeps `p` allocated until this decrement.
     if unsafe { &*p }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
         // SAFETY: no reference is left: the node is unreachable for threads that pin from
         // now on, and only this call saw the count reach zero.
-        unsafe { super::reclaim::defer_free_node(p) };
+        unsafe { guard.defer_free_node(p, words) };
     }
 }
 
@@ -377,15 +372,15 @@ pub(crate) unsafe fn drop_ref(p: *mut Node) {
 /// the same for its successor, and so on down the chain (a loop, not recursion). For
 /// tearing down a table that is being dropped: with no thread able to reach any node, there
 /// is no grace period to wait for, and skipping the epoch collector saves one deferred
-/// closure (a heap allocation) per node.
+/// closure per node.
 ///
 /// # Safety
-/// - `p` came from `Box::<Node>::into_raw`, and the caller owns one of its references,
-///   which it gives up here;
+/// - `p` came from [`alloc_acquired`] with this `words`, and the caller owns one of its
+///   references, which it gives up here;
 /// - no thread can reach `p` or any node reachable from it by successor links other than
 ///   through references the caller owns (the owning table is being dropped, so no reader
 ///   or writer is left).
-pub(crate) unsafe fn drop_ref_now(p: *mut Node) {
+pub(crate) unsafe fn drop_ref_now(p: *mut Head, words: usize) {
     let mut cur = p;
     loop {
         // SAFETY: the reference being released keeps `cur` allocated until this decrement.
@@ -393,16 +388,61 @@ pub(crate) unsafe fn drop_ref_now(p: *mut Node) {
             return;
         }
         // SAFETY: that was the last reference, so `cur` is still allocated (only this call
-        // can free it). Its successor link is taken out first, so `Node::drop` does not
-        // release it through the collector; the next turn of the loop releases it.
+        // can free it). Its successor link is taken out first, so `free` does not release
+        // it through the collector; the next turn of the loop releases it.
         let next = unsafe { &*cur }.take_succ();
-        // SAFETY: `cur` came from `Box::into_raw`, its last reference is gone, and (caller's
-        // precondition) no thread can reach it: it is freed here, once.
-        drop(unsafe { Box::from_raw(cur) });
+        // SAFETY: `cur` came from `alloc_acquired(_, words)` (successors belong to the same
+        // table), its last reference is gone, and (caller's precondition) no thread can
+        // reach it: it is freed here, once.
+        unsafe { free(cur, words) };
         if next.is_null() {
             return;
         }
         cur = next;
+    }
+}
+
+/// Owns a node outside any table (tests of the node protocol alone).
+#[cfg(test)]
+pub(crate) struct TestNode {
+    p: *mut Head,
+    words: usize,
+}
+
+// SAFETY: the node is only accessed through shared references to its atomics and its
+// immutable key, which are `Sync`; `TestNode` frees it once, on drop.
+#[cfg(test)]
+unsafe impl Send for TestNode {}
+// SAFETY: as above.
+#[cfg(test)]
+unsafe impl Sync for TestNode {}
+
+#[cfg(test)]
+impl TestNode {
+    pub(crate) fn new(key: u64, words: usize) -> Self {
+        Self {
+            p: alloc_acquired(key, words),
+            words,
+        }
+    }
+}
+
+#[cfg(test)]
+impl core::ops::Deref for TestNode {
+    type Target = Node;
+
+    fn deref(&self) -> &Node {
+        // SAFETY: allocated with `self.words` in `new`, freed only in `drop`.
+        unsafe { Node::from_thin(self.p, self.words) }
+    }
+}
+
+#[cfg(test)]
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with `self.words`; tests never link a `TestNode` into
+        // a table or as a successor, so this owner holds the only reference.
+        unsafe { free(self.p, self.words) };
     }
 }
 
@@ -411,25 +451,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bits_in_both_word_kinds() {
-        let n = Node::new_acquired(7);
-        assert_eq!(n.set_bit(3, 3), (false, false));
-        assert_eq!(n.set_bit(3, 3), (true, false));
-        assert_eq!(n.set_bit(64 * 3 + 5, 3), (false, true));
-        assert_eq!(n.set_bit(64 + 1, 3), (false, false));
+    fn bits_in_every_word() {
+        let n = TestNode::new(7, 4);
+        assert!(!n.set_bit(3));
+        assert!(n.set_bit(3));
+        assert!(!n.set_bit(64 * 3 + 5));
+        assert!(!n.set_bit(64 + 1));
         n.clear_bit(64 + 1);
         assert_eq!(n.word(0), 1 << 3);
         assert_eq!(n.word(3), 1 << 5);
-        assert_eq!(n.word(1), 0);
+        assert_eq!(n.word(1) | n.word(2), 0);
         n.clear_bit(3);
         n.clear_bit(64 * 3 + 5);
         assert_eq!(n.word(0) | n.word(3), 0);
-        assert_eq!(n.ext_bytes(), 32, "3 words and the length header");
+        assert_eq!(n.words().len(), 4);
+    }
+
+    #[test]
+    fn one_allocation_of_head_and_words() {
+        // Head: key 8 + holders 4 + refs 4 + successor pointer 8 = 24 bytes, then 8 per word.
+        for (words, bytes) in [(1, 32), (2, 40), (8, 88), (64, 536)] {
+            assert_eq!(node_bytes(words), bytes, "{words} words");
+            let n = TestNode::new(1, words);
+            // The widened reference spans exactly the allocation.
+            assert_eq!(core::mem::size_of_val::<Node>(&n), bytes);
+            assert_eq!(Layout::for_value::<Node>(&n), layout(words));
+        }
     }
 
     #[test]
     fn holder_protocol_retires_exactly_once() {
-        let n = Node::new_acquired(1);
+        let n = TestNode::new(1, 1);
         assert!(n.try_acquire());
         assert!(!n.release());
         assert!(n.release(), "the last release retires");
@@ -449,15 +501,15 @@ mod loom_tests {
     #[test]
     fn loom_add_vs_last_remove_on_one_node() {
         loom::model(|| {
-            let n = Arc::new(Node::new_acquired(9));
-            n.set_bit(0, 1);
+            let n = Arc::new(TestNode::new(9, 2));
+            n.set_bit(0);
             let n2 = n.clone();
             let remover = thread::spawn(move || {
                 n2.clear_bit(0);
                 n2.release()
             });
             let added = if n.try_acquire() {
-                n.set_bit(70, 1);
+                n.set_bit(70);
                 true
             } else {
                 false
@@ -483,14 +535,14 @@ mod loom_tests {
     #[test]
     fn loom_concurrent_bit_updates_do_not_lose_bits() {
         loom::model(|| {
-            let n = Arc::new(Node::new_acquired(9));
-            n.set_bit(1, 1);
+            let n = Arc::new(TestNode::new(9, 2));
+            n.set_bit(1);
             let n2 = n.clone();
             let t = thread::spawn(move || {
-                n2.set_bit(65, 1);
+                n2.set_bit(65);
                 n2.clear_bit(1);
             });
-            n.set_bit(2, 1);
+            n.set_bit(2);
             t.join().unwrap();
             assert_eq!(n.word(0), 1 << 2);
             assert_eq!(n.word(1), 1 << 1);

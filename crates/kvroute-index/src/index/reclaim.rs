@@ -57,31 +57,33 @@ unsafe fn free_box<T>(addr: usize) {
     drop(unsafe { Box::from_raw(addr as *mut T) });
 }
 
-/// Frees a node whose last reference was dropped, once no thread can still reach it.
-///
-/// Under loom the node is leaked instead (reclamation is crossbeam's and not modelled; the
-/// models are small).
-///
-/// # Safety
-/// `p` came from `Box::<Node>::into_raw`, no reference to it is left (no table slot and no
-/// successor link points to it), and this is called once for it.
-pub(crate) unsafe fn defer_free_node(p: *mut super::node::Node) {
-    #[cfg(not(kvroute_loom))]
-    {
-        let addr = p as usize;
-        let guard = crossbeam_epoch::pin();
-        // SAFETY: the caller guarantees the node is unreachable for threads that pin from
-        // now on and is freed once; crossbeam runs the closure only after every guard
-        // pinned before now has been dropped.
-        unsafe {
-            guard.defer_unchecked(move || free_box::<super::node::Node>(addr));
-        }
-    }
-    #[cfg(kvroute_loom)]
-    let _ = p;
-}
-
 impl Guard {
+    /// Frees a node whose last reference was dropped, once no thread can still reach it.
+    /// Uses this guard (the caller's pinned epoch) rather than pinning again.
+    ///
+    /// Under loom the node is leaked instead (reclamation is crossbeam's and not modelled;
+    /// the models are small).
+    ///
+    /// # Safety
+    /// `p` came from `node::alloc_acquired` with this `words`, no reference to it is left
+    /// (no table slot and no successor link points to it), and this is called once for it.
+    #[inline]
+    pub(crate) unsafe fn defer_free_node(&self, p: *mut super::node::Head, words: usize) {
+        #[cfg(not(kvroute_loom))]
+        {
+            let addr = p as usize;
+            // SAFETY: the caller guarantees the node is unreachable for threads that pin
+            // from now on and is freed once; crossbeam runs the closure only after every
+            // guard pinned before now has been dropped.
+            unsafe {
+                self.0
+                    .defer_unchecked(move || super::node::free(addr as *mut _, words));
+            }
+        }
+        #[cfg(kvroute_loom)]
+        let _ = (self, p, words);
+    }
+
     /// Frees `ptr` once no thread can still reach it.
     ///
     /// # Safety

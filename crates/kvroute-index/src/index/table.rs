@@ -36,7 +36,7 @@ use core::ptr;
 use kvroute_sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use kvroute_sync::{RwLock, RwLockReadGuard};
 
-use super::node::Node;
+use super::node::{self as node, Head, Node};
 use super::reclaim::{Guard, Parked};
 
 /// Writer gates; a writer uses gate `slot % GATES`.
@@ -58,7 +58,8 @@ fn slot_key(key: u64) -> u64 {
 
 struct Slot {
     key: AtomicU64,
-    node: AtomicPtr<Node>,
+    /// The node's thin pointer (see `node`), or null.
+    node: AtomicPtr<Head>,
 }
 
 struct Array {
@@ -109,20 +110,22 @@ pub(crate) struct Table {
     min_capacity: usize,
     gates: Box<[RwLock<()>]>,
     mix: u64,
-    pub(crate) ext_len: u32,
+    /// Bit words of every node of this table (`worker_slots.div_ceil(64)`).
+    pub(crate) words: u32,
     resizes: AtomicU64,
     parked: Parked,
 }
 
 impl Table {
     /// A table sized for `expected` nodes (never shrinking below that), whose nodes carry
-    /// up to `ext_len` extra bit words.
-    pub(crate) fn new(expected: usize, ext_len: u32, mix: u64) -> Self {
-        Self::with_floor(expected, 16, ext_len, mix)
+    /// `words` bit words each (at least 1).
+    pub(crate) fn new(expected: usize, words: u32, mix: u64) -> Self {
+        Self::with_floor(expected, 16, words, mix)
     }
 
     /// As [`Table::new`], with the smallest array size given (a power of two).
-    fn with_floor(expected: usize, floor: usize, ext_len: u32, mix: u64) -> Self {
+    fn with_floor(expected: usize, floor: usize, words: u32, mix: u64) -> Self {
+        debug_assert!(words >= 1);
         let min_capacity = capacity_for(expected, floor);
         Self {
             array: AtomicPtr::new(Box::into_raw(Box::new(Array::new(min_capacity)))),
@@ -131,7 +134,7 @@ impl Table {
             min_capacity,
             gates: (0..GATES).map(|_| RwLock::new(())).collect(),
             mix: mix | 1,
-            ext_len,
+            words,
             resizes: AtomicU64::new(0),
             parked: Parked::default(),
         }
@@ -257,9 +260,11 @@ impl<'g> View<'g> {
             if k == want {
                 let p = slot.node.load(Ordering::Acquire);
                 // SAFETY: a non-null node pointer was published by CAS after the node was
-                // initialised and is freed only through the epoch collector after being
-                // unlinked; the guard this view borrows was pinned before this load.
-                return (!p.is_null()).then(|| unsafe { &*p });
+                // initialised (by `alloc_acquired` with the table's word count) and is freed
+                // only through the epoch collector after being unlinked; the guard this
+                // view borrows was pinned before this load.
+                return (!p.is_null())
+                    .then(|| unsafe { Node::from_thin(p, self.table.words as usize) });
             }
             if k == EMPTY {
                 return None;
@@ -324,23 +329,25 @@ impl Writer<'_> {
                 None => self.resize(Resize::Full),
             }
         };
-        let mut fresh: *mut Node = ptr::null_mut();
+        let words = t.words as usize;
+        let mut fresh: *mut Head = ptr::null_mut();
         loop {
             let p = slot.node.load(Ordering::Acquire);
             if !p.is_null() {
                 // SAFETY: published node, epoch-protected by `guard` (see `find`).
-                let node = unsafe { &*p };
+                let node = unsafe { Node::from_thin(p, words) };
                 if node.try_acquire() {
                     if !fresh.is_null() {
-                        // SAFETY: our own allocation; every CAS that could publish it failed.
-                        drop(unsafe { Box::from_raw(fresh) });
+                        // SAFETY: our own allocation (with `words`), never linked anywhere:
+                        // every CAS that could publish it failed.
+                        unsafe { node::free(fresh, words) };
                     }
                     return (node, false);
                 }
             }
             // Empty, or a retired node whose retirer has not unlinked it yet: replace it.
             if fresh.is_null() {
-                fresh = Box::into_raw(Box::new(Node::new_acquired(key)));
+                fresh = node::alloc_acquired(key, words);
             }
             if slot
                 .node
@@ -350,9 +357,9 @@ impl Writer<'_> {
                 if p.is_null() {
                     t.live.fetch_add(1, Ordering::Relaxed);
                 }
-                // SAFETY: just published; freed only through unlink + the epoch collector,
-                // after `guard` is dropped.
-                return (unsafe { &*fresh }, true);
+                // SAFETY: just published, allocated with `words`; freed only through unlink
+                // + the epoch collector, after `guard` is dropped.
+                return (unsafe { Node::from_thin(fresh, words) }, true);
             }
         }
     }
@@ -408,7 +415,7 @@ impl Writer<'_> {
     /// and retired while holding this same writer (no resize in between).
     pub(crate) unsafe fn unlink(&mut self, node: &Node, guard: &Guard) {
         let t = self.table;
-        let target = ptr::from_ref(node).cast_mut();
+        let target = node.as_thin();
         let arr = t.current(guard);
         let want = slot_key(node.key);
         let mut i = t.home(want, arr.mask);
@@ -433,13 +440,12 @@ impl Writer<'_> {
             }
             i = (i + 1) & arr.mask;
         }
-        let _ = guard;
-        node.unlink_succ();
-        // SAFETY: allocated by `acquire_or_insert` with `Box::into_raw`; the table's link
-        // owned one reference, and no slot of the current array points to it any more
+        node.unlink_succ(guard);
+        // SAFETY: allocated by `acquire_or_insert` with the table's word count; the table's
+        // link owned one reference, and no slot of the current array points to it any more
         // (older arrays are only reachable by readers pinned before now); the caller
         // guarantees this is its only unlink, so the table's reference is dropped once.
-        unsafe { super::node::drop_ref(target) };
+        unsafe { node::drop_ref(target, t.words as usize, guard) };
     }
 }
 
@@ -459,24 +465,26 @@ impl Drop for Writer<'_> {
 impl Drop for Table {
     fn drop(&mut self) {
         let arr = self.array.load(Ordering::Acquire);
+        let words = self.words as usize;
         // SAFETY: `&mut self`: no reader or writer remains, so no thread can reach any node
-        // (the preconditions of `drop_ref_now`). The current array was allocated with
-        // `Box::into_raw` and is freed once here. One pass: each linked node gives up its
-        // successor link, then its table reference. A node's references are its table link
-        // and the successor links pointing at it; each is released exactly once (a table
-        // node's link when the pass reaches it, a retired node's link when that node is
-        // freed), so every node whose references all come from the table or from nodes
-        // freed here is freed, whatever the order of the slots, including nodes held
-        // whose links form a cycle (possible with caller-chosen hashes).
+        // (the preconditions of `drop_ref_now`); every node was allocated with `words`. The
+        // current array was allocated with `Box::into_raw` and is freed once here. One pass:
+        // each linked node gives up its successor link, then its table reference. A node's
+        // references are its table link and the successor links pointing at it; each is
+        // released exactly once (a table node's link when the pass reaches it, a retired
+        // node's link when that node is freed), so every node whose references all come from
+        // the table or from nodes freed here is freed, whatever the order of the slots,
+        // including nodes held whose links form a cycle (possible with caller-chosen
+        // hashes).
         unsafe {
             for slot in (*arr).slots.iter() {
                 let p = slot.node.load(Ordering::Acquire);
                 if !p.is_null() {
                     let s = (*p).take_succ();
                     if !s.is_null() {
-                        super::node::drop_ref_now(s);
+                        node::drop_ref_now(s, words);
                     }
-                    super::node::drop_ref_now(p);
+                    node::drop_ref_now(p, words);
                 }
             }
             drop(Box::from_raw(arr));
@@ -492,14 +500,14 @@ mod loom_tests {
 
     /// With mix 1, every small key has home slot 0, so keys share one probe run.
     fn table() -> Arc<Table> {
-        Arc::new(Table::new(1, 0, 1))
+        Arc::new(Table::new(1, 1, 1))
     }
 
     fn insert(t: &Table, gate: usize, key: u64) -> (usize, bool) {
         let g = reclaim::pin();
         let mut w = t.writer(gate);
         let (n, inserted) = w.acquire_or_insert(key, &g);
-        (core::ptr::from_ref(n) as usize, inserted)
+        (n.as_thin() as usize, inserted)
     }
 
     /// Drops one holder reference on `key`'s node, unlinking it if that retired it.
@@ -587,7 +595,7 @@ mod loom_tests {
             }
             let g = reclaim::pin();
             let found = t.find(7, &g).expect("the inserter's node is linked");
-            assert_eq!(core::ptr::from_ref(found) as usize, node);
+            assert_eq!(found.as_thin() as usize, node);
             assert_eq!(found.holders.load(Ordering::Acquire), 1);
         });
     }
@@ -598,7 +606,7 @@ mod loom_tests {
     fn loom_resize_vs_reader() {
         loom::model(|| {
             // 4 slots grow when a 4th key is claimed.
-            let t = Arc::new(Table::with_floor(1, 4, 0, 1));
+            let t = Arc::new(Table::with_floor(1, 4, 1, 1));
             for k in 1..=3u64 {
                 insert(&t, 0, k);
             }
@@ -636,8 +644,8 @@ mod loom_tests {
                     let mut w = t.writer(1);
                     let (s, _) = w.acquire_or_insert(2, &g);
                     let p = t.find(1, &g).expect("block 1 stays");
-                    p.link_succ(s);
-                    core::ptr::from_ref(s) as usize
+                    p.link_succ(s, &g);
+                    s.as_thin() as usize
                 })
             };
             let reader = {
@@ -658,7 +666,7 @@ mod loom_tests {
             let g = reclaim::pin();
             let p = t.find(1, &g).unwrap();
             let s = p.succ_for(2).expect("the held node is the live successor");
-            assert_eq!(core::ptr::from_ref(s) as usize, held);
+            assert_eq!(s.as_thin() as usize, held);
             assert_eq!(s.holders.load(Ordering::Acquire), 1);
             assert_eq!(s.refs(), 2, "table link + successor link");
         });
