@@ -164,10 +164,9 @@ impl BlockHasher {
         }
     }
 
-    /// The local hash of one full block (`block.len() == block_size`; another length takes
-    /// the general path, which hashes whatever it is given).
+    /// The local hash of one full block (`block.len() == block_size`).
     #[inline(always)]
-    pub(crate) fn local(&self, block: &[u32]) -> LocalBlockHash {
+    fn local(&self, block: &[u32]) -> LocalBlockHash {
         match (&self.block16, <&[u32; block16::TOKENS]>::try_from(block)) {
             (Some(b16), Ok(tokens)) => LocalBlockHash(b16.hash(tokens)),
             _ => local_block_hash(block, self.namespace),

@@ -61,7 +61,7 @@ pub use types::{
     MAX_WORKER_SLOTS, RemoveOutcome, StoreOutcome,
 };
 
-use crate::hash::{BlockHasher, SequenceHash, chain_hash};
+use crate::hash::{SequenceHash, chain_hash, local_block_hash};
 use crate::registry::Slot;
 use node::{Head, Node};
 use reclaim::Guard;
@@ -232,11 +232,8 @@ impl PrefixIndex {
             .block_hashes
             .iter()
             .zip(event.token_ids.chunks_exact(bs));
-        // `bs >= 1`: the configuration was validated. At 16 tokens the hasher takes its
-        // specialised path, keys computed once for this event's namespace.
-        let hasher = BlockHasher::new(bs, event.namespace);
         let blocks = hashes.map(|(eh, tokens)| {
-            let local = hasher.local(tokens);
+            let local = local_block_hash(tokens, event.namespace);
             let seq = match prev {
                 None => SequenceHash(local.0),
                 Some(p) => chain_hash(p, local),
