@@ -533,7 +533,7 @@ impl PrefixIndex {
         let maps: usize = self
             .workers
             .iter()
-            .map(|w| w.lock().map(|s| s.heap_bytes()).unwrap_or(0))
+            .map(|w| w.lock().unwrap_or_else(|p| p.into_inner()).heap_bytes())
             .sum();
         let node_bytes = nodes as usize * node::node_bytes(self.table.words as usize);
         IndexStats {

@@ -37,7 +37,8 @@
 //! (`docs/WIRE-FORMAT.md`, "Batch"), is the engine's wall clock when it
 //! published, so a copy carries the very same bits and a new incarnation's batch does not.
 //! Timestamps are compared bit for bit (`f64::to_bits`), never by value, so a re-delivered
-//! `NaN` is still a copy. A copy must stay stale: applied twice, its stores would count
+//! `NaN` is still a copy (the wire decoder rejects a non-finite `ts`, so only a batch
+//! built by hand can carry one). A copy must stay stale: applied twice, its stores would count
 //! a second copy of each block. A batch holding `AllBlocksCleared` at `s == last live` is a
 //! reset whatever its `ts`: if it is in fact a copy, clearing and applying it again leaves
 //! what it left the first time (what follows its last clear, on an empty residency), and if
@@ -446,7 +447,7 @@ mod tests {
     }
 
     /// A re-delivered copy of the last live batch (same number, same `ts` bits, `NaN`
-    /// included) is dropped, near 0 as well.
+    /// included, for a hand-built batch) is dropped, near 0 as well.
     #[test]
     fn a_copy_of_the_last_live_batch_is_stale() {
         for ts in [at(0), f64::NAN] {
