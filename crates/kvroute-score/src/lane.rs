@@ -54,6 +54,14 @@ impl Lane for f32 {
     }
 }
 
+/// Whether `wide`'s `fast_max`/`fast_min` are the `maxps`/`minps` instructions here (x86 with
+/// SSE), whose results are the comparison and select of the module docs; elsewhere their
+/// NaN rule is not documented, so the comparison and select are written out.
+const X86_MINMAX: bool = cfg!(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse"
+));
+
 impl Lane for f32x8 {
     #[inline]
     fn splat(v: f32) -> Self {
@@ -61,37 +69,19 @@ impl Lane for f32x8 {
     }
     #[inline]
     fn max_(self, o: Self) -> Self {
-        #[cfg(all(
-            any(target_arch = "x86", target_arch = "x86_64"),
-            target_feature = "sse"
-        ))]
-        {
+        if X86_MINMAX {
             // `maxps self, o`: `self > o ? self : o` per lane (module docs).
             self.fast_max(o)
-        }
-        #[cfg(not(all(
-            any(target_arch = "x86", target_arch = "x86_64"),
-            target_feature = "sse"
-        )))]
-        {
+        } else {
             self.cmp_gt(o).blend(self, o)
         }
     }
     #[inline]
     fn min_(self, o: Self) -> Self {
-        #[cfg(all(
-            any(target_arch = "x86", target_arch = "x86_64"),
-            target_feature = "sse"
-        ))]
-        {
+        if X86_MINMAX {
             // `minps self, o`: `self < o ? self : o` per lane (module docs).
             self.fast_min(o)
-        }
-        #[cfg(not(all(
-            any(target_arch = "x86", target_arch = "x86_64"),
-            target_feature = "sse"
-        )))]
-        {
+        } else {
             self.cmp_lt(o).blend(self, o)
         }
     }
