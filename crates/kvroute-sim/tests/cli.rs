@@ -25,6 +25,18 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// Runs `replay --quiet` on `trace` with `args` and `--json` into a file beside the trace;
+/// asserts success and returns the parsed JSON.
+fn replay_json(trace: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let json = trace.with_extension("json");
+    let mut all = vec!["replay", "--trace", trace.to_str().unwrap(), "--quiet"];
+    all.extend_from_slice(args);
+    all.extend(["--json", json.to_str().unwrap()]);
+    let out = sim(&all);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
 #[test]
 fn list_shows_every_scenario_and_policy() {
     let out = sim(&["list"]);
@@ -112,24 +124,17 @@ fn replay_reads_a_trace_and_reports_bad_lines() {
          {\"timestamp\": 500, \"input_length\": 700, \"output_length\": 4, \"hash_ids\": [0, 2]}\n",
     )
     .unwrap();
-    let json = dir.join("r.json");
-    let out = sim(&[
-        "replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--engines",
-        "2",
-        "--rate-scale",
-        "2",
-        "--policies",
-        "least_load",
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = replay_json(
+        &trace,
+        &[
+            "--engines",
+            "2",
+            "--rate-scale",
+            "2",
+            "--policies",
+            "least_load",
+        ],
+    );
     assert_eq!(v["workloads"][0]["engines"], 2);
     assert_eq!(v["workloads"][0]["routed_requests"], 2);
 
@@ -235,22 +240,7 @@ fn empty_traces_and_unwritable_outputs_fail_before_running() {
     fails_early("--json", &dir.join("no-such-dir").join("r.json"));
     fails_early("--svg", &trace);
 
-    let json = dir.join("r.json");
-    let out = sim(&[
-        "replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--engines",
-        "1",
-        "--policies",
-        "round_robin",
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = replay_json(&trace, &["--engines", "1", "--policies", "round_robin"]);
     // Output tokens/s over the run's window (arrival to last finish) gives back the tokens.
     let m = &v["workloads"][0]["runs"][0]["metrics"];
     let generated = m["output_tokens_per_s"].as_f64().unwrap() * m["window_s"].as_f64().unwrap();
