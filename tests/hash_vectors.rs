@@ -1,6 +1,7 @@
 //! Reproduces every published hash vector in `shared/data/hash_vectors.json` exactly.
 
-use kvroute_index::{BlockHasher, HashNamespace, LocalBlockHash, SequenceHash};
+use kvroute_core::{HashNamespace, SequenceHash};
+use kvroute_index::{BlockHasher, LocalBlockHash};
 use serde::Deserialize;
 
 #[derive(Deserialize)]

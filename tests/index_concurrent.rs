@@ -31,8 +31,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use index_common::tree::{BRANCHES, BS, DEPTH, PREFIX, Tree};
 use index_common::{Model, Rng, check_matches, check_stats};
-use kvroute_index::index::{BlockStore, EngineHash, IndexConfig, PrefixIndex};
-use kvroute_index::{HashNamespace, SequenceHash, Slot};
+use kvroute_core::EngineHash;
+use kvroute_core::{HashNamespace, SequenceHash, Slot};
+use kvroute_index::index::{BlockStore, IndexConfig, PrefixIndex};
 
 const SLOTS: usize = 130;
 /// Stable workers and what they hold (see `stable_setup`).

@@ -35,10 +35,12 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
+use kvroute_core::EngineHash;
+use kvroute_core::{HashNamespace, SequenceHash, Slot};
+use kvroute_index::BlockHasher;
 use kvroute_index::index::{
-    BlockStore, EngineHash, IndexConfig, Overlaps, PrefixIndex, RemoveOutcome, StoreOutcome,
+    BlockStore, IndexConfig, Overlaps, PrefixIndex, RemoveOutcome, StoreOutcome,
 };
-use kvroute_index::{BlockHasher, HashNamespace, SequenceHash, Slot};
 
 /// Live heap bytes of the process.
 static LIVE: AtomicIsize = AtomicIsize::new(0);

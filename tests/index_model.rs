@@ -32,8 +32,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use index_common::{Model, all_paths, block_tokens, cases, check_matches, check_stats};
-use kvroute_index::index::{BlockStore, EngineHash, IndexConfig, PrefixIndex};
-use kvroute_index::{BlockHasher, HashNamespace, SequenceHash, Slot};
+use kvroute_core::EngineHash;
+use kvroute_core::{HashNamespace, SequenceHash, Slot};
+use kvroute_index::BlockHasher;
+use kvroute_index::index::{BlockStore, IndexConfig, PrefixIndex};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 

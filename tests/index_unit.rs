@@ -11,11 +11,13 @@
 //! chained hashes of queries come from `BlockHasher`, which `hash_vectors` checks against
 //! the published vectors.
 
+use kvroute_core::EngineHash;
+use kvroute_core::{HashNamespace, SequenceHash, Slot};
+use kvroute_index::BlockHasher;
 use kvroute_index::index::{
-    BlockStore, EngineHash, IndexConfig, IndexError, IndexStats, Overlaps, PrefixIndex,
-    RemoveOutcome, StoreOutcome,
+    BlockStore, IndexConfig, IndexError, IndexStats, Overlaps, PrefixIndex, RemoveOutcome,
+    StoreOutcome,
 };
-use kvroute_index::{BlockHasher, HashNamespace, SequenceHash, Slot};
 
 const BS: usize = 4;
 

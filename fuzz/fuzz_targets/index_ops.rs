@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
-use kvroute_index::index::{EngineHash, IndexConfig, PrefixIndex};
-use kvroute_index::{SequenceHash, Slot};
+use kvroute_index::index::{IndexConfig, PrefixIndex};
+use kvroute_core::EngineHash;
+use kvroute_core::{SequenceHash, Slot};
 use libfuzzer_sys::fuzz_target;
 
 const SLOTS: [u32; 4] = [0, 1, 64, 130];

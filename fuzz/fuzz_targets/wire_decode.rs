@@ -8,7 +8,7 @@
 //! Seed the corpus from the example payloads with `bash seed_wire_decode.sh` (in `fuzz/`).
 #![no_main]
 
-use kvroute_index::Slot;
+use kvroute_core::Slot;
 use kvroute_index::index::{IndexConfig, PrefixIndex};
 use kvroute_wire::{
     KvEvent, KvMessage, decode_load_stat, decode_message, decode_payload, decode_payload_serde,
@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
                         s.token_ids.len(),
                         s.block_size as usize * s.block_hashes.len()
                     );
-                    let _ = index.store(Slot(0), &s.as_block_store());
+                    let _ = index.store(Slot(0), &kvroute::ingest::block_store(s));
                 }
                 KvEvent::BlockRemoved(r) => {
                     let _ = index.remove(Slot(0), &r.block_hashes);

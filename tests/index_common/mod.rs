@@ -26,11 +26,12 @@ pub mod tree;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kvroute_core::EngineHash;
+use kvroute_core::{SequenceHash, Slot};
+use kvroute_index::BlockHasher;
 use kvroute_index::index::{
-    BlockStore, EngineHash, IndexError, IndexStats, Overlaps, PrefixIndex, RemoveOutcome,
-    StoreOutcome,
+    BlockStore, IndexError, IndexStats, Overlaps, PrefixIndex, RemoveOutcome, StoreOutcome,
 };
-use kvroute_index::{BlockHasher, SequenceHash, Slot};
 
 /// One engine hash of one worker in the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,8 +2,9 @@
 //! 4 branches of 8 blocks, so workers share nodes, and stores, removals and matches meet on
 //! them.
 
-use kvroute_index::index::EngineHash;
-use kvroute_index::{BlockHasher, HashNamespace, SequenceHash};
+use kvroute_core::EngineHash;
+use kvroute_core::{HashNamespace, SequenceHash};
+use kvroute_index::BlockHasher;
 
 /// Tokens per KV block.
 pub const BS: usize = 4;

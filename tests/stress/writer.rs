@@ -8,7 +8,7 @@
 //! batches, gaps recovered by `skip_replay` or by a replay, stale duplicates (a restart
 //! when the duplicate holds `AllBlocksCleared`), batches of the wrong DP rank. Events for a worker that is not registered must be refused.
 
-use kvroute::ingest::{EventTally, RESET_WINDOW, SeqOutcome};
+use kvroute::ingest::{EventTally, RESET_WINDOW, SeqOutcome, block_store};
 use kvroute::parts::index::index::IndexError;
 use kvroute::{
     BlockStore, Channel, EngineHash, EventError, HashNamespace, IngestError, IngestReport,
@@ -198,7 +198,7 @@ fn apply_model(model: &mut Model, slot: Slot, events: &[KvEvent]) -> (EventTally
     for e in events {
         t.events += 1;
         match e {
-            KvEvent::BlockStored(s) => match model.store(slot, &s.as_block_store()) {
+            KvEvent::BlockStored(s) => match model.store(slot, &block_store(s)) {
                 Ok(_) => t.stored_blocks += s.block_hashes.len(),
                 Err(IndexError::UnknownParent { .. }) => {
                     unknown_parent += 1;

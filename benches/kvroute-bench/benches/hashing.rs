@@ -6,8 +6,9 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kvroute_bench::SplitMix64;
+use kvroute_core::{HashNamespace, SequenceHash};
+use kvroute_index::BlockHasher;
 use kvroute_index::hash::{chain_hash, local_block_hash};
-use kvroute_index::{BlockHasher, HashNamespace, SequenceHash};
 
 const TOKENS_SEED: u64 = 0x6b76_726f_7574_6511;
 /// Tokens hashed per iteration (64 Ki tokens: 256 KiB of input, L2-resident).

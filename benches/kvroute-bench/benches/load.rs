@@ -12,13 +12,12 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kvroute_index::{Slot, SlotGeneration, WorkerId};
-use kvroute_load::{
-    LoadConfig, LoadPublisher, LoadReader, LoadSample, Nanos, ReservationTable, Work,
-};
-use kvroute_sync::Arc;
-use kvroute_sync::atomic::{AtomicBool, Ordering};
-use kvroute_sync::thread;
+use kvroute_core::sync::Arc;
+use kvroute_core::sync::atomic::{AtomicBool, Ordering};
+use kvroute_core::sync::thread;
+use kvroute_core::{LoadSample, Nanos};
+use kvroute_core::{Slot, SlotGeneration, WorkerId};
+use kvroute_load::{LoadConfig, LoadPublisher, LoadReader, ReservationTable, Work};
 
 const SLOTS: usize = 512;
 const GEN: SlotGeneration = SlotGeneration(1);

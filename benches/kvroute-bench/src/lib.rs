@@ -15,8 +15,10 @@
 //! The criterion benches (`benches/*.rs`) and the instruction-count benches of
 //! `benches/kvroute-gungraun` build their workloads here, with the seeds below.
 
-use kvroute_index::index::{BlockStore, EngineHash, IndexConfig, PrefixIndex};
-use kvroute_index::{BlockHasher, HashNamespace, SequenceHash, Slot};
+use kvroute_core::EngineHash;
+use kvroute_core::{HashNamespace, SequenceHash, Slot};
+use kvroute_index::BlockHasher;
+use kvroute_index::index::{BlockStore, IndexConfig, PrefixIndex};
 
 pub mod route;
 pub mod score;
@@ -47,23 +49,20 @@ pub const REPLICAS_PER_CONVERSATION: usize = 2;
 /// Conversations each worker holds.
 pub const CONVERSATIONS_PER_WORKER: usize = 8;
 
-/// A small, fast, seedable generator (SplitMix64); deterministic across platforms.
+/// kvroute's seeded generator ([`kvroute_core::SplitMix64`]) with the draws the workloads
+/// need; deterministic across platforms.
 #[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
+pub struct SplitMix64(kvroute_core::SplitMix64);
 
 impl SplitMix64 {
     /// A generator starting from `seed`.
     pub fn new(seed: u64) -> Self {
-        Self(seed)
+        Self(kvroute_core::SplitMix64::new(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A value in `lo..=hi` (slightly biased for huge ranges; irrelevant here).

@@ -26,7 +26,7 @@ use kvroute_bench::{
     BLOCK_SIZE, CONVERSATION_BLOCKS, ConversationFleet, SYSTEM_PROMPT_BLOCKS, SplitMix64,
     StoreWorkload,
 };
-use kvroute_index::SequenceHash;
+use kvroute_core::SequenceHash;
 
 /// The peer's router-side index: its concurrent compressed radix tree behind its thread-pool
 /// writer (reads run inline on the caller's thread, writes on the pool's threads).

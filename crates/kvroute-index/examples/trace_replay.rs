@@ -18,8 +18,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use kvroute_index::index::{EngineHash, IndexConfig, PrefixIndex};
-use kvroute_index::{BlockHasher, HashNamespace, SequenceHash, Slot};
+use kvroute_core::EngineHash;
+use kvroute_core::{HashNamespace, SequenceHash, Slot};
+use kvroute_index::BlockHasher;
+use kvroute_index::index::{IndexConfig, PrefixIndex};
 use serde::Deserialize;
 
 const BLOCK: usize = 16;

@@ -11,5 +11,5 @@ pub mod hash;
 pub mod index;
 pub mod registry;
 
-pub use hash::{BlockHasher, HashNamespace, LocalBlockHash, SequenceHash, XXH3_SEED};
-pub use registry::{RegistryError, RetiredSlot, Slot, SlotGeneration, WorkerId, WorkerRegistry};
+pub use hash::{BlockHasher, LocalBlockHash};
+pub use registry::{RegistryError, RetiredSlot, WorkerRegistry};

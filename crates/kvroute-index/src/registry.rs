@@ -17,45 +17,8 @@
 use core::fmt;
 
 use hashbrown::HashMap;
-use kvroute_sync::Mutex;
-
-/// An engine's data-parallel rank: the unit of KV cache and of scoring.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WorkerId {
-    /// The engine (instance) id, as the deployment names it.
-    pub worker_id: u64,
-    /// The data-parallel rank inside that engine (0 for engines without DP attention).
-    pub dp_rank: u32,
-}
-
-impl WorkerId {
-    /// Shorthand for `WorkerId { worker_id, dp_rank }`.
-    pub const fn new(worker_id: u64, dp_rank: u32) -> Self {
-        Self { worker_id, dp_rank }
-    }
-}
-
-impl fmt::Display for WorkerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.worker_id, self.dp_rank)
-    }
-}
-
-/// A dense lane index `0..capacity` assigned to one worker for as long as it is registered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Slot(pub u32);
-
-impl Slot {
-    /// The slot as an array index.
-    #[inline]
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-/// Counts tenancies of one slot: incremented every time a worker is assigned the slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SlotGeneration(pub u64);
+use kvroute_core::sync::Mutex;
+use kvroute_core::{Slot, SlotGeneration, WorkerId};
 
 /// Proof that a worker was removed and its slot awaits cleanup. Hand it to
 /// [`WorkerRegistry::release`] once every structure keyed by the slot has dropped the old
@@ -157,7 +120,7 @@ impl WorkerRegistry {
         self.capacity
     }
 
-    fn lock(&self) -> kvroute_sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> kvroute_core::sync::MutexGuard<'_, Inner> {
         // A panic while holding this lock leaves `Inner` consistent (every mutation below is
         // a single step after all checks), so a poisoned lock is safe to keep using.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())

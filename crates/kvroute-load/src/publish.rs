@@ -9,8 +9,8 @@
 //!
 //! # Why not `arc-swap` or `crossbeam-epoch`
 //! Both are well kept, but neither can be explored by loom through kvroute's
-//! `kvroute_sync` shim: their atomics are their own, so a model would only check the code
-//! around them. This cell is ~200 lines over `kvroute_sync` atomics and a loom-checked
+//! `kvroute_core::sync` shim: their atomics are their own, so a model would only check the code
+//! around them. This cell is ~200 lines over `kvroute_core::sync` atomics and a loom-checked
 //! `UnsafeCell`, so the model "publish vs concurrent read" checks the real protocol. It
 //! also fits the load snapshot better: buffers are reused in place (no allocation per
 //! publication once the lanes are sized), memory is bounded by the buffer count, and a
@@ -54,10 +54,10 @@
 use core::fmt;
 use core::ops::Deref;
 
-use kvroute_sync::Arc;
-use kvroute_sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use kvroute_core::sync::Arc;
+use kvroute_core::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use crate::cell::{ConstPtr, UnsafeCell};
+use kvroute_core::sync::cell::{ConstPtr, UnsafeCell};
 
 const INDEX_SHIFT: u32 = 48;
 const COUNT_MASK: u64 = (1 << INDEX_SHIFT) - 1;
@@ -418,7 +418,7 @@ mod tests {
         let readers: Vec<_> = (0..3)
             .map(|_| {
                 let r = r.clone();
-                kvroute_sync::thread::spawn(move || {
+                kvroute_core::sync::thread::spawn(move || {
                     let mut last = 0;
                     for _ in 0..20_000 {
                         let g = r.load();

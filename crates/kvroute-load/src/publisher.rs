@@ -3,7 +3,7 @@
 //! an immutable [`LoadSnapshot`] that readers load through a [`LoadReader`].
 //!
 //! Workers are registered with the publisher by slot (the slot and generation the
-//! [`WorkerRegistry`](kvroute_index::WorkerRegistry) assigned). Removing a worker from the
+//! worker registry (`kvroute_index::WorkerRegistry`) assigned). Removing a worker from the
 //! router takes three steps: `registry.remove(w)`, then `publisher.remove_worker(w)` and
 //! `table.remove_worker(slot, generation)`, then `registry.release(retired)`.
 //!
@@ -27,14 +27,14 @@
 use core::fmt;
 use std::collections::HashMap;
 
-use kvroute_index::{Slot, SlotGeneration, WorkerId};
+use kvroute_core::{
+    Fields, LoadSample, Nanos, RankReport, Slot, SlotGeneration, UpdateError, WorkerId,
+};
 
-use crate::lanes::{Fields, Validity};
+use crate::lanes::Validity;
 use crate::publish::{PublishError, SnapshotGuard, SnapshotReader, SnapshotWriter, snapshot_cell};
 use crate::reserve::ReservationTable;
 use crate::snapshot::{EngineLoad, LoadSnapshot, LoadStats, NO_ENGINE};
-use crate::time::Nanos;
-use crate::update::{LoadSample, SglangRankLoad, UpdateError, VllmLoadUpdate};
 
 /// Construction parameters of a [`LoadPublisher`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,14 +271,14 @@ impl LoadPublisher {
         self.config
     }
 
-    /// Sets (replaces) the deployment facts of engine `worker_id`; takes effect at the next
+    /// Sets (replaces) the deployment facts of engine `engine_id`; takes effect at the next
     /// publication (and for caps, at the next vLLM-style update).
     ///
     /// # Errors
     /// [`ConfigError::DpSize`], [`ConfigError::Cap`] or [`ConfigError::Throughput`].
     pub fn configure_engine(
         &mut self,
-        worker_id: u64,
+        engine_id: u64,
         cfg: EngineConfig,
     ) -> Result<(), ConfigError> {
         if cfg.dp_size == Some(0) {
@@ -289,7 +289,7 @@ impl LoadPublisher {
         }
         check_tps(cfg.decode_tps)?;
         check_tps(cfg.prefill_tps)?;
-        self.engine_configs.insert(worker_id, cfg);
+        self.engine_configs.insert(engine_id, cfg);
         Ok(())
     }
 
@@ -423,26 +423,39 @@ impl LoadPublisher {
         self.accept(slot, worker, sample, now, None)
     }
 
-    /// Applies a whole vLLM-style update observed at `now`. Each listed rank is validated and
-    /// applied on its own (a bad rank never blocks its siblings' good figures); the caps come
-    /// from [`EngineConfig::max_running_per_rank`].
+    /// The running-request cap configured for every DP rank of engine `engine_id`
+    /// ([`EngineConfig::max_running_per_rank`]), for decoders of engines that do not report
+    /// their cap (vLLM); `None` when the engine has no configuration or no cap.
+    pub fn configured_cap(&self, engine_id: u64) -> Option<u32> {
+        self.engine_configs
+            .get(&engine_id)
+            .and_then(|c| c.max_running_per_rank)
+    }
+
+    /// Applies one engine's update observed at `now`: every listed rank is checked and
+    /// applied on its own (a bad rank never blocks its siblings' good figures). A rank whose
+    /// report carries an [`engine_time`](RankReport::engine_time) older than the last one
+    /// accepted for it is dropped as superseded, as is any report older than the figures
+    /// held by the router's clock.
     ///
     /// # Errors
-    /// The first rejection (every one is counted): [`UpdateError::EmptyUpdate`];
+    /// The first rejection (every one is counted): [`UpdateError::EmptyUpdate`] for no rank;
     /// [`UpdateError::DuplicateRank`] (nothing applied, the rank marked invalid); per rank,
-    /// [`UpdateError::UnknownWorker`], a validation error such as
-    /// [`UpdateError::MissingCap`] (that rank marked invalid), or
-    /// [`UpdateError::Superseded`].
-    pub fn apply_vllm(&mut self, update: &VllmLoadUpdate, now: Nanos) -> Result<(), UpdateError> {
-        if update.ranks.is_empty() {
+    /// [`UpdateError::UnknownWorker`], [`UpdateError::Superseded`], or the report's own
+    /// rejection (that rank marked invalid, its figures kept).
+    pub fn apply_ranks(
+        &mut self,
+        engine_id: u64,
+        ranks: &[RankReport],
+        now: Nanos,
+    ) -> Result<(), UpdateError> {
+        if ranks.is_empty() {
             self.stats.rejected_unknown += 1;
-            return Err(UpdateError::EmptyUpdate {
-                worker_id: update.worker_id,
-            });
+            return Err(UpdateError::EmptyUpdate { engine_id });
         }
-        for (i, r) in update.ranks.iter().enumerate() {
-            if update.ranks[..i].iter().any(|p| p.dp_rank == r.dp_rank) {
-                let w = WorkerId::new(update.worker_id, r.dp_rank);
+        for (i, r) in ranks.iter().enumerate() {
+            if ranks[..i].iter().any(|p| p.dp_rank == r.dp_rank) {
+                let w = WorkerId::new(engine_id, r.dp_rank);
                 let err = UpdateError::DuplicateRank(w);
                 return Err(match self.by_worker.get(&w).copied() {
                     Some(slot) => self.reject(slot, err),
@@ -453,18 +466,14 @@ impl LoadPublisher {
                 });
             }
         }
-        let cap = self
-            .engine_configs
-            .get(&update.worker_id)
-            .and_then(|c| c.max_running_per_rank);
         let mut first_err = None;
-        for r in &update.ranks {
-            let w = WorkerId::new(update.worker_id, r.dp_rank);
+        for r in ranks {
+            let w = WorkerId::new(engine_id, r.dp_rank);
             let result = self.lookup(w).and_then(|slot| {
-                self.check_current(slot, w, now, None)?;
-                match r.to_sample(update.worker_id, cap) {
-                    Ok(sample) => self.accept(slot, w, sample, now, None),
-                    Err(e) => Err(self.reject(slot, e)),
+                self.check_current(slot, w, now, r.engine_time)?;
+                match &r.sample {
+                    Ok(sample) => self.accept(slot, w, *sample, now, r.engine_time),
+                    Err(e) => Err(self.reject(slot, e.clone())),
                 }
             });
             if let Err(e) = result {
@@ -472,22 +481,6 @@ impl LoadPublisher {
             }
         }
         first_err.map_or(Ok(()), Err)
-    }
-
-    /// Applies one rank's SGLang `/v1/loads` entry received at `now`. Reports older than the
-    /// last accepted one, by the engine's `timestamp` or by `now`, are dropped.
-    ///
-    /// # Errors
-    /// [`UpdateError::UnknownWorker`]; a validation error of [`SglangRankLoad::to_sample`]
-    /// (the slot becomes `Invalid`); [`UpdateError::Superseded`]. All counted.
-    pub fn apply_sglang(&mut self, update: &SglangRankLoad, now: Nanos) -> Result<(), UpdateError> {
-        let w = update.worker();
-        let slot = self.lookup(w)?;
-        self.check_current(slot, w, now, Some(update.timestamp))?;
-        match update.to_sample() {
-            Ok(sample) => self.accept(slot, w, sample, now, Some(update.timestamp)),
-            Err(e) => Err(self.reject(slot, e)),
-        }
     }
 
     /// Computes validity as of `now`, reconciles the reservations of fields reported since
@@ -529,20 +522,20 @@ impl LoadPublisher {
                 _ => Validity::Fresh,
             };
         }
-        // 2. Engines: group ranks by worker_id (ascending), sum current ranks.
+        // 2. Engines: group ranks by engine_id (ascending), sum current ranks.
         order.clear();
         for (i, st) in slots.iter().enumerate() {
             if let Some((w, _)) = st.tenant {
-                order.push((w.worker_id, i as u32));
+                order.push((w.engine_id, i as u32));
             }
         }
         order.sort_unstable();
         engines.clear();
         engine_of.iter_mut().for_each(|e| *e = NO_ENGINE);
-        for &(worker_id, i) in order.iter() {
-            if engines.last().is_none_or(|e| e.worker_id != worker_id) {
+        for &(engine_id, i) in order.iter() {
+            if engines.last().is_none_or(|e| e.engine_id != engine_id) {
                 engines.push(EngineLoad {
-                    worker_id,
+                    engine_id,
                     dp_size: 0,
                     ranks_registered: 0,
                     ranks_current: 0,
@@ -564,7 +557,7 @@ impl LoadPublisher {
         }
         for e in engines.iter_mut() {
             e.dp_size = engine_configs
-                .get(&e.worker_id)
+                .get(&e.engine_id)
                 .and_then(|c| c.dp_size)
                 .unwrap_or(e.ranks_registered);
         }
@@ -604,7 +597,7 @@ impl LoadPublisher {
 /// The next publication stamp ([`LoadSnapshot::stamp`]): 1, 2, … across every publisher of
 /// the process.
 ///
-/// The counter is a plain `std` atomic, not the `kvroute_sync` shim's: it only hands out
+/// The counter is a plain `std` atomic, not the `kvroute_core::sync` shim's: it only hands out
 /// distinct numbers (`Relaxed` suffices, no data is published through it) and is not part
 /// of any protocol the loom models check; a `static` loom atomic is not possible.
 fn next_stamp() -> u64 {
@@ -643,7 +636,7 @@ fn write_slot(
         return;
     };
     let e = &engines[engine as usize];
-    let cfg = configs.get(&worker.worker_id).copied().unwrap_or_default();
+    let cfg = configs.get(&worker.engine_id).copied().unwrap_or_default();
     let sample = st.good.map(|g| g.sample);
     let s = sample.unwrap_or(LoadSample::idle(0));
     let mut reported = sample.map_or(Fields::NONE, |s| s.reported());

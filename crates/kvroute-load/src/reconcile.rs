@@ -39,11 +39,11 @@
 //! `max(reported, reserved)` was rejected: it undercounts whenever old engine work and new
 //! reservations are disjoint (the normal case), and it cannot be applied per request.
 
-use kvroute_index::Slot;
+use kvroute_core::Slot;
 
-use crate::lanes::Fields;
 use crate::reserve::{ReservationTable, Reserved};
 use crate::snapshot::LoadSnapshot;
+use kvroute_core::Fields;
 
 /// A slot's load with reservations folded in by the rule in the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

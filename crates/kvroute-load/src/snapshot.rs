@@ -8,20 +8,21 @@
 //! Lanes of a slot whose validity is not current ([`Validity::is_current`]) keep its last
 //! good figures (or zeros if there are none); consumers decide by validity what to do.
 
-use kvroute_index::{Slot, SlotGeneration, WorkerId};
+use kvroute_core::{Slot, SlotGeneration, WorkerId};
 
-use crate::lanes::{Fields, Validity, padded_len};
-use crate::time::Nanos;
+use crate::lanes::{Validity, padded_len};
+use kvroute_core::Fields;
+use kvroute_core::Nanos;
 
 /// Marks a slot with no engine in the [`LoadSnapshot::engine_index`] lane.
 pub const NO_ENGINE: u32 = u32::MAX;
 
-/// The figures of one engine (all DP ranks sharing a `worker_id`), summed over its ranks
+/// The figures of one engine (all DP ranks sharing a `engine_id`), summed over its ranks
 /// whose own figures are current.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EngineLoad {
     /// The engine.
-    pub worker_id: u64,
+    pub engine_id: u64,
     /// DP ranks expected: the configured `dp_size`, or the number registered when none is
     /// configured.
     pub dp_size: u32,
@@ -268,7 +269,7 @@ impl LoadSnapshot {
     pub fn engine_index(&self) -> &[u32] {
         &self.engine_index
     }
-    /// Every engine with at least one registered rank, by ascending `worker_id`.
+    /// Every engine with at least one registered rank, by ascending `engine_id`.
     pub fn engines(&self) -> &[EngineLoad] {
         &self.engines
     }
@@ -333,7 +334,7 @@ mod tests {
     #[test]
     fn engine_occupancy_needs_every_rank() {
         let mut e = EngineLoad {
-            worker_id: 1,
+            engine_id: 1,
             dp_size: 2,
             ranks_registered: 2,
             ranks_current: 2,

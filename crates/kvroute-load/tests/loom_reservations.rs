@@ -4,9 +4,10 @@
 //! Counters are unsigned, so "never negative" is checked as: no subtraction ever needed
 //! clamping (`underflow_clamped == 0`) and every counter is back to exactly zero at the end.
 
-use kvroute_index::{Slot, SlotGeneration};
-use kvroute_load::{Nanos, ReservationTable, ReserveError, Reserved, Work};
-use kvroute_sync::{model, thread};
+use kvroute_core::Nanos;
+use kvroute_core::sync::{model, thread};
+use kvroute_core::{Slot, SlotGeneration};
+use kvroute_load::{ReservationTable, ReserveError, Reserved, Work};
 
 const G1: SlotGeneration = SlotGeneration(1);
 const G2: SlotGeneration = SlotGeneration(2);
@@ -74,7 +75,7 @@ fn loom_reservations_race_with_sweep_and_reconcile() {
         });
         // The control path ages the slot and reconciles requests meanwhile.
         t.sweep(Nanos(10));
-        t.reconcile(Slot(0), G1, kvroute_load::Fields::REQUESTS);
+        t.reconcile(Slot(0), G1, kvroute_core::Fields::REQUESTS);
         a.join().unwrap();
         assert_eq!(t.reserved(Slot(0)), Reserved::default());
         assert_eq!(t.stats().underflow_clamped, 0);

@@ -9,9 +9,10 @@
 //! is whole, that one reader's loads never go backwards, and that once every reader has left,
 //! every buffer is free again (no registration leaked).
 
-use kvroute_index::{Slot, SlotGeneration, WorkerId};
-use kvroute_load::{LoadConfig, LoadPublisher, LoadSample, Nanos, PublishError, snapshot_cell};
-use kvroute_sync::{model, thread};
+use kvroute_core::sync::{model, thread};
+use kvroute_core::{LoadSample, Nanos};
+use kvroute_core::{Slot, SlotGeneration, WorkerId};
+use kvroute_load::{LoadConfig, LoadPublisher, PublishError, snapshot_cell};
 
 #[test]
 fn loom_publish_vs_read_no_torn_snapshot() {

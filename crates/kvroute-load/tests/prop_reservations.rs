@@ -5,8 +5,9 @@
 //! while the field's epoch is less than its own epoch plus two.
 #![cfg(not(kvroute_loom))]
 
-use kvroute_index::{Slot, SlotGeneration};
-use kvroute_load::{Fields, Nanos, Reservation, ReservationTable, ReserveError, Reserved, Work};
+use kvroute_core::{Fields, Nanos};
+use kvroute_core::{Slot, SlotGeneration};
+use kvroute_load::{Reservation, ReservationTable, ReserveError, Reserved, Work};
 use proptest::prelude::*;
 
 const SLOTS: usize = 2;

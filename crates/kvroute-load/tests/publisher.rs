@@ -2,12 +2,18 @@
 //! computed by hand in the comments.
 #![cfg(not(kvroute_loom))]
 
-use kvroute_index::{Slot, SlotGeneration, WorkerId, WorkerRegistry};
+mod engine_updates;
+
+use kvroute_core::{Fields, LoadSample, Nanos, UpdateError};
+use kvroute_core::{Slot, SlotGeneration, WorkerId};
+use kvroute_index::WorkerRegistry;
 use kvroute_load::{
-    ConfigError, EngineConfig, Fields, LoadConfig, LoadPublisher, LoadReader, LoadSample,
-    NO_ENGINE, Nanos, PublishError, SglangRankLoad, UpdateError, Validity, VllmLoadUpdate,
-    VllmRankLoad, WorkerError,
+    ConfigError, EngineConfig, LoadConfig, LoadPublisher, LoadReader, NO_ENGINE, PublishError,
+    Validity, WorkerError,
 };
+use kvroute_wire::{SglangRankLoad, VllmLoadUpdate, VllmRankLoad};
+
+use engine_updates::EngineUpdates;
 
 const S: u64 = 1_000_000_000;
 
@@ -34,9 +40,9 @@ fn sample(running: u32, waiting: u32, cap: u32) -> LoadSample {
     }
 }
 
-fn sglang(worker_id: u64, dp_rank: u32, ts: f64) -> SglangRankLoad {
+fn sglang(engine_id: u64, dp_rank: u32, ts: f64) -> SglangRankLoad {
     SglangRankLoad {
-        worker_id,
+        engine_id,
         dp_rank,
         num_running_reqs: 10,
         num_waiting_reqs: 4,
@@ -334,7 +340,7 @@ fn vllm_whole_update_needs_a_configured_cap() {
         p.add_worker(Slot(i as u32), w, SlotGeneration(1)).unwrap();
     }
     let update = VllmLoadUpdate {
-        worker_id: 5,
+        engine_id: 5,
         ranks: vec![
             VllmRankLoad {
                 dp_rank: 0,
@@ -381,7 +387,7 @@ fn vllm_whole_update_needs_a_configured_cap() {
     // Engine 5: (3 + 1 + 7 + 0) / (8 + 8) = 11 / 16 = 0.6875 on both ranks.
     let e = s.engines()[0];
     assert_eq!(
-        (e.worker_id, e.running, e.waiting, e.max_running),
+        (e.engine_id, e.running, e.waiting, e.max_running),
         (5, 10, 1, 16)
     );
     assert_eq!(&s.engine_occupancy()[..2], &[0.6875, 0.6875]);
@@ -395,12 +401,12 @@ fn vllm_structural_errors() {
     assert_eq!(
         p.apply_vllm(
             &VllmLoadUpdate {
-                worker_id: 5,
+                engine_id: 5,
                 ranks: vec![]
             },
             Nanos(0)
         ),
-        Err(UpdateError::EmptyUpdate { worker_id: 5 })
+        Err(UpdateError::EmptyUpdate { engine_id: 5 })
     );
     let r = VllmRankLoad {
         dp_rank: 0,
@@ -411,7 +417,7 @@ fn vllm_structural_errors() {
     assert_eq!(
         p.apply_vllm(
             &VllmLoadUpdate {
-                worker_id: 5,
+                engine_id: 5,
                 ranks: vec![r, r]
             },
             Nanos(0)
@@ -461,8 +467,8 @@ fn dp_ranks_group_into_engines_and_partial_engines_are_flagged() {
     // Engine 30 gets no report.
     p.publish(Nanos(S)).unwrap();
     let s = r.load();
-    let ids: Vec<u64> = s.engines().iter().map(|e| e.worker_id).collect();
-    assert_eq!(ids, vec![10, 20, 30], "ascending worker_id");
+    let ids: Vec<u64> = s.engines().iter().map(|e| e.engine_id).collect();
+    assert_eq!(ids, vec![10, 20, 30], "ascending engine_id");
     assert_eq!(&s.engine_index()[..5], &[1, 0, 1, 2, 0]);
     let e20 = s.engine_of(Slot(2)).unwrap();
     // (37 + 116 + 0 + 0) / (37 + 37) = 153 / 74

@@ -2,12 +2,18 @@
 //! values are hand-computed in the comments.
 #![cfg(not(kvroute_loom))]
 
-use kvroute_index::{Slot, SlotGeneration, WorkerId, WorkerRegistry};
+mod engine_updates;
+
+use kvroute_core::{Fields, LoadSample, Nanos};
+use kvroute_core::{Slot, SlotGeneration, WorkerId};
+use kvroute_index::WorkerRegistry;
 use kvroute_load::{
-    Fields, GROUP_SLOTS, LoadConfig, LoadPublisher, LoadSample, Nanos, Reservation,
-    ReservationTable, ReserveError, Reserved, SglangRankLoad, TableError, VllmLoadUpdate,
-    VllmRankLoad, Work, effective_load,
+    GROUP_SLOTS, LoadConfig, LoadPublisher, Reservation, ReservationTable, ReserveError, Reserved,
+    TableError, Work, effective_load,
 };
+use kvroute_wire::{SglangRankLoad, VllmLoadUpdate, VllmRankLoad};
+
+use engine_updates::EngineUpdates;
 
 const G1: SlotGeneration = SlotGeneration(1);
 const S: u64 = 1_000_000_000;
@@ -282,7 +288,7 @@ fn a_leaked_guard_is_cleaned_by_the_sweeper() {
 
 fn sglang(running: i64, waiting: i64, uncached: i64, used: i64, ts: f64) -> SglangRankLoad {
     SglangRankLoad {
-        worker_id: 1,
+        engine_id: 1,
         dp_rank: 0,
         num_running_reqs: running,
         num_waiting_reqs: waiting,
@@ -389,7 +395,7 @@ fn reconciliation_is_per_field_vllm_reports_no_tokens() {
     let mut a = t.reserve(Slot(0), G1, work(700, 30), Nanos(0)).unwrap();
     p.apply_vllm(
         &VllmLoadUpdate {
-            worker_id: 1,
+            engine_id: 1,
             ranks: vec![VllmRankLoad {
                 dp_rank: 0,
                 num_requests_running: 0.0,
@@ -441,7 +447,7 @@ fn concurrent_reserve_and_release_return_to_zero() {
     let threads: Vec<_> = (0..4)
         .map(|k| {
             let t = t.clone();
-            kvroute_sync::thread::spawn(move || {
+            kvroute_core::sync::thread::spawn(move || {
                 for i in 0..5_000u32 {
                     let mut g = t
                         .reserve(Slot(0), G1, work(i % 100, k), Nanos(u64::from(i)))

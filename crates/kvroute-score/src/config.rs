@@ -11,7 +11,7 @@
 
 use core::fmt;
 
-use kvroute_sync::{Arc, RwLock};
+use kvroute_core::sync::{Arc, RwLock};
 
 /// `projected_time`'s mode (incident A).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]

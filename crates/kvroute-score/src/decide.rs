@@ -35,7 +35,7 @@
 //! any exists: a worker that never reported, or whose report is stale or invalid, reads as
 //! idle and would otherwise attract every request.
 
-use kvroute_index::Slot;
+use kvroute_core::Slot;
 use kvroute_load::Validity;
 use wide::{CmpGt, f32x8};
 

@@ -6,11 +6,10 @@
 //! ([`Fleet::from_slots`], for tests and the simulator). It is reused across decisions:
 //! filling allocates only when the slot count grows.
 
-use kvroute_index::Slot;
+use kvroute_core::Fields;
+use kvroute_core::Slot;
 use kvroute_index::index::Overlaps;
-use kvroute_load::{
-    Fields, LANE_PAD, LoadSnapshot, ReservationTable, Reserved, Validity, padded_len,
-};
+use kvroute_load::{LANE_PAD, LoadSnapshot, ReservationTable, Reserved, Validity, padded_len};
 
 /// Every validity, to map a `u8` back.
 const VALIDITIES: [Validity; 6] = [
@@ -589,10 +588,9 @@ struct BaseAgg {
 
 #[cfg(test)]
 mod tests {
-    use kvroute_index::{SlotGeneration, WorkerId};
-    use kvroute_load::{
-        EngineConfig, LoadConfig, LoadPublisher, LoadSample, Nanos, Reservation, Work,
-    };
+    use kvroute_core::{LoadSample, Nanos};
+    use kvroute_core::{SlotGeneration, WorkerId};
+    use kvroute_load::{EngineConfig, LoadConfig, LoadPublisher, Reservation, Work};
 
     use super::*;
     use crate::rng::NearTieRng;

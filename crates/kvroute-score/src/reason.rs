@@ -1,6 +1,6 @@
 //! What a decision returns: the chosen slot, its reason code, and the counterfactual.
 
-use kvroute_index::Slot;
+use kvroute_core::Slot;
 use kvroute_load::Validity;
 
 /// Which telemetry was bad when a decision fell back (the worst among occupied slots).

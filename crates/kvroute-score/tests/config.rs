@@ -1,7 +1,7 @@
 //! Knob bounds (incident A item 9) and live updates without torn reads.
 
-use kvroute_sync::Arc;
-use kvroute_sync::atomic::{AtomicBool, Ordering};
+use kvroute_core::sync::Arc;
+use kvroute_core::sync::atomic::{AtomicBool, Ordering};
 
 use kvroute_score::{Policy, ScoreConfig, SharedConfig};
 
@@ -180,7 +180,7 @@ fn readers_never_see_half_an_update() {
     let readers: Vec<_> = (0..3)
         .map(|_| {
             let (cell, stop) = (cell.clone(), stop.clone());
-            kvroute_sync::thread::spawn(move || {
+            kvroute_core::sync::thread::spawn(move || {
                 let mut seen = 0u64;
                 while !stop.load(Ordering::Relaxed) || seen < 1_000 {
                     let c = cell.load();

@@ -5,9 +5,10 @@
 mod common;
 
 use common::{both, cfg, slot};
+use kvroute_core::{LoadSample, Nanos};
+use kvroute_core::{Slot, SlotGeneration, WorkerId};
 use kvroute_index::index::Overlaps;
-use kvroute_index::{Slot, SlotGeneration, WorkerId};
-use kvroute_load::{LoadConfig, LoadPublisher, LoadSample, Nanos, ReservationTable, Validity};
+use kvroute_load::{LoadConfig, LoadPublisher, ReservationTable, Validity};
 use kvroute_score::{FallbackCause, Fleet, Policy, Reason, SlotFigures};
 
 fn w(overlap: f32, kv: f32, occupancy: Option<f32>, requests: f32) -> Option<SlotFigures> {

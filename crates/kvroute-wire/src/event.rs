@@ -4,8 +4,7 @@
 //! `BlockStored` / `BlockRemoved` / `AllBlocksCleared` and SGLang's
 //! `sglang/srt/disaggregation/kv_events.py` equivalents).
 
-use kvroute_index::HashNamespace;
-use kvroute_index::index::{BlockStore, EngineHash};
+use kvroute_core::{EngineHash, HashNamespace};
 
 /// One published batch: `[ts, events, data_parallel_rank]` on the wire.
 #[derive(Clone, Debug, PartialEq)]
@@ -183,17 +182,6 @@ impl BlockStored {
         match self.kv_cache_spec_kind.as_deref() {
             Some(kind) => kind == "full_attention",
             None => matches!(self.group_idx, None | Some(0)),
-        }
-    }
-
-    /// The event as the prefix index takes it.
-    pub fn as_block_store(&self) -> BlockStore<'_> {
-        BlockStore {
-            parent: self.parent_block_hash,
-            block_hashes: &self.block_hashes,
-            token_ids: &self.token_ids,
-            block_size: self.block_size as usize,
-            namespace: self.namespace(),
         }
     }
 }

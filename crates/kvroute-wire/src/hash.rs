@@ -17,7 +17,7 @@
 
 use core::fmt;
 
-use kvroute_index::index::EngineHash;
+use kvroute_core::EngineHash;
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 
 use crate::error::WireError;

@@ -9,9 +9,10 @@
 //!   map form) to a [`KvEventBatch`] of typed [`KvEvent`]s; every positional generation of
 //!   vLLM's events, named maps, SGLang's events with their metadata.
 //! * [`hash`]: unsigned, signed and 32-byte binary block hashes to
-//!   [`EngineHash`](kvroute_index::index::EngineHash), and the documented rule for each.
-//! * [`load`]: vLLM Prometheus text, SGLang `/v1/loads` JSON and `LoadStat` frames to the
-//!   typed updates of `kvroute-load`.
+//!   [`EngineHash`](kvroute_core::EngineHash), and the documented rule for each.
+//! * [`load`]: vLLM Prometheus text, SGLang `/v1/loads` JSON and `LoadStat` frames to typed
+//!   engine updates ([`VllmLoadUpdate`], [`SglangRankLoad`], [`SglangLoadStat`]) and from
+//!   them to engine-neutral `kvroute_core::LoadSample`s and `RankReport`s.
 //! * [`WireCounters`]: counts of decoded batches, events, blocks and of every
 //!   [`WireError`] kind.
 //!
@@ -43,4 +44,7 @@ pub use event::{
     BlockRemoved, BlockStored, EventEncoding, ExtraKey, KvEvent, KvEventBatch, Medium,
 };
 pub use frame::{END_OF_REPLAY_SEQ, Frames, KvMessage, decode_message, replay_request};
-pub use load::{SglangLoadStat, decode_load_stat, parse_sglang_loads, parse_vllm_metrics};
+pub use load::{
+    SglangLoadStat, SglangRankLoad, VllmLoadUpdate, VllmRankLoad, decode_load_stat,
+    parse_sglang_loads, parse_vllm_metrics,
+};

@@ -6,14 +6,15 @@
 
 mod support;
 
+use kvroute_core::{SequenceHash, Slot};
+use kvroute_index::BlockHasher;
 use kvroute_index::index::{IndexConfig, PrefixIndex};
-use kvroute_index::{BlockHasher, SequenceHash, Slot};
 use kvroute_wire::{
     BlockStored, EventEncoding, ExtraKey, KvEvent, KvEventBatch, KvMessage, Medium, decode_message,
     decode_payload,
 };
 use serde_json::Value;
-use support::{chained, data_file, local_hashes, seed, unhex};
+use support::{block_store, chained, data_file, local_hashes, seed, unhex};
 
 const BR_FIELDS: [&str; 3] = ["block_hashes", "medium", "group_idx"];
 
@@ -219,7 +220,7 @@ fn check_hashes(batch: &KvEventBatch) {
             ..IndexConfig::default()
         })
         .unwrap();
-        idx.store(Slot(0), &s.as_block_store()).unwrap();
+        idx.store(Slot(0), &block_store(s)).unwrap();
         let keys: Vec<SequenceHash> = want.iter().map(|&h| SequenceHash(h)).collect();
         let mut out = idx.new_overlaps();
         idx.match_prefix(&keys, &mut out);

@@ -6,7 +6,7 @@
 
 mod support;
 
-use kvroute_index::index::EngineHash;
+use kvroute_core::EngineHash;
 use kvroute_tests::stream::{Engine, records};
 use kvroute_wire::{
     BlockRemoved, BlockStored, DecodePath, ErrorKind, EventEncoding, ExtraKey, KvEvent,

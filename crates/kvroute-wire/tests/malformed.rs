@@ -1,11 +1,10 @@
 //! Bad input: every malformed shape is a typed error, counted, and never a panic; load
 //! telemetry documents decode to the values written in them.
 
-use kvroute_load::{VllmLoadUpdate, VllmRankLoad};
 use kvroute_tests::msgpack::V;
 use kvroute_wire::{
-    ErrorKind, KvEvent, WireCounters, WireError, decode_load_stat, decode_payload,
-    parse_sglang_loads, parse_vllm_metrics,
+    ErrorKind, KvEvent, VllmLoadUpdate, VllmRankLoad, WireCounters, WireError, decode_load_stat,
+    decode_payload, parse_sglang_loads, parse_vllm_metrics,
 };
 use serde::Serialize;
 
@@ -195,7 +194,7 @@ weird{label=\"unterminated\n";
     assert_eq!(
         parse_vllm_metrics(7, text),
         Ok(VllmLoadUpdate {
-            worker_id: 7,
+            engine_id: 7,
             ranks: vec![
                 VllmRankLoad {
                     dp_rank: 0,
@@ -266,7 +265,7 @@ fn sglang_loads_json() {
     assert_eq!(r.len(), 2);
     assert_eq!(
         (
-            r[0].worker_id,
+            r[0].engine_id,
             r[0].dp_rank,
             r[0].num_running_reqs,
             r[0].num_waiting_uncached_tokens

@@ -14,11 +14,15 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use kvroute_core::{HashNamespace, Slot};
+use kvroute_index::BlockHasher;
 use kvroute_index::index::{IndexConfig, PrefixIndex};
-use kvroute_index::{BlockHasher, HashNamespace, Slot};
 use kvroute_tests::data_file;
 use kvroute_tests::stream::{Engine, STREAM_BLOCK_SIZE as BLOCK, records, unhex};
 use kvroute_wire::{KvEvent, Medium, WireCounters};
+
+mod support;
+use support::block_store;
 
 const SLOT: Slot = Slot(0);
 
@@ -72,7 +76,7 @@ fn replay(engine: Engine) {
                             for h in &s.block_hashes {
                                 *model.entry(h.0).or_default() += 1;
                             }
-                            if let Err(e) = index.store(SLOT, &s.as_block_store()) {
+                            if let Err(e) = index.store(SLOT, &block_store(s)) {
                                 store_errors.push(format!("batch {}: {e}", next_seq - 1));
                             }
                         }

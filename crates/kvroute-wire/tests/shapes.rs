@@ -5,8 +5,8 @@
 //! metadata map (cache salt and LoRA name read, other metadata keys ignored). Expected
 //! values are the ones written into each input.
 
-use kvroute_index::HashNamespace;
-use kvroute_index::index::EngineHash;
+use kvroute_core::EngineHash;
+use kvroute_core::HashNamespace;
 use kvroute_tests::msgpack::V;
 use kvroute_wire::{BlockRemoved, EventEncoding, KvEvent, Medium, WireError, decode_payload};
 

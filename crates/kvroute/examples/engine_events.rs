@@ -106,7 +106,7 @@ impl Engine {
             topic,
             positional,
             next_seq: 0,
-            next_hash: worker.worker_id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            next_hash: worker.engine_id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             buffer: Vec::new(),
         }
     }
@@ -274,7 +274,7 @@ pub fn run(out: &mut dyn Write) -> Result<Summary, Box<dyn Error>> {
     for w in [a, b] {
         router.add_worker(w)?;
         router.configure_engine(
-            w.worker_id,
+            w.engine_id,
             EngineConfig {
                 max_running_per_rank: Some(MAX_NUM_SEQS),
                 ..EngineConfig::default()

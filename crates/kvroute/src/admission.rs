@@ -8,7 +8,7 @@
 //! decision's rotating cursor; that is what lets an idle peer take its first copy of a hot
 //! prefix while the owner is saturated, instead of a 429.
 
-use kvroute_index::{Slot, WorkerId};
+use kvroute_core::{Slot, WorkerId};
 use kvroute_load::{LoadSnapshot, Validity};
 use kvroute_score::Fleet;
 

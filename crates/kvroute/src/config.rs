@@ -2,9 +2,10 @@
 
 use core::fmt;
 
-use kvroute_index::HashNamespace;
+use kvroute_core::HashNamespace;
+use kvroute_core::Nanos;
 use kvroute_index::index::{IndexConfig, IndexConfigError};
-use kvroute_load::{LoadConfig, Nanos, ReservationTable};
+use kvroute_load::{LoadConfig, ReservationTable};
 use kvroute_score::ScoreConfig;
 
 /// Admission control coupled to the decision (incident B's follow-up).

@@ -1,6 +1,6 @@
 //! What `route` returns: the chosen worker, why, and the reservation guard.
 
-use kvroute_index::{Slot, SlotGeneration, WorkerId};
+use kvroute_core::{Slot, SlotGeneration, WorkerId};
 use kvroute_load::Reservation;
 use kvroute_score::{FallbackCause, Policy, Reason};
 

@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use kvroute_index::WorkerId;
+use kvroute_core::WorkerId;
 use kvroute_index::index::IndexError;
 
 /// Why `route` produced no decision. Nothing is reserved after any of these.

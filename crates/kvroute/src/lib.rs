@@ -112,15 +112,16 @@ pub use request::{Prompt, RouteRequest};
 pub use router::Router;
 pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats};
 
-pub use kvroute_index::index::{
-    BlockStore, EngineHash, IndexConfig, IndexStats, RemoveOutcome, StoreOutcome,
-};
-pub use kvroute_index::{BlockHasher, HashNamespace, SequenceHash, Slot, SlotGeneration, WorkerId};
+pub use kvroute_core::EngineHash;
+pub use kvroute_core::{HashNamespace, SequenceHash, Slot, SlotGeneration, WorkerId};
+pub use kvroute_core::{LoadSample, Nanos, UpdateError};
+pub use kvroute_index::BlockHasher;
+pub use kvroute_index::index::{BlockStore, IndexConfig, IndexStats, RemoveOutcome, StoreOutcome};
 pub use kvroute_load::{
-    EngineConfig, LoadConfig, LoadSample, Nanos, PublishError, Reservation, Reserved,
-    SglangRankLoad, SweepReport, UpdateError, VllmLoadUpdate, VllmRankLoad,
+    EngineConfig, LoadConfig, PublishError, Reservation, Reserved, SweepReport,
 };
 pub use kvroute_score::{FallbackCause, Policy, ProjectedMode, Reason, ScoreConfig};
+pub use kvroute_wire::{SglangRankLoad, VllmLoadUpdate, VllmRankLoad};
 
 /// The crates the router is built from, for what the facade does not re-export.
 pub mod parts {
@@ -131,4 +132,7 @@ pub mod parts {
 }
 
 pub use kvroute_score::ConfigError as ScoreConfigError;
-pub use kvroute_wire::{KvMessage, decode_message};
+pub use kvroute_wire::{
+    END_OF_REPLAY_SEQ, KvMessage, SglangLoadStat, WireCounters, WireError, WireStats,
+    decode_load_stat, decode_message, parse_sglang_loads, parse_vllm_metrics,
+};

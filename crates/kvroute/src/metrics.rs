@@ -26,7 +26,7 @@
 //! | `kvroute_reservation_underflow_clamped_total` | counter | | `reservations.underflow_clamped` |
 //! | `kvroute_ingest_<counter>_total` | counter | | each `u64` counter of [`IngestStats`], by field name (`kvroute_ingest_gaps_total`, `kvroute_ingest_stored_blocks_total`, …) |
 //! | `kvroute_ingest_untrusted_workers` | gauge | | [`IngestStats::untrusted_workers`] (workers) |
-//! | `kvroute_ingest_block_size_mismatches_total` | counter | `worker_id`, `dp_rank`, `engine_block_size`, `router_block_size` | [`IngestStats::block_size_mismatches`] (rejected stores) |
+//! | `kvroute_ingest_block_size_mismatches_total` | counter | `engine_id`, `dp_rank`, `engine_block_size`, `router_block_size` | [`IngestStats::block_size_mismatches`] (rejected stores) |
 
 use ::metrics::{Unit, counter, describe_counter, describe_gauge, gauge};
 
@@ -104,7 +104,7 @@ impl IngestStats {
         for m in &self.block_size_mismatches {
             counter!(
                 "kvroute_ingest_block_size_mismatches_total",
-                "worker_id" => m.worker.worker_id.to_string(),
+                "engine_id" => m.worker.engine_id.to_string(),
                 "dp_rank" => m.worker.dp_rank.to_string(),
                 "engine_block_size" => m.engine_block_size.to_string(),
                 "router_block_size" => m.router_block_size.to_string(),

@@ -1,7 +1,7 @@
 //! What a gateway asks the router: one request's prompt, lengths and the caller's time.
 
-use kvroute_index::{HashNamespace, SequenceHash};
-use kvroute_load::Nanos;
+use kvroute_core::Nanos;
+use kvroute_core::{HashNamespace, SequenceHash};
 
 /// The request's prompt as the router receives it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

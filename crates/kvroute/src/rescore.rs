@@ -8,8 +8,9 @@
 //! `route` runs its scoring inside this loop; the loom models below run a two-slot
 //! least-reserved pick inside the same loop, on the real reservation table.
 
-use kvroute_index::{Slot, SlotGeneration};
-use kvroute_load::{Nanos, Reservation, ReservationTable, ReserveError, Work};
+use kvroute_core::Nanos;
+use kvroute_core::{Slot, SlotGeneration};
+use kvroute_load::{Reservation, ReservationTable, ReserveError, Work};
 
 /// What one attempt of a decision claims.
 #[derive(Clone, Copy, Debug)]

@@ -27,9 +27,9 @@
 //! the safe side), or the request of a reservation being returned without its tokens (an
 //! ending request, not a sibling). The `+ 1` of the bound is the unchecked last attempt's.
 
+use kvroute_core::sync::atomic::Ordering::Relaxed;
 use kvroute_load::Work;
 use kvroute_score::{ScoreRequest, TieInput};
-use kvroute_sync::atomic::Ordering::Relaxed;
 
 use crate::admission::{admit, outstanding};
 use crate::decision::{Decision, Shadow};
@@ -71,7 +71,7 @@ impl Router {
         &self,
         s: &mut Scratch,
         req: &RouteRequest<'_>,
-        between: &mut dyn FnMut(&Router, kvroute_index::Slot),
+        between: &mut dyn FnMut(&Router, kvroute_core::Slot),
     ) -> Result<Decision, RouteError> {
         let Scratch {
             hashes: hash_buf,
@@ -237,9 +237,11 @@ impl Router {
 
 #[cfg(test)]
 mod tests {
-    use kvroute_index::index::{BlockStore, EngineHash};
-    use kvroute_index::{HashNamespace, WorkerId};
-    use kvroute_load::{LoadSample, Nanos, Work};
+    use kvroute_core::EngineHash;
+    use kvroute_core::{HashNamespace, WorkerId};
+    use kvroute_core::{LoadSample, Nanos};
+    use kvroute_index::index::BlockStore;
+    use kvroute_load::Work;
 
     use super::*;
     use crate::config::RouterConfig;
@@ -294,7 +296,7 @@ mod tests {
         let (r, prompt, ws) = fleet(RouterConfig::DEFAULT_MAX_RESCORES);
         let req = RouteRequest::tokens(&prompt, 1_000, Nanos::from_secs(1));
         let mut sibling = None;
-        let mut hook = |router: &Router, slot: kvroute_index::Slot| {
+        let mut hook = |router: &Router, slot: kvroute_core::Slot| {
             if sibling.is_none() {
                 let generation = router.table.tenancy(slot).unwrap();
                 let work = Work {
@@ -311,7 +313,7 @@ mod tests {
         };
         let mut scratch = Scratch::default();
         let d = r.route_in(&mut scratch, &req, &mut hook).unwrap();
-        assert_eq!(sibling.as_ref().unwrap().slot(), kvroute_index::Slot(0));
+        assert_eq!(sibling.as_ref().unwrap().slot(), kvroute_core::Slot(0));
         assert_eq!((d.worker, d.rescores), (ws[1], 1));
         assert_eq!(r.stats().rescores, 1);
         assert_eq!(r.stats().reservations.rejected_contended, 1);
@@ -324,7 +326,7 @@ mod tests {
         let (r, prompt, ws) = fleet(0);
         let req = RouteRequest::tokens(&prompt, 1_000, Nanos::from_secs(1));
         let mut sibling = None;
-        let mut hook = |router: &Router, slot: kvroute_index::Slot| {
+        let mut hook = |router: &Router, slot: kvroute_core::Slot| {
             let generation = router.table.tenancy(slot).unwrap();
             sibling = Some(
                 router
@@ -361,10 +363,10 @@ mod tests {
         // Before the first reservation, a sibling takes one request on each worker: the
         // chosen slot is contended, and on the re-score both are at the bound of 1.
         let mut siblings = Vec::new();
-        let mut hook = |router: &Router, _: kvroute_index::Slot| {
+        let mut hook = |router: &Router, _: kvroute_core::Slot| {
             if siblings.is_empty() {
                 for i in 0..2 {
-                    let slot = kvroute_index::Slot(i);
+                    let slot = kvroute_core::Slot(i);
                     let generation = router.table.tenancy(slot).unwrap();
                     let work = Work::default();
                     siblings.push(router.table.reserve(slot, generation, work, now).unwrap());

@@ -11,17 +11,18 @@
 //! * The registry's, the index's per-worker and the reservation table's admin locks are
 //!   their crates' own.
 
-use kvroute_index::index::{
-    BlockStore, EngineHash, IndexStats, PrefixIndex, RemoveOutcome, StoreOutcome,
-};
-use kvroute_index::{BlockHasher, RegistryError, SequenceHash, Slot, WorkerId, WorkerRegistry};
+use kvroute_core::EngineHash;
+use kvroute_core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use kvroute_core::sync::{Arc, Mutex, MutexGuard, RwLock};
+use kvroute_core::{LoadSample, Nanos, UpdateError};
+use kvroute_core::{SequenceHash, Slot, WorkerId};
+use kvroute_index::index::{BlockStore, IndexStats, PrefixIndex, RemoveOutcome, StoreOutcome};
+use kvroute_index::{BlockHasher, RegistryError, WorkerRegistry};
 use kvroute_load::{
-    EngineConfig, LoadPublisher, LoadReader, LoadSample, Nanos, PublishError, ReservationTable,
-    Reserved, SglangRankLoad, SweepReport, UpdateError, VllmLoadUpdate,
+    EngineConfig, LoadPublisher, LoadReader, PublishError, ReservationTable, Reserved, SweepReport,
 };
 use kvroute_score::{NearTieRng, ScoreConfig, SharedConfig};
-use kvroute_sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use kvroute_sync::{Arc, Mutex, MutexGuard, RwLock};
+use kvroute_wire::{SglangRankLoad, VllmLoadUpdate};
 
 use crate::config::{AdmissionConfig, RouterConfig, RouterConfigError};
 use crate::error::{EventError, WorkerError};
@@ -281,19 +282,19 @@ impl Router {
 
     // ----- load telemetry ------------------------------------------------------------
 
-    /// Sets the deployment facts of engine `worker_id` (DP size, per-rank cap, default
+    /// Sets the deployment facts of engine `engine_id` (DP size, per-rank cap, default
     /// throughputs); see [`EngineConfig`].
     ///
     /// # Errors
     /// [`kvroute_load::ConfigError`] for an out-of-range value (nothing changed).
     pub fn configure_engine(
         &self,
-        worker_id: u64,
+        engine_id: u64,
         config: EngineConfig,
     ) -> Result<(), kvroute_load::ConfigError> {
         lock(&self.load)
             .publisher
-            .configure_engine(worker_id, config)
+            .configure_engine(engine_id, config)
     }
 
     /// Applies one rank's load figures observed at `now` (caller's clock); visible from the
@@ -311,24 +312,38 @@ impl Router {
         lock(&self.load).publisher.apply_sample(worker, sample, now)
     }
 
-    /// Applies a vLLM-style update (all DP ranks of one engine) observed at `now`.
+    /// Applies a vLLM update (all DP ranks of one engine, as
+    /// [`parse_vllm_metrics`](crate::parse_vllm_metrics) returns it) observed at `now`. vLLM
+    /// reports no scheduler cap: each rank's cap is the engine's `max_running_per_rank`
+    /// from [`configure_engine`](Self::configure_engine). Each rank is applied on its own.
     ///
     /// # Errors
-    /// As [`LoadPublisher::apply_vllm`].
+    /// The first rejection, every one counted: [`UpdateError::EmptyUpdate`],
+    /// [`UpdateError::DuplicateRank`]; per rank [`UpdateError::UnknownWorker`],
+    /// [`UpdateError::Superseded`], [`UpdateError::MissingCap`] when the engine was never
+    /// configured with a cap (call `configure_engine` first), or a bad gauge (the rank
+    /// becomes `Invalid`).
     pub fn update_vllm_load(&self, update: &VllmLoadUpdate, now: Nanos) -> Result<(), UpdateError> {
-        lock(&self.load).publisher.apply_vllm(update, now)
+        let mut load = lock(&self.load);
+        let reports = update.to_reports(load.publisher.configured_cap(update.engine_id));
+        load.publisher.apply_ranks(update.engine_id, &reports, now)
     }
 
-    /// Applies one SGLang `/v1/loads` rank entry received at `now`.
+    /// Applies one SGLang `/v1/loads` rank entry (as
+    /// [`parse_sglang_loads`](crate::parse_sglang_loads) returns them) received at `now`; a
+    /// report older by the engine's own `timestamp` than one already applied is dropped.
     ///
     /// # Errors
-    /// As [`LoadPublisher::apply_sglang`].
+    /// [`UpdateError::UnknownWorker`], [`UpdateError::Superseded`], or a bad field (the rank
+    /// becomes `Invalid`); every one counted.
     pub fn update_sglang_load(
         &self,
         update: &SglangRankLoad,
         now: Nanos,
     ) -> Result<(), UpdateError> {
-        lock(&self.load).publisher.apply_sglang(update, now)
+        lock(&self.load)
+            .publisher
+            .apply_ranks(update.engine_id, &[update.to_report()], now)
     }
 
     /// Publishes the load figures applied so far as of `now` (caller's clock): computes

@@ -1,10 +1,10 @@
 //! Per-decision scratch buffers (hashes, overlaps, fleet lanes, cost lanes), pooled so that
 //! a warm router allocates nothing per decision.
 
-use kvroute_index::SequenceHash;
+use kvroute_core::SequenceHash;
+use kvroute_core::sync::Mutex;
 use kvroute_index::index::Overlaps;
 use kvroute_score::{Fleet, Scorer};
-use kvroute_sync::Mutex;
 
 /// Buffers of one decision in flight.
 #[derive(Debug, Default)]

@@ -4,9 +4,9 @@
 //! a snapshot reads each on its own, so counters of decisions still in flight may be
 //! partly included.
 
+use kvroute_core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use kvroute_load::{ReservationStats, Reserved};
 use kvroute_score::{FallbackCause, Policy, Reason};
-use kvroute_sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::error::RouteError;
 

@@ -85,7 +85,7 @@ fn expected_nonzero(fallback_decisions: u32) -> BTreeMap<String, f64> {
     put("kvroute_ingest_unknown_worker_messages_total{}", 1.0);
     put("kvroute_ingest_untrusted_workers{}", 1.0);
     put(
-        "kvroute_ingest_block_size_mismatches_total{dp_rank=0,engine_block_size=8,router_block_size=16,worker_id=2}",
+        "kvroute_ingest_block_size_mismatches_total{dp_rank=0,engine_block_size=8,engine_id=2,router_block_size=16}",
         1.0,
     );
     m

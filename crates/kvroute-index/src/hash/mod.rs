@@ -24,58 +24,11 @@ mod block16;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use block16::Block16;
-
-/// The XXH3 seed of the shared hashing scheme (Dynamo's `XXH3_SEED`).
-pub const XXH3_SEED: u64 = 1337;
+use kvroute_core::{HashNamespace, SequenceHash, XXH3_SEED};
 
 /// XXH3-64 of the token ids of one block (as little-endian `u32`), under a namespace seed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LocalBlockHash(pub u64);
-
-/// The chained hash that identifies a block *and its whole prefix*: two requests share
-/// block `i` of their prompts exactly when they share `SequenceHash` number `i`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SequenceHash(pub u64);
-
-/// What changes the seed of local hashes: a LoRA adapter name and a cache salt.
-///
-/// Seed rule (the LoRA part matches Dynamo's router, verified by the `lora` hash vector):
-/// `seed = 1337 + XXH3-64(lora_name, seed 0)` (wrapping) when a LoRA name is present, then
-/// `seed = seed + XXH3-64(cache_salt, seed 1)` (wrapping) when a cache salt is present. The
-/// salt uses seed 1 so that a salt and a LoRA name with the same text give different seeds.
-/// The salt rule is kvroute's own: no published vector covers it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct HashNamespace {
-    seed: u64,
-}
-
-impl Default for HashNamespace {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
-
-impl HashNamespace {
-    /// The base model without a cache salt: seed 1337.
-    pub const DEFAULT: Self = Self { seed: XXH3_SEED };
-
-    /// The namespace of a LoRA adapter and/or cache salt (see the type's seed rule).
-    pub fn new(lora_name: Option<&str>, cache_salt: Option<&str>) -> Self {
-        let mut seed = XXH3_SEED;
-        if let Some(name) = lora_name {
-            seed = seed.wrapping_add(xxh3_64_with_seed(name.as_bytes(), 0));
-        }
-        if let Some(salt) = cache_salt {
-            seed = seed.wrapping_add(xxh3_64_with_seed(salt.as_bytes(), 1));
-        }
-        Self { seed }
-    }
-
-    /// The XXH3 seed used for local block hashes in this namespace.
-    pub fn seed(self) -> u64 {
-        self.seed
-    }
-}
 
 /// Local hash of one block of token ids (any length; callers pass exactly `block_size`).
 #[inline]
@@ -85,11 +38,11 @@ pub fn local_block_hash(tokens: &[u32], namespace: HashNamespace) -> LocalBlockH
         // On a little-endian target the in-memory bytes of `[u32]` are exactly the
         // little-endian encoding the scheme hashes, so no copy is needed.
         let bytes = u32_slice_as_le_bytes(tokens);
-        LocalBlockHash(xxh3_64_with_seed(bytes, namespace.seed))
+        LocalBlockHash(xxh3_64_with_seed(bytes, namespace.seed()))
     }
     #[cfg(not(target_endian = "little"))]
     {
-        let mut state = xxhash_rust::xxh3::Xxh3::with_seed(namespace.seed);
+        let mut state = xxhash_rust::xxh3::Xxh3::with_seed(namespace.seed());
         for t in tokens {
             state.update(&t.to_le_bytes());
         }
@@ -160,7 +113,7 @@ impl BlockHasher {
         Self {
             block_size,
             namespace,
-            block16: (block_size == block16::TOKENS).then(|| Block16::new(namespace.seed)),
+            block16: (block_size == block16::TOKENS).then(|| Block16::new(namespace.seed())),
         }
     }
 
@@ -296,14 +249,8 @@ mod tests {
     #[test]
     fn chain_hash_matches_xxh3() {
         // SplitMix64 inputs, plus edge values, compared with the general XXH3.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
+        let mut rng = kvroute_core::SplitMix64::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = || rng.next_u64();
         let random: Vec<(u64, u64)> = (0..10_000).map(|_| (next(), next())).collect();
         let edges = [(0, 0), (u64::MAX, u64::MAX), (0, u64::MAX), (1337, 1)];
         for &(p, l) in random.iter().chain(edges.iter()) {
@@ -312,14 +259,5 @@ mod tests {
                 chain_reference(p, l)
             );
         }
-    }
-
-    #[test]
-    fn namespaces_separate_lora_and_salt() {
-        let a = HashNamespace::new(Some("x"), None);
-        let b = HashNamespace::new(None, Some("x"));
-        assert_ne!(a, b);
-        assert_ne!(a, HashNamespace::DEFAULT);
-        assert_eq!(HashNamespace::new(None, None), HashNamespace::DEFAULT);
     }
 }

@@ -6,14 +6,14 @@
 //! It stops when no worker is alive or a hash has no node. Cost: O(depth × words + workers
 //! written); no per-worker hash set, no allocation.
 
-use kvroute_sync::atomic::Ordering;
+use kvroute_core::sync::atomic::Ordering;
 
 use super::PrefixIndex;
 use super::node::Node;
 use super::reclaim;
 use super::table::prefetch_read;
-use crate::hash::SequenceHash;
-use crate::registry::Slot;
+use kvroute_core::SequenceHash;
+use kvroute_core::Slot;
 
 /// Dense per-slot overlaps (in blocks) filled by [`PrefixIndex::match_prefix`].
 ///

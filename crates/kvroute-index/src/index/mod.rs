@@ -52,17 +52,19 @@ mod table;
 mod types;
 mod worker;
 
-use kvroute_sync::Mutex;
-use kvroute_sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use kvroute_core::sync::Mutex;
+use kvroute_core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub use matching::Overlaps;
 pub use types::{
-    BlockStore, EngineHash, IndexConfig, IndexConfigError, IndexCounters, IndexError, IndexStats,
+    BlockStore, IndexConfig, IndexConfigError, IndexCounters, IndexError, IndexStats,
     MAX_WORKER_SLOTS, RemoveOutcome, StoreOutcome,
 };
 
-use crate::hash::{SequenceHash, chain_hash, local_block_hash};
-use crate::registry::Slot;
+use crate::hash::{chain_hash, local_block_hash};
+use kvroute_core::EngineHash;
+use kvroute_core::SequenceHash;
+use kvroute_core::Slot;
 use node::{Head, Node};
 use reclaim::Guard;
 use table::{Table, Writer};
@@ -169,7 +171,10 @@ impl PrefixIndex {
         self.active_words.load(Ordering::Relaxed)
     }
 
-    fn worker(&self, slot: Slot) -> Result<kvroute_sync::MutexGuard<'_, WorkerState>, IndexError> {
+    fn worker(
+        &self,
+        slot: Slot,
+    ) -> Result<kvroute_core::sync::MutexGuard<'_, WorkerState>, IndexError> {
         match self.workers.get(slot.index()) {
             // A writer that panicked mid-event leaves a consistent state for every block it
             // finished; keep serving rather than poisoning the worker forever.

@@ -70,7 +70,7 @@
 use core::alloc::Layout;
 use core::ptr;
 
-use kvroute_sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use kvroute_core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use super::reclaim::{self, Guard};
 
@@ -493,7 +493,7 @@ mod tests {
 #[cfg(all(test, kvroute_loom))]
 mod loom_tests {
     use super::*;
-    use kvroute_sync::{Arc, thread};
+    use kvroute_core::sync::{Arc, thread};
 
     /// Adder vs last remover on one node: either the remover retires the node (and the adder
     /// sees it retired and must insert a fresh one), or the adder's acquire comes first and

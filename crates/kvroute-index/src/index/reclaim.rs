@@ -32,7 +32,7 @@ pub(crate) fn pin() -> Guard {
 #[derive(Default)]
 pub(crate) struct Parked {
     #[cfg(kvroute_loom)]
-    items: kvroute_sync::Mutex<Vec<(usize, unsafe fn(usize))>>,
+    items: kvroute_core::sync::Mutex<Vec<(usize, unsafe fn(usize))>>,
 }
 
 #[cfg(kvroute_loom)]

@@ -33,8 +33,8 @@
 
 use core::ptr;
 
-use kvroute_sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use kvroute_sync::{RwLock, RwLockReadGuard};
+use kvroute_core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use kvroute_core::sync::{RwLock, RwLockReadGuard};
 
 use super::node::{self as node, Head, Node};
 use super::reclaim::{Guard, Parked};
@@ -496,7 +496,7 @@ impl Drop for Table {
 mod loom_tests {
     use super::*;
     use crate::index::reclaim;
-    use kvroute_sync::{Arc, thread};
+    use kvroute_core::sync::{Arc, thread};
 
     /// With mix 1, every small key has home slot 0, so keys share one probe run.
     fn table() -> Arc<Table> {

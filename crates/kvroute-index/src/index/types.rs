@@ -2,22 +2,9 @@
 
 use core::fmt;
 
-use kvroute_sync::atomic::{AtomicU64, Ordering};
+use kvroute_core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::hash::HashNamespace;
-use crate::registry::Slot;
-
-/// An engine's own block hash, kept opaque: vLLM's unsigned 64-bit value, SGLang's signed
-/// 64-bit value reinterpreted as `u64` (two's complement), or a 64-bit digest of a 32-byte
-/// binary hash (the wire decoder's job). Used only to resolve later removals and parents.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EngineHash(pub u64);
-
-impl From<i64> for EngineHash {
-    fn from(h: i64) -> Self {
-        Self(h as u64)
-    }
-}
+use kvroute_core::{EngineHash, HashNamespace, Slot};
 
 /// Construction-time settings of a [`PrefixIndex`](super::PrefixIndex).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -40,7 +40,7 @@
 //! publishing operation. `grow`, `age` and `clear` publish nothing and are `Relaxed`. The
 //! tenancy protocol that orders these words against worker removal lives in `table.rs`.
 
-use kvroute_sync::atomic::{
+use kvroute_core::sync::atomic::{
     AtomicU64,
     Ordering::{self, Relaxed},
 };

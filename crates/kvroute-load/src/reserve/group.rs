@@ -31,7 +31,7 @@
 //!   group reads as 0 after a guard's return, the slots no longer hold its amounts.
 //! * Counts never wrap: only a guard that raised a count lowers it, once.
 
-use kvroute_sync::atomic::{AtomicU64, Ordering};
+use kvroute_core::sync::atomic::{AtomicU64, Ordering};
 
 /// Slots per group: one count per this many consecutive slots.
 pub const GROUP_SLOTS: usize = 64;

@@ -24,13 +24,13 @@
 
 use core::fmt;
 
-use kvroute_index::{Slot, SlotGeneration};
-use kvroute_sync::Arc;
-use kvroute_sync::atomic::Ordering;
+use kvroute_core::sync::Arc;
+use kvroute_core::sync::atomic::Ordering;
+use kvroute_core::{Slot, SlotGeneration};
 
 use super::field::Entry;
 use super::table::{DECODE, Inner, PREFILL, REQUESTS, Reserved, Work};
-use crate::time::Nanos;
+use kvroute_core::Nanos;
 
 /// A request's reservation on one worker slot; releases what it still holds when dropped.
 ///

@@ -77,15 +77,15 @@
 
 use core::fmt;
 
-use kvroute_index::{Slot, SlotGeneration};
-use kvroute_sync::atomic::{AtomicU64, Ordering};
-use kvroute_sync::{Arc, Mutex};
+use kvroute_core::sync::atomic::{AtomicU64, Ordering};
+use kvroute_core::sync::{Arc, Mutex};
+use kvroute_core::{Slot, SlotGeneration};
 
 use super::field::{AddRefused, Entry, FieldCell, Returned};
 use super::group::{GROUP_SLOTS, GroupCounts};
 use super::guard::Reservation;
-use crate::lanes::Fields;
-use crate::time::Nanos;
+use kvroute_core::Fields;
+use kvroute_core::Nanos;
 
 pub(crate) const REQUESTS: usize = 0;
 pub(crate) const PREFILL: usize = 1;
@@ -446,7 +446,7 @@ impl ReservationTable {
         self.inner.ttl
     }
 
-    fn lock(&self) -> kvroute_sync::MutexGuard<'_, Admin> {
+    fn lock(&self) -> kvroute_core::sync::MutexGuard<'_, Admin> {
         // Every admin step leaves the table consistent, so a poisoned lock is usable.
         self.inner.admin.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -1,7 +1,7 @@
 //! Helpers shared by the scorer's tests.
 #![allow(dead_code)]
 
-use kvroute_index::Slot;
+use kvroute_core::Slot;
 use kvroute_score::{
     Choice, Fleet, Policy, ScoreConfig, ScoreRequest, Scorer, SlotFigures, TieInput,
 };

@@ -3,10 +3,9 @@
 //! A shorter array is malformed ([`WireError::TooFewFields`]), never zero-filled.
 
 use core::fmt;
-use kvroute_load::int_count as count;
+use kvroute_core::load::{TokenCapacity, check_token_capacity, int_count as count};
 
-use kvroute_index::WorkerId;
-use kvroute_load::{LoadSample, UpdateError};
+use kvroute_core::{LoadSample, UpdateError, WorkerId};
 use serde::de::{Deserialize, Deserializer, IgnoredAny, SeqAccess, Visitor};
 
 use crate::batch::from_msgpack;
@@ -120,7 +119,7 @@ pub fn decode_load_stat(payload: &[u8]) -> Result<SglangLoadStat, WireError> {
 }
 
 impl SglangLoadStat {
-    /// The load sample of rank `dp_rank` of engine `worker_id`, with the engine's
+    /// The load sample of rank `dp_rank` of engine `engine_id`, with the engine's
     /// configured cap on running requests (`max_running`, which the frame does not carry):
     /// running and waiting as sent, `kv_usage = num_tokens / max_total_num_tokens`,
     /// active decode tokens = `num_tokens`; nothing else reported.
@@ -129,15 +128,15 @@ impl SglangLoadStat {
     /// [`UpdateError::Negative`] / [`UpdateError::TooLarge`] for a count outside `u32`;
     /// [`UpdateError::ZeroCap`] for a zero capacity or cap;
     /// [`UpdateError::Inconsistent`] when `num_tokens > max_total_num_tokens`.
-    pub fn to_sample(&self, worker_id: u64, max_running: u32) -> Result<LoadSample, UpdateError> {
-        let w = WorkerId::new(worker_id, self.dp_rank);
+    pub fn to_sample(&self, engine_id: u64, max_running: u32) -> Result<LoadSample, UpdateError> {
+        let w = WorkerId::new(engine_id, self.dp_rank);
         let running = count(w, "running", self.running)?;
         let waiting = count(w, "waiting", self.waiting)?;
         let used = count(w, "num_tokens", self.num_tokens)?;
         let total = count(w, "max_total_num_tokens", self.max_total_num_tokens)?;
-        kvroute_load::check_token_capacity(
+        check_token_capacity(
             w,
-            kvroute_load::TokenCapacity {
+            TokenCapacity {
                 used,
                 total,
                 cap: max_running,

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use kvroute_load::{VllmLoadUpdate, VllmRankLoad};
+use super::vllm::{VllmLoadUpdate, VllmRankLoad};
 
 use crate::error::WireError;
 
@@ -31,7 +31,7 @@ const USAGE: &str = "vllm:kv_cache_usage_perc";
 const USAGE_OLD: &str = "vllm:gpu_cache_usage_perc";
 const METRICS: [&str; 4] = [RUNNING, WAITING, USAGE, USAGE_OLD];
 
-/// Parses a vLLM metrics scrape into the update of engine `worker_id`: one
+/// Parses a vLLM metrics scrape into the update of engine `engine_id`: one
 /// [`VllmRankLoad`] per `engine` label value, in ascending rank order. Values are passed
 /// as reported; `kvroute-load` validates them (integer counts, usage in 0..1).
 ///
@@ -40,7 +40,7 @@ const METRICS: [&str; 4] = [RUNNING, WAITING, USAGE, USAGE_OLD];
 /// [`WireError::OutOfRange`] for an `engine` label that is not a `u32`;
 /// [`WireError::ConflictingSamples`]; [`WireError::MissingMetric`] for a rank without
 /// running, waiting or usage; [`WireError::NoRanks`] when no used metric appears.
-pub fn parse_vllm_metrics(worker_id: u64, text: &str) -> Result<VllmLoadUpdate, WireError> {
+pub fn parse_vllm_metrics(engine_id: u64, text: &str) -> Result<VllmLoadUpdate, WireError> {
     // rank -> [running, waiting, usage, usage_old]
     let mut ranks: BTreeMap<u32, [Option<f64>; 4]> = BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
@@ -94,7 +94,7 @@ pub fn parse_vllm_metrics(worker_id: u64, text: &str) -> Result<VllmLoadUpdate, 
             })
         })
         .collect::<Result<Vec<_>, WireError>>()?;
-    Ok(VllmLoadUpdate { worker_id, ranks })
+    Ok(VllmLoadUpdate { engine_id, ranks })
 }
 
 type Labels<'a> = Vec<(&'a str, String)>;

@@ -9,7 +9,7 @@
 //! `max_running_requests` (integer); unknown fields are ignored. Values are passed as
 //! reported; `kvroute-load` validates them.
 
-use kvroute_load::SglangRankLoad;
+use super::sglang::SglangRankLoad;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -31,7 +31,7 @@ struct RankJson {
     timestamp: Option<f64>,
 }
 
-/// Parses a `/v1/loads` response of engine `worker_id`, one entry per rank in document
+/// Parses a `/v1/loads` response of engine `engine_id`, one entry per rank in document
 /// order.
 ///
 /// # Errors
@@ -39,7 +39,7 @@ struct RankJson {
 /// with a wrongly typed one; [`WireError::MissingMetric`] for a rank without a timestamp
 /// (its own or the document's); [`WireError::OutOfRange`] for a `dp_rank` that is not a
 /// `u32`; [`WireError::DuplicateRank`]; [`WireError::NoRanks`].
-pub fn parse_sglang_loads(worker_id: u64, json: &str) -> Result<Vec<SglangRankLoad>, WireError> {
+pub fn parse_sglang_loads(engine_id: u64, json: &str) -> Result<Vec<SglangRankLoad>, WireError> {
     let doc: Value = serde_json::from_str(json).map_err(WireError::malformed)?;
     let (entries, doc_ts) = match doc {
         Value::Array(a) => (a, None),
@@ -68,7 +68,7 @@ pub fn parse_sglang_loads(worker_id: u64, json: &str) -> Result<Vec<SglangRankLo
             metric: "timestamp",
         })?;
         out.push(SglangRankLoad {
-            worker_id,
+            engine_id,
             dp_rank,
             num_running_reqs: r.num_running_reqs,
             num_waiting_reqs: r.num_waiting_reqs,

@@ -7,7 +7,7 @@ use serde::de::{Deserialize, Deserializer, SeqAccess, Visitor};
 
 use core::fmt;
 
-use kvroute_index::index::EngineHash;
+use kvroute_core::EngineHash;
 
 use crate::error::WireError;
 use crate::event::Medium;

@@ -74,3 +74,17 @@ pub fn chained(local: &[u64]) -> Vec<u64> {
     }
     out
 }
+
+/// A decoded store as the prefix index takes it: the rule the router's ingest applies
+/// (`kvroute::ingest::block_store`), restated here because the wire crate's tests do not
+/// depend on the router.
+#[allow(dead_code)]
+pub fn block_store(s: &kvroute_wire::BlockStored) -> kvroute_index::index::BlockStore<'_> {
+    kvroute_index::index::BlockStore {
+        parent: s.parent_block_hash,
+        block_hashes: &s.block_hashes,
+        token_ids: &s.token_ids,
+        block_size: s.block_size as usize,
+        namespace: s.namespace(),
+    }
+}

@@ -2,7 +2,7 @@
 //!
 //! Rules (`docs/WIRE-FORMAT.md`; failure kinds in `docs/FAILURE-MODES.md`):
 //! * `BlockStored` of the device tier and the main full-attention KV group: indexed via
-//!   [`BlockStored::as_block_store`] (LoRA name / id and cache salt namespace the hashes as
+//!   [`block_store`] (LoRA name / id and cache salt namespace the hashes as
 //!   the decoder gives them). Host, disk, external and unknown tiers are **counted and
 //!   ignored**: only device residency saves prefill outright, and no discounted credit is
 //!   given for the other tiers. Other KV groups (sliding window, ...) are counted and
@@ -23,8 +23,8 @@
 //!   still applied.
 //! * Unknown event kinds are counted and skipped.
 
-use kvroute_index::index::{IndexError, PrefixIndex};
-use kvroute_index::{Slot, WorkerId};
+use kvroute_core::{Slot, WorkerId};
+use kvroute_index::index::{BlockStore, IndexError, PrefixIndex};
 use kvroute_wire::{BlockRemoved, BlockStored, KvEvent};
 
 use super::stats::IngestCounters;
@@ -153,7 +153,7 @@ impl Applier<'_> {
         if s.kv_cache_spec_kind.is_some() && s.group_idx.is_some() {
             *out.main_group = s.group_idx;
         }
-        let error = match self.index.store(self.slot, &s.as_block_store()) {
+        let error = match self.index.store(self.slot, &block_store(s)) {
             Ok(_) => {
                 out.tally.stored_blocks += blocks;
                 return;
@@ -207,5 +207,19 @@ impl EventTally {
         add(&c.non_main_group_blocks, self.non_main_group_blocks);
         add(&c.unknown_parent_blocks, self.unknown_parent_blocks);
         add(&c.unknown_events, self.unknown_events);
+    }
+}
+
+/// A decoded `BlockStored` as the prefix index takes it: its hashes, tokens and block size,
+/// namespaced by its LoRA name / id and cache salt ([`BlockStored::namespace`]). This is
+/// the conversion [`Router::ingest`](crate::Router::ingest) applies to every device-tier,
+/// main-group store.
+pub fn block_store(s: &BlockStored) -> BlockStore<'_> {
+    BlockStore {
+        parent: s.parent_block_hash,
+        block_hashes: &s.block_hashes,
+        token_ids: &s.token_ids,
+        block_size: s.block_size as usize,
+        namespace: s.namespace(),
     }
 }

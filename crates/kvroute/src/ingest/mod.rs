@@ -31,12 +31,12 @@ mod sequence;
 mod stats;
 mod trust;
 
+use kvroute_core::sync::{Mutex, MutexGuard};
+use kvroute_core::{Slot, WorkerId};
 use kvroute_index::index::Overlaps;
-use kvroute_index::{Slot, WorkerId};
-use kvroute_sync::{Mutex, MutexGuard};
 use kvroute_wire::{KvEvent, KvMessage};
 
-pub use apply::{EventRejection, EventTally, RejectedEvent};
+pub use apply::{EventRejection, EventTally, RejectedEvent, block_store};
 pub use sequence::{RESET_WINDOW, SeqOutcome};
 pub use stats::{BlockSizeMismatchCount, IngestStats};
 

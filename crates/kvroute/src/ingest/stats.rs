@@ -6,9 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use kvroute_index::WorkerId;
-use kvroute_sync::Mutex;
-use kvroute_sync::atomic::{AtomicU64, Ordering::Relaxed};
+use kvroute_core::WorkerId;
+use kvroute_core::sync::Mutex;
+use kvroute_core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Declares the atomic counters and the matching fields of [`IngestStats`] in one list.
 macro_rules! counters {

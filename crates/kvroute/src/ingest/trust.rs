@@ -10,9 +10,9 @@
 //! serialised; `Relaxed` suffices: a decision racing a gap may use the overlap of the
 //! moment before it, as it may use a block removed an instant later.
 
-use kvroute_index::Slot;
+use kvroute_core::Slot;
+use kvroute_core::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use kvroute_index::index::Overlaps;
-use kvroute_sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 
 /// Untrusted: a replay is pending (gap, or restart with lost batches).
 pub(crate) const SEQUENCE: u32 = 1;

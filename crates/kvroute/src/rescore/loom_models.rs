@@ -14,10 +14,11 @@
 
 use core::convert::Infallible;
 
-use kvroute_index::{Slot, SlotGeneration};
-use kvroute_load::{Nanos, Reservation, ReservationTable, Reserved, Work};
-use kvroute_sync::atomic::{AtomicUsize, Ordering};
-use kvroute_sync::{Arc, model, thread};
+use kvroute_core::Nanos;
+use kvroute_core::sync::atomic::{AtomicUsize, Ordering};
+use kvroute_core::sync::{Arc, model, thread};
+use kvroute_core::{Slot, SlotGeneration};
+use kvroute_load::{Reservation, ReservationTable, Reserved, Work};
 
 use super::{Claim, Claimed, claim_rescoring};
 

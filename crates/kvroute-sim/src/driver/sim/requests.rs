@@ -35,7 +35,7 @@ impl<'a> Sim<'a> {
                 let st = &mut self.reqs[i as usize];
                 st.predicted = d.overlap_blocks.saturating_mul(bs).min(entry.prompt_len);
                 st.reason = d.reason.name();
-                let e = d.worker.worker_id as u32;
+                let e = d.worker.engine_id as u32;
                 self.place(i, e, Some(d));
             }
             Err(_) => {

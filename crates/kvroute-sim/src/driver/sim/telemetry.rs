@@ -59,7 +59,7 @@ impl<'a> Sim<'a> {
             TelemetryMode::Full => self.router.update_load(w, s, Nanos(observed)),
             TelemetryMode::VllmMetrics => self.router.update_vllm_load(
                 &VllmLoadUpdate {
-                    worker_id: u64::from(e),
+                    engine_id: u64::from(e),
                     ranks: vec![VllmRankLoad {
                         dp_rank: 0,
                         num_requests_running: f64::from(s.running),

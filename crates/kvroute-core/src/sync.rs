@@ -1,7 +1,7 @@
 //! The synchronisation shim every kvroute crate uses instead of `std::sync`.
 //!
-//! Built normally, this re-exports `std::sync::atomic`, `std::sync::{Arc, Mutex}` and
-//! `std::thread`. Built with `RUSTFLAGS="--cfg kvroute_loom"` it re-exports the
+//! Built normally, this re-exports `std::sync::atomic`, `std::sync::{Arc, Mutex, RwLock}`,
+//! `std::thread` and (module [`cell`]) `core::cell::UnsafeCell` behind loom's API. Built with `RUSTFLAGS="--cfg kvroute_loom"` it re-exports the
 //! [loom](https://docs.rs/loom) model checker's versions of the same items, so that the
 //! lock-free protocols of the index, the load snapshot and the reservations can be explored
 //! under every interleaving loom allows. The cfg name is namespaced (`kvroute_loom`, not
@@ -10,7 +10,8 @@
 //!
 //! Only the items kvroute needs are re-exported; code outside this crate must never import
 //! `std::sync::atomic` directly, or loom would not see those accesses.
-#![forbid(unsafe_code)]
+
+pub mod cell;
 
 /// Atomic integer and pointer types, and fences.
 pub mod atomic {

@@ -1,25 +1,23 @@
-//! Typed load updates shaped like what engines report, and their validation.
+//! A load sample: one worker's figures in the snapshot's units, whoever produced them (a
+//! decoder of an engine's telemetry, the fleet simulator), and the validation every producer
+//! shares.
 //!
-//! Parsing wire formats (Prometheus text, `/v1/loads` JSON) is not done here; a parser fills
-//! these structs with the numbers as reported, in the reported types (gauges as `f64`, JSON
-//! integers as `i64`), so that every bad value reaches validation and becomes a typed
-//! [`UpdateError`] instead of being lost in a cast.
-//!
-//! Every update is validated whole before anything is applied: one bad field rejects the
-//! update and leaves the slot's last good figures untouched.
+//! Engines report numbers in their own types (gauges as `f64`, JSON integers as `i64`);
+//! the checks here ([`gauge_count`], [`int_count`], [`rate`], [`unit_interval`],
+//! [`check_token_capacity`]) turn each into a lane value or a typed [`UpdateError`], so that
+//! no bad value is lost in a cast. Every sample is validated whole before anything is
+//! applied: one bad field rejects it and leaves the worker's last good figures untouched.
 
 use core::fmt;
 
-use kvroute_index::WorkerId;
-
-use crate::lanes::Fields;
+use crate::worker::WorkerId;
 
 /// One DP rank's load in the snapshot's units, validated by [`LoadSample::validate`].
 ///
 /// This is also the update path for producers that already hold exact figures (the fleet
 /// simulator). `None` means "not reported"; the lane then holds 0 (tokens, utilisation) or
 /// the engine's configured default (throughputs), and the slot's
-/// [`reported`](crate::LoadSnapshot::reported) bits say which.
+/// `reported` bits in the load snapshot say which ([`LoadSample::reported`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LoadSample {
     /// Requests in the running batch (requests).
@@ -106,63 +104,77 @@ impl LoadSample {
     }
 }
 
-/// One DP rank of a vLLM-style update: the scheduler gauges vLLM exports per engine index.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct VllmRankLoad {
-    /// The DP rank (vLLM's engine index).
+/// One rank of an engine-wide update: the rank, its sample (or why the decoder rejected
+/// its figures) and, where the engine stamps its reports, the engine's own time.
+///
+/// A rejected sample (`Err`) marks the rank invalid, exactly as if a sample with bad values
+/// had been applied; the rank's last good figures stay.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankReport {
+    /// The DP rank (`WorkerId::dp_rank`).
     pub dp_rank: u32,
-    /// `num_requests_running` (requests; a gauge, must be a non-negative integer).
-    pub num_requests_running: f64,
-    /// `num_requests_waiting` (requests; a gauge, must be a non-negative integer).
-    pub num_requests_waiting: f64,
-    /// `kv_cache_usage_perc` (a fraction `0.0..=1.0`, despite the name).
-    pub kv_cache_usage: f64,
+    /// The rank's validated sample, or the decoder's rejection of its figures.
+    pub sample: Result<LoadSample, UpdateError>,
+    /// The engine's own clock when it took the figures (seconds, finite, >= 0), used only
+    /// to order reports of one rank (an older one is dropped as superseded); `None` when
+    /// the engine does not stamp reports (vLLM's Prometheus gauges).
+    pub engine_time: Option<f64>,
 }
 
-/// A whole vLLM-style update: every reported DP rank of one engine. The scheduler cap
-/// (`max_num_seqs`) is not reported by vLLM; it comes from
-/// [`EngineConfig::max_running_per_rank`](crate::EngineConfig::max_running_per_rank).
-#[derive(Clone, Debug, PartialEq, Default)]
-pub struct VllmLoadUpdate {
-    /// The engine.
-    pub worker_id: u64,
-    /// The ranks reported (at least one, each at most once).
-    pub ranks: Vec<VllmRankLoad>,
+/// A set of load fields, as bits: which fields a slot's telemetry reports (published per
+/// slot in the load snapshot's `reported` lane) and which reservation counters a
+/// reconciliation clears.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Fields(pub u8);
+
+impl Fields {
+    /// No field.
+    pub const NONE: Fields = Fields(0);
+    /// Running and waiting request counts.
+    pub const REQUESTS: Fields = Fields(1);
+    /// Waiting uncached prefill tokens.
+    pub const PREFILL_TOKENS: Fields = Fields(1 << 1);
+    /// Active decode tokens (KV tokens of running requests).
+    pub const DECODE_TOKENS: Fields = Fields(1 << 2);
+    /// Decode throughput (from telemetry or the engine's configuration).
+    pub const DECODE_TPS: Fields = Fields(1 << 3);
+    /// Prefill throughput (from telemetry or the engine's configuration).
+    pub const PREFILL_TPS: Fields = Fields(1 << 4);
+    /// Scheduler utilisation.
+    pub const UTILIZATION: Fields = Fields(1 << 5);
+    /// The three fields that reservations also count (requests, prefill and decode tokens).
+    pub const RESERVABLE: Fields = Fields(0b111);
+
+    /// Whether every field of `other` is in `self`.
+    pub const fn contains(self, other: Fields) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The union of both sets.
+    pub const fn union(self, other: Fields) -> Fields {
+        Fields(self.0 | other.0)
+    }
+
+    /// The intersection of both sets.
+    pub const fn intersect(self, other: Fields) -> Fields {
+        Fields(self.0 & other.0)
+    }
+
+    /// Whether the set is empty.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
 }
 
-/// One rank's entry of SGLang's `/v1/loads` (field names as SGLang reports them).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SglangRankLoad {
-    /// The engine.
-    pub worker_id: u64,
-    /// The DP rank.
-    pub dp_rank: u32,
-    /// Requests running (requests, >= 0).
-    pub num_running_reqs: i64,
-    /// Requests waiting (requests, >= 0).
-    pub num_waiting_reqs: i64,
-    /// Prompt tokens of waiting requests not in the prefix cache (tokens, >= 0).
-    pub num_waiting_uncached_tokens: i64,
-    /// KV tokens in use by requests (tokens, `0..=max_total_num_tokens`); published as the
-    /// slot's active decode tokens.
-    pub num_used_tokens: i64,
-    /// KV token capacity (tokens, > 0).
-    pub max_total_num_tokens: i64,
-    /// `num_used_tokens / max_total_num_tokens` as the engine computed it (`0.0..=1.0`).
-    pub token_usage: f64,
-    /// Generation throughput (tokens/s, finite, >= 0).
-    pub gen_throughput: f64,
-    /// Scheduler utilisation (finite, >= 0).
-    pub utilization: f64,
-    /// The scheduler's cap on running requests (requests, > 0).
-    pub max_running_requests: i64,
-    /// The engine's wall-clock time of the figures (seconds, finite, >= 0). Used only to
-    /// order reports of one rank; staleness uses the router's clock.
-    pub timestamp: f64,
+impl core::ops::BitOr for Fields {
+    type Output = Fields;
+    fn bitor(self, rhs: Fields) -> Fields {
+        self.union(rhs)
+    }
 }
 
-/// Why an update was rejected. Each rejection is also counted in
-/// [`LoadStats`](crate::LoadStats).
+/// Why a load update was rejected. The load publisher (`kvroute-load`) also counts each
+/// rejection in its stats.
 #[derive(Clone, Debug, PartialEq)]
 pub enum UpdateError {
     /// The worker (or one rank of a whole update) is not registered with the publisher.
@@ -170,7 +182,7 @@ pub enum UpdateError {
     /// A whole update listed no rank.
     EmptyUpdate {
         /// The engine.
-        worker_id: u64,
+        engine_id: u64,
     },
     /// A whole update listed the same rank twice.
     DuplicateRank(WorkerId),
@@ -217,7 +229,9 @@ pub enum UpdateError {
         /// The value as reported.
         value: f64,
     },
-    /// A vLLM-style update for an engine without a configured `max_running_per_rank`.
+    /// An update that reports no scheduler cap (vLLM's) for an engine without a configured
+    /// `max_running_per_rank`; name it with the load publisher's engine configuration
+    /// (`Router::configure_engine`).
     MissingCap(WorkerId),
     /// A cap of zero.
     ZeroCap {
@@ -239,7 +253,7 @@ pub enum UpdateError {
 }
 
 impl UpdateError {
-    /// Whether this rejection marks the worker's slot [`Invalid`](crate::Validity::Invalid)
+    /// Whether this rejection marks the worker's slot invalid (the load snapshot's `Validity::Invalid`)
     /// (bad values), as opposed to an unknown worker or an out-of-order report.
     pub fn marks_invalid(&self) -> bool {
         !matches!(
@@ -253,7 +267,7 @@ impl fmt::Display for UpdateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::UnknownWorker(w) => write!(f, "worker {w} is not registered"),
-            Self::EmptyUpdate { worker_id } => write!(f, "update for {worker_id} has no rank"),
+            Self::EmptyUpdate { engine_id } => write!(f, "update for {engine_id} has no rank"),
             Self::DuplicateRank(w) => write!(f, "rank {w} appears twice in one update"),
             Self::NotFinite { worker, field } => write!(f, "{worker}: {field} is not finite"),
             Self::Negative {
@@ -276,7 +290,10 @@ impl fmt::Display for UpdateError {
                 field,
                 value,
             } => write!(f, "{worker}: {field} = {value} is above 1"),
-            Self::MissingCap(w) => write!(f, "{w}: no max_running configured for the engine"),
+            Self::MissingCap(w) => write!(
+                f,
+                "{w}: the engine reports no running-request cap; configure its max_running_per_rank (Router::configure_engine)"
+            ),
             Self::ZeroCap { worker, field } => write!(f, "{worker}: {field} is zero"),
             Self::Inconsistent { worker, detail } => write!(f, "{worker}: {detail}"),
             Self::Superseded(w) => write!(f, "{w}: report older than the figures held"),
@@ -286,8 +303,13 @@ impl fmt::Display for UpdateError {
 
 impl std::error::Error for UpdateError {}
 
-/// A gauge that must hold a non-negative integer that fits a `u32` lane.
-pub(crate) fn gauge_count(w: WorkerId, field: &'static str, v: f64) -> Result<u32, UpdateError> {
+/// A gauge (reported as `f64`) that must hold a non-negative integer that fits a `u32`
+/// lane.
+///
+/// # Errors
+/// [`UpdateError::NotFinite`], [`UpdateError::Negative`], [`UpdateError::NotInteger`] or
+/// [`UpdateError::TooLarge`] (above `u32::MAX`); `-0.0` is a valid zero.
+pub fn gauge_count(w: WorkerId, field: &'static str, v: f64) -> Result<u32, UpdateError> {
     if !v.is_finite() {
         return Err(UpdateError::NotFinite { worker: w, field });
     }
@@ -377,8 +399,11 @@ pub fn int_count(w: WorkerId, field: &'static str, v: i64) -> Result<u32, Update
     })
 }
 
-/// A fraction in `0.0..=1.0`.
-pub(crate) fn unit_interval(w: WorkerId, field: &'static str, v: f64) -> Result<f32, UpdateError> {
+/// A fraction in `0.0..=1.0`, as an `f32` lane value.
+///
+/// # Errors
+/// As [`rate`], and [`UpdateError::AboveOne`] above 1.
+pub fn unit_interval(w: WorkerId, field: &'static str, v: f64) -> Result<f32, UpdateError> {
     let r = rate(w, field, v)?;
     if v > 1.0 {
         return Err(UpdateError::AboveOne {
@@ -390,8 +415,12 @@ pub(crate) fn unit_interval(w: WorkerId, field: &'static str, v: f64) -> Result<
     Ok(r)
 }
 
-/// A finite, non-negative rate that fits an `f32` lane.
-pub(crate) fn rate(w: WorkerId, field: &'static str, v: f64) -> Result<f32, UpdateError> {
+/// A finite, non-negative rate (tokens/s, a ratio) that fits an `f32` lane.
+///
+/// # Errors
+/// [`UpdateError::NotFinite`], [`UpdateError::Negative`], or [`UpdateError::TooLarge`]
+/// above `f32::MAX`.
+pub fn rate(w: WorkerId, field: &'static str, v: f64) -> Result<f32, UpdateError> {
     if !v.is_finite() {
         return Err(UpdateError::NotFinite { worker: w, field });
     }
@@ -412,229 +441,52 @@ pub(crate) fn rate(w: WorkerId, field: &'static str, v: f64) -> Result<f32, Upda
     Ok(v as f32)
 }
 
-impl VllmRankLoad {
-    /// Validates the rank's gauges and builds its sample with the configured cap.
-    ///
-    /// # Errors
-    /// [`UpdateError::MissingCap`] / [`UpdateError::ZeroCap`] without a positive cap; a
-    /// count that is not a finite non-negative integer; a usage outside `0.0..=1.0`.
-    pub fn to_sample(&self, worker_id: u64, cap: Option<u32>) -> Result<LoadSample, UpdateError> {
-        let w = WorkerId::new(worker_id, self.dp_rank);
-        let running = gauge_count(w, "num_requests_running", self.num_requests_running)?;
-        let waiting = gauge_count(w, "num_requests_waiting", self.num_requests_waiting)?;
-        let kv_usage = unit_interval(w, "kv_cache_usage", self.kv_cache_usage)?;
-        let max_running = match cap {
-            None => return Err(UpdateError::MissingCap(w)),
-            Some(0) => {
-                return Err(UpdateError::ZeroCap {
-                    worker: w,
-                    field: "max_running_per_rank",
-                });
-            }
-            Some(c) => c,
-        };
-        Ok(LoadSample {
-            running,
-            waiting,
-            max_running,
-            kv_usage,
-            waiting_prefill_tokens: None,
-            active_decode_tokens: None,
-            decode_tps: None,
-            prefill_tps: None,
-            utilization: None,
-        })
-    }
-}
-
-impl SglangRankLoad {
-    /// The rank this entry describes.
-    pub fn worker(&self) -> WorkerId {
-        WorkerId::new(self.worker_id, self.dp_rank)
-    }
-
-    /// Validates every field and builds the rank's sample.
-    ///
-    /// # Errors
-    /// A negative or oversized count; a zero `max_running_requests` or
-    /// `max_total_num_tokens`; `num_used_tokens > max_total_num_tokens`; a non-finite,
-    /// negative or (for `token_usage`) above-one float; a bad `timestamp`.
-    pub fn to_sample(&self) -> Result<LoadSample, UpdateError> {
-        let w = self.worker();
-        let running = int_count(w, "num_running_reqs", self.num_running_reqs)?;
-        let waiting = int_count(w, "num_waiting_reqs", self.num_waiting_reqs)?;
-        let uncached = int_count(
-            w,
-            "num_waiting_uncached_tokens",
-            self.num_waiting_uncached_tokens,
-        )?;
-        let used = int_count(w, "num_used_tokens", self.num_used_tokens)?;
-        let total = int_count(w, "max_total_num_tokens", self.max_total_num_tokens)?;
-        let cap = int_count(w, "max_running_requests", self.max_running_requests)?;
-        check_token_capacity(
-            w,
-            TokenCapacity {
-                used,
-                total,
-                cap,
-                cap_field: "max_running_requests",
-                overflow: "num_used_tokens exceeds max_total_num_tokens",
-            },
-        )?;
-        let kv_usage = unit_interval(w, "token_usage", self.token_usage)?;
-        let decode_tps = rate(w, "gen_throughput", self.gen_throughput)?;
-        let utilization = rate(w, "utilization", self.utilization)?;
-        rate(w, "timestamp", self.timestamp)?;
-        Ok(LoadSample {
-            running,
-            waiting,
-            max_running: cap,
-            kv_usage,
-            waiting_prefill_tokens: Some(uncached),
-            active_decode_tokens: Some(used),
-            decode_tps: Some(decode_tps),
-            prefill_tps: None,
-            utilization: Some(utilization),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sglang() -> SglangRankLoad {
-        SglangRankLoad {
-            worker_id: 7,
-            dp_rank: 1,
-            num_running_reqs: 38,
-            num_waiting_reqs: 109,
-            num_waiting_uncached_tokens: 4096,
-            num_used_tokens: 30_000,
-            max_total_num_tokens: 120_000,
-            token_usage: 0.25,
-            gen_throughput: 812.5,
-            utilization: 1.0,
-            max_running_requests: 38,
-            timestamp: 1_700_000_000.5,
-        }
+    #[test]
+    fn field_sets() {
+        let f = Fields::REQUESTS | Fields::DECODE_TOKENS;
+        assert_eq!(f, Fields(0b101));
+        assert!(f.contains(Fields::REQUESTS));
+        assert!(!f.contains(Fields::PREFILL_TOKENS));
+        assert_eq!(f.intersect(Fields::RESERVABLE), f);
+        assert!(Fields::NONE.is_empty());
+        assert_eq!(LoadSample::idle(4).reported(), Fields::REQUESTS);
     }
 
     #[test]
-    fn sglang_fields_map_to_lanes() {
-        let s = sglang().to_sample().unwrap();
-        assert_eq!((s.running, s.waiting, s.max_running), (38, 109, 38));
-        assert_eq!(s.waiting_prefill_tokens, Some(4096));
-        assert_eq!(s.active_decode_tokens, Some(30_000));
-        assert_eq!(s.kv_usage, 0.25);
-        assert_eq!(s.decode_tps, Some(812.5));
-        assert_eq!(s.utilization, Some(1.0));
-        assert_eq!(s.prefill_tps, None);
-        assert_eq!(
-            s.reported(),
-            Fields::REQUESTS
-                | Fields::PREFILL_TOKENS
-                | Fields::DECODE_TOKENS
-                | Fields::DECODE_TPS
-                | Fields::UTILIZATION
-        );
-    }
-
-    #[test]
-    fn sglang_rejections() {
-        let w = WorkerId::new(7, 1);
-        let mut u = sglang();
-        u.num_waiting_reqs = -1;
-        assert_eq!(
-            u.to_sample(),
-            Err(UpdateError::Negative {
-                worker: w,
-                field: "num_waiting_reqs",
-                value: -1.0
-            })
-        );
-        let mut u = sglang();
-        u.max_running_requests = 0;
-        assert_eq!(
-            u.to_sample(),
-            Err(UpdateError::ZeroCap {
-                worker: w,
-                field: "max_running_requests"
-            })
-        );
-        let mut u = sglang();
-        u.token_usage = 1.01;
-        assert!(matches!(u.to_sample(), Err(UpdateError::AboveOne { .. })));
-        let mut u = sglang();
-        u.gen_throughput = f64::NAN;
-        assert_eq!(
-            u.to_sample(),
-            Err(UpdateError::NotFinite {
-                worker: w,
-                field: "gen_throughput"
-            })
-        );
-        let mut u = sglang();
-        u.num_used_tokens = 120_001;
-        assert!(matches!(
-            u.to_sample(),
-            Err(UpdateError::Inconsistent { .. })
-        ));
-        let mut u = sglang();
-        u.num_running_reqs = i64::from(u32::MAX) + 1;
-        assert!(matches!(u.to_sample(), Err(UpdateError::TooLarge { .. })));
-        let mut u = sglang();
-        u.timestamp = f64::INFINITY;
-        assert!(matches!(u.to_sample(), Err(UpdateError::NotFinite { .. })));
-    }
-
-    #[test]
-    fn vllm_gauges() {
-        let r = VllmRankLoad {
-            dp_rank: 0,
-            num_requests_running: 3.0,
-            num_requests_waiting: 0.0,
-            kv_cache_usage: 0.5,
-        };
-        let s = r.to_sample(9, Some(256)).unwrap();
-        assert_eq!((s.running, s.waiting, s.max_running), (3, 0, 256));
-        assert_eq!(s.reported(), Fields::REQUESTS);
+    fn figure_checks() {
         let w = WorkerId::new(9, 0);
-        assert_eq!(r.to_sample(9, None), Err(UpdateError::MissingCap(w)));
+        assert_eq!(gauge_count(w, "g", 3.0), Ok(3));
+        assert_eq!(gauge_count(w, "g", -0.0), Ok(0));
         assert!(matches!(
-            r.to_sample(9, Some(0)),
-            Err(UpdateError::ZeroCap { .. })
-        ));
-        let frac = VllmRankLoad {
-            num_requests_running: 2.5,
-            ..r
-        };
-        assert!(matches!(
-            frac.to_sample(9, Some(8)),
+            gauge_count(w, "g", 2.5),
             Err(UpdateError::NotInteger { .. })
         ));
-        let neg = VllmRankLoad {
-            num_requests_waiting: -1.0,
-            ..r
-        };
         assert!(matches!(
-            neg.to_sample(9, Some(8)),
+            gauge_count(w, "g", 4.3e9),
+            Err(UpdateError::TooLarge { .. })
+        ));
+        assert_eq!(int_count(w, "c", 7), Ok(7));
+        assert!(matches!(
+            int_count(w, "c", -1),
             Err(UpdateError::Negative { .. })
         ));
-        let nan = VllmRankLoad {
-            kv_cache_usage: f64::NAN,
-            ..r
-        };
+        assert_eq!(unit_interval(w, "u", 0.25), Ok(0.25));
         assert!(matches!(
-            nan.to_sample(9, Some(8)),
+            unit_interval(w, "u", 1.01),
+            Err(UpdateError::AboveOne { .. })
+        ));
+        assert!(matches!(
+            rate(w, "r", f64::NAN),
             Err(UpdateError::NotFinite { .. })
         ));
-        // -0.0 is a valid zero.
-        let negzero = VllmRankLoad {
-            num_requests_waiting: -0.0,
-            ..r
-        };
-        assert_eq!(negzero.to_sample(9, Some(8)).unwrap().waiting, 0);
+        assert!(matches!(
+            rate(w, "r", 1e39),
+            Err(UpdateError::TooLarge { .. })
+        ));
     }
 
     #[test]
