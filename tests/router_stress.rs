@@ -92,17 +92,15 @@ fn router_stress_full() {
 /// Half the duration without admission control, half with it.
 fn both(total: Duration) {
     stress(None, total / 2);
-    let admission = AdmissionConfig {
-        max_outstanding_requests: 24,
-    };
+    let admission = AdmissionConfig::new(24);
     stress(Some(admission), total / 2);
 }
 
 fn config(admission: Option<AdmissionConfig>) -> RouterConfig {
     let mut cfg = RouterConfig::new(SLOTS, BS);
-    cfg.index.expected_blocks = 16;
-    cfg.index.max_blocks_per_worker = CAP;
-    cfg.load.max_age = MAX_AGE;
+    cfg.expected_blocks = 16;
+    cfg.max_blocks_per_worker = CAP;
+    cfg.max_load_age = MAX_AGE;
     cfg.reservation_ttl = TTL;
     cfg.max_rescores = MAX_RESCORES;
     cfg.admission = admission;

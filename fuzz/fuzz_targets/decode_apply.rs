@@ -298,7 +298,7 @@ fn check(r: &Router, models: &[Model; 2], tally: &Tally, queries: &[Vec<u64>]) {
 
 fuzz_target!(|data: &[u8]| {
     let mut cfg = RouterConfig::new(4, BS);
-    cfg.index.expected_blocks = 64;
+    cfg.expected_blocks = 64;
     let r = Router::new(cfg).expect("valid config");
     for w in WORKERS {
         r.add_worker(w).expect("room");

@@ -183,7 +183,7 @@ impl Shape {
 
 fn router() -> (Router, WorkerId) {
     let mut cfg = RouterConfig::new(2, BS);
-    cfg.index.expected_blocks = 1 << 19;
+    cfg.expected_blocks = 1 << 19;
     let r = Router::new(cfg).unwrap();
     let w = WorkerId::new(1, 0);
     r.add_worker(w).unwrap();

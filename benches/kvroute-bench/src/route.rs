@@ -39,7 +39,7 @@ pub fn load_sample(w: usize) -> LoadSample {
 /// If the router refuses the fleet (a bug in the shape, not a measured condition).
 pub fn router(fleet: &ConversationFleet) -> Router {
     let mut cfg = RouterConfig::new(fleet.workers, BLOCK_SIZE);
-    cfg.index.expected_blocks = fleet.distinct_blocks();
+    cfg.expected_blocks = fleet.distinct_blocks();
     let router = Router::new(cfg).expect("valid config");
     for w in 0..fleet.workers {
         let slot = router.add_worker(WorkerId::new(w as u64, 0)).expect("room");

@@ -48,7 +48,7 @@ pub const TOTAL_KV_BLOCKS: u64 = 131_072;
 /// If the router rejects the configuration, a worker or a sample (a bug in the benchmark).
 pub fn kvroute_router(fleet: &ConversationFleet) -> Router {
     let mut cfg = RouterConfig::new(fleet.workers, BLOCK_SIZE);
-    cfg.index.expected_blocks = fleet.distinct_blocks();
+    cfg.expected_blocks = fleet.distinct_blocks();
     let router = Router::new(cfg).expect("valid config");
     for w in 0..fleet.workers {
         let slot = router

@@ -4,14 +4,16 @@
 //! | module | what |
 //! |---|---|
 //! | [`sync`] | std atomics, `Arc`, locks, threads and `UnsafeCell`, or loom's under `--cfg kvroute_loom` |
-//! | `worker` | [`WorkerId`] (an engine's DP rank), [`Slot`] (its dense lane), [`SlotGeneration`] (the lane's tenancy) |
+//! | `worker` | [`EngineId`], [`WorkerId`] (an engine's DP rank), [`Slot`] (its dense lane), [`SlotGeneration`] (the lane's tenancy) |
 //! | `hash` | [`EngineHash`] (the engine's own block hash), [`SequenceHash`] (kvroute's chained content hash), [`HashNamespace`] (LoRA / cache-salt seed) |
 //! | `time` | [`Nanos`]: the caller's clock; kvroute never reads one |
 //! | `load` | [`LoadSample`]: one worker's load figures, engine-neutral, with the validation every producer shares ([`UpdateError`]) |
 //! | `rng` | [`SplitMix64`]: the one small seeded generator |
+//! | `bounds` | [`Bounds`] and [`OutOfRange`]: every bounded setting's range, written once, and the one out-of-range error |
 //!
 //! The crate does no I/O and allocates nothing.
 
+mod bounds;
 mod hash;
 pub mod load;
 mod rng;
@@ -19,8 +21,9 @@ pub mod sync;
 mod time;
 mod worker;
 
+pub use bounds::{Bounds, Number, OutOfRange};
 pub use hash::{EngineHash, HashNamespace, SequenceHash, XXH3_SEED};
 pub use load::{Fields, LoadSample, RankReport, UpdateError};
 pub use rng::SplitMix64;
 pub use time::Nanos;
-pub use worker::{Slot, SlotGeneration, WorkerId};
+pub use worker::{EngineId, Slot, SlotGeneration, WorkerId};

@@ -11,6 +11,8 @@ use core::fmt;
 /// Only differences between two `Nanos` from the same clock are meaningful. Arithmetic
 /// saturates (a clock that steps backwards yields an age of zero, never a wrap).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
 pub struct Nanos(pub u64);
 
 impl Nanos {

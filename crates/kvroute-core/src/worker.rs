@@ -21,6 +21,23 @@ impl WorkerId {
     pub const fn new(engine_id: u64, dp_rank: u32) -> Self {
         Self { engine_id, dp_rank }
     }
+
+    /// The engine this DP rank belongs to.
+    pub const fn engine(self) -> EngineId {
+        EngineId(self.engine_id)
+    }
+}
+
+/// An engine (inference server instance) as the deployment names it: every DP rank of it
+/// is a [`WorkerId`] with this `engine_id`. Deployment facts that hold for all its ranks
+/// (DP size, scheduler cap, throughputs) are configured per engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EngineId(pub u64);
+
+impl fmt::Display for EngineId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
 }
 
 impl fmt::Display for WorkerId {
@@ -55,6 +72,7 @@ mod tests {
     fn worker_id_displays_engine_then_rank() {
         assert_eq!(WorkerId::new(7, 3).to_string(), "7:3");
         assert_eq!(Slot(5).index(), 5);
+        assert_eq!(WorkerId::new(7, 3).engine(), EngineId(7));
         assert!(WorkerId::new(1, 9) < WorkerId::new(2, 0));
     }
 }

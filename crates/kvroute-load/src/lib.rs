@@ -27,7 +27,8 @@ mod snapshot;
 pub use lanes::{LANE_PAD, Validity, padded_len};
 pub use publish::{PublishError, SnapshotGuard, SnapshotReader, SnapshotWriter, snapshot_cell};
 pub use publisher::{
-    ConfigError, EngineConfig, LoadConfig, LoadPublisher, LoadReader, WorkerError,
+    BUFFERS, CAPACITY, DP_SIZE, ENGINE_TPS, EngineConfig, LoadConfig, LoadPublisher, LoadReader,
+    MAX_AGE, MAX_RUNNING_PER_RANK, TableTooSmall, WorkerError,
 };
 pub use reconcile::{EffectiveLoad, effective_load};
 pub use reserve::{

@@ -28,7 +28,8 @@ use core::fmt;
 use std::collections::HashMap;
 
 use kvroute_core::{
-    Fields, LoadSample, Nanos, RankReport, Slot, SlotGeneration, UpdateError, WorkerId,
+    Bounds, Fields, LoadSample, Nanos, OutOfRange, RankReport, Slot, SlotGeneration, UpdateError,
+    WorkerId,
 };
 
 use crate::lanes::Validity;
@@ -65,7 +66,13 @@ impl LoadConfig {
 }
 
 /// Deployment facts about one engine (all its DP ranks) that telemetry does not carry.
+///
+/// Throughputs resolve per lane in this order: what the rank's telemetry reports, else
+/// this engine's configured figure, else the scorer's fleet-wide assumption
+/// (`ScoreConfig::default_prefill_tps` / `default_decode_tps`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct EngineConfig {
     /// DP ranks the engine runs (> 0). When set, an engine with fewer registered ranks is
     /// `Partial`; when `None`, the registered ranks are taken as the whole engine.
@@ -79,41 +86,41 @@ pub struct EngineConfig {
     pub prefill_tps: Option<f32>,
 }
 
-/// Rejected configuration (out-of-range knobs are rejected, never clamped).
+/// Valid [`LoadConfig::capacity`]: `1..=2^32 - 1` slots.
+pub const CAPACITY: Bounds = Bounds::ints(1, u32::MAX as u64, "slots");
+/// Valid [`LoadConfig::max_age`]: any positive age (ns of the caller's clock).
+pub const MAX_AGE: Bounds = Bounds::ints(1, u64::MAX, "ns");
+/// Valid [`LoadConfig::buffers`]: `2..=65536`.
+pub const BUFFERS: Bounds = Bounds::ints(2, 65_536, "");
+/// Valid [`EngineConfig::dp_size`]: `1..=2^32 - 1` ranks.
+pub const DP_SIZE: Bounds = Bounds::ints(1, u32::MAX as u64, "ranks");
+/// Valid [`EngineConfig::max_running_per_rank`]: `1..=2^32 - 1` requests.
+pub const MAX_RUNNING_PER_RANK: Bounds = Bounds::ints(1, u32::MAX as u64, "requests");
+/// Valid [`EngineConfig::decode_tps`] and [`EngineConfig::prefill_tps`]: `0..=1e9`
+/// tokens/s.
+pub const ENGINE_TPS: Bounds = Bounds::floats(0.0, 1e9, "tokens/s");
+
+/// [`LoadPublisher::attach_reservations`] was given a table with fewer slots than the
+/// publisher has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConfigError {
-    /// `capacity` is 0 or above `u32::MAX`.
-    Capacity,
-    /// `max_age` is zero.
-    MaxAge,
-    /// `buffers` outside `2..=65536`.
-    Buffers,
-    /// `dp_size` of zero.
-    DpSize,
-    /// `max_running_per_rank` of zero.
-    Cap,
-    /// A throughput that is NaN, infinite or negative.
-    Throughput,
-    /// The reservation table has fewer slots than the publisher.
-    TableTooSmall,
+pub struct TableTooSmall {
+    /// The table's slots.
+    pub table: usize,
+    /// The publisher's slots ([`LoadConfig::capacity`]).
+    pub publisher: usize,
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for TableTooSmall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = match self {
-            Self::Capacity => "capacity must be 1..=u32::MAX",
-            Self::MaxAge => "max_age must be positive",
-            Self::Buffers => "buffers must be 2..=65536",
-            Self::DpSize => "dp_size must be positive",
-            Self::Cap => "max_running_per_rank must be positive",
-            Self::Throughput => "throughput must be finite and non-negative",
-            Self::TableTooSmall => "reservation table has fewer slots than the publisher",
-        };
-        f.write_str(s)
+        write!(
+            f,
+            "the reservation table has {} slots, fewer than the publisher's {}",
+            self.table, self.publisher
+        )
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for TableTooSmall {}
 
 /// Errors of worker registration with the publisher.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,10 +206,39 @@ impl fmt::Debug for LoadPublisher {
     }
 }
 
-fn check_tps(v: Option<f32>) -> Result<(), ConfigError> {
-    match v {
-        Some(x) if !x.is_finite() || x < 0.0 => Err(ConfigError::Throughput),
-        _ => Ok(()),
+impl LoadConfig {
+    /// Checks every field against its bounds ([`CAPACITY`], [`MAX_AGE`], [`BUFFERS`]).
+    ///
+    /// # Errors
+    /// [`OutOfRange`] naming the first field out of range.
+    pub fn validate(&self) -> Result<(), OutOfRange> {
+        CAPACITY.check_usize("capacity", self.capacity)?;
+        MAX_AGE.check_int("max_age", self.max_age.0)?;
+        BUFFERS.check_usize("buffers", self.buffers)?;
+        Ok(())
+    }
+}
+
+impl EngineConfig {
+    /// Checks every field that is set against its bounds ([`DP_SIZE`],
+    /// [`MAX_RUNNING_PER_RANK`], [`ENGINE_TPS`]).
+    ///
+    /// # Errors
+    /// [`OutOfRange`] naming the first field out of range.
+    pub fn validate(&self) -> Result<(), OutOfRange> {
+        if let Some(n) = self.dp_size {
+            DP_SIZE.check_int("dp_size", u64::from(n))?;
+        }
+        if let Some(n) = self.max_running_per_rank {
+            MAX_RUNNING_PER_RANK.check_int("max_running_per_rank", u64::from(n))?;
+        }
+        if let Some(v) = self.decode_tps {
+            ENGINE_TPS.check_f32("decode_tps", v)?;
+        }
+        if let Some(v) = self.prefill_tps {
+            ENGINE_TPS.check_f32("prefill_tps", v)?;
+        }
+        Ok(())
     }
 }
 
@@ -211,17 +247,17 @@ impl LoadPublisher {
     /// 0) is empty.
     ///
     /// # Errors
-    /// [`ConfigError::Capacity`], [`ConfigError::MaxAge`] or [`ConfigError::Buffers`].
-    pub fn new(config: LoadConfig) -> Result<(Self, LoadReader), ConfigError> {
-        if config.capacity == 0 || config.capacity > u32::MAX as usize {
-            return Err(ConfigError::Capacity);
-        }
-        if config.max_age == Nanos::ZERO {
-            return Err(ConfigError::MaxAge);
-        }
+    /// [`OutOfRange`] for a field outside its bounds ([`LoadConfig::validate`]).
+    pub fn new(config: LoadConfig) -> Result<(Self, LoadReader), OutOfRange> {
+        config.validate()?;
         let (writer, reader) =
-            snapshot_cell(config.buffers, |_| LoadSnapshot::empty(config.capacity))
-                .map_err(|_| ConfigError::Buffers)?;
+            snapshot_cell(config.buffers, |_| LoadSnapshot::empty(config.capacity)).map_err(
+                |_| OutOfRange {
+                    field: "buffers",
+                    value: kvroute_core::Number::Int(config.buffers as u64),
+                    bounds: BUFFERS,
+                },
+            )?;
         let n = config.capacity;
         Ok((
             Self {
@@ -245,10 +281,13 @@ impl LoadPublisher {
     /// [`crate::reconcile`]).
     ///
     /// # Errors
-    /// [`ConfigError::TableTooSmall`] when the table has fewer slots than the publisher.
-    pub fn attach_reservations(&mut self, table: ReservationTable) -> Result<(), ConfigError> {
+    /// [`TableTooSmall`] when the table has fewer slots than the publisher.
+    pub fn attach_reservations(&mut self, table: ReservationTable) -> Result<(), TableTooSmall> {
         if table.capacity() < self.config.capacity {
-            return Err(ConfigError::TableTooSmall);
+            return Err(TableTooSmall {
+                table: table.capacity(),
+                publisher: self.config.capacity,
+            });
         }
         self.reservations = Some(table);
         Ok(())
@@ -275,20 +314,14 @@ impl LoadPublisher {
     /// publication (and for caps, at the next vLLM-style update).
     ///
     /// # Errors
-    /// [`ConfigError::DpSize`], [`ConfigError::Cap`] or [`ConfigError::Throughput`].
+    /// [`OutOfRange`] for a field outside its bounds ([`EngineConfig::validate`]); nothing
+    /// changes.
     pub fn configure_engine(
         &mut self,
         engine_id: u64,
         cfg: EngineConfig,
-    ) -> Result<(), ConfigError> {
-        if cfg.dp_size == Some(0) {
-            return Err(ConfigError::DpSize);
-        }
-        if cfg.max_running_per_rank == Some(0) {
-            return Err(ConfigError::Cap);
-        }
-        check_tps(cfg.decode_tps)?;
-        check_tps(cfg.prefill_tps)?;
+    ) -> Result<(), OutOfRange> {
+        cfg.validate()?;
         self.engine_configs.insert(engine_id, cfg);
         Ok(())
     }

@@ -8,8 +8,8 @@ use kvroute_core::{Fields, LoadSample, Nanos, UpdateError};
 use kvroute_core::{Slot, SlotGeneration, WorkerId};
 use kvroute_index::WorkerRegistry;
 use kvroute_load::{
-    ConfigError, EngineConfig, LoadConfig, LoadPublisher, LoadReader, NO_ENGINE, PublishError,
-    Validity, WorkerError,
+    EngineConfig, LoadConfig, LoadPublisher, LoadReader, NO_ENGINE, PublishError, Validity,
+    WorkerError,
 };
 use kvroute_wire::{SglangRankLoad, VllmLoadUpdate, VllmRankLoad};
 
@@ -57,66 +57,78 @@ fn sglang(engine_id: u64, dp_rank: u32, ts: f64) -> SglangRankLoad {
     }
 }
 
+/// `configure_engine`, its error as the message a gateway logs.
+trait ConfigureMsg {
+    fn configure_engine_msg(&mut self, engine_id: u64, cfg: EngineConfig) -> Result<(), String>;
+}
+
+impl ConfigureMsg for LoadPublisher {
+    fn configure_engine_msg(&mut self, engine_id: u64, cfg: EngineConfig) -> Result<(), String> {
+        self.configure_engine(engine_id, cfg)
+            .map_err(|e| e.to_string())
+    }
+}
+
 #[test]
 fn config_knobs_are_rejected_not_clamped() {
-    let bad = |c: LoadConfig| LoadPublisher::new(c).err();
+    let bad = |c: LoadConfig| LoadPublisher::new(c).err().map(|e| e.to_string());
     let ok = LoadConfig::new(4);
     assert_eq!(
         bad(LoadConfig { capacity: 0, ..ok }),
-        Some(ConfigError::Capacity)
+        Some("capacity = 0 is out of range 1..=4294967295 slots".to_string())
     );
     assert_eq!(
         bad(LoadConfig {
             max_age: Nanos::ZERO,
             ..ok
         }),
-        Some(ConfigError::MaxAge)
+        Some("max_age = 0 is out of range 1.. ns".to_string())
     );
     assert_eq!(
         bad(LoadConfig { buffers: 1, ..ok }),
-        Some(ConfigError::Buffers)
+        Some("buffers = 1 is out of range 2..=65536".to_string())
     );
     let (mut p, _) = LoadPublisher::new(ok).unwrap();
     let cfg = EngineConfig::default();
     assert_eq!(
-        p.configure_engine(
+        p.configure_engine_msg(
             1,
             EngineConfig {
                 dp_size: Some(0),
                 ..cfg
             }
         ),
-        Err(ConfigError::DpSize)
+        Err("dp_size = 0 is out of range 1..=4294967295 ranks".to_string())
     );
     assert_eq!(
-        p.configure_engine(
+        p.configure_engine_msg(
             1,
             EngineConfig {
                 max_running_per_rank: Some(0),
                 ..cfg
             }
         ),
-        Err(ConfigError::Cap)
+        Err("max_running_per_rank = 0 is out of range 1..=4294967295 requests".to_string())
     );
     assert_eq!(
-        p.configure_engine(
+        p.configure_engine_msg(
             1,
             EngineConfig {
                 decode_tps: Some(f32::NAN),
                 ..cfg
             }
         ),
-        Err(ConfigError::Throughput)
+        Err("decode_tps = NaN is out of range 0..=1000000000 tokens/s".to_string())
     );
     assert_eq!(
-        p.configure_engine(
+        p.configure_engine_msg(
             1,
             EngineConfig {
                 prefill_tps: Some(-1.0),
                 ..cfg
             }
         ),
-        Err(ConfigError::Throughput)
+        Err("prefill_tps = -1 is out of range 0..=1000000000 tokens/s".to_string())
     );
 }
 

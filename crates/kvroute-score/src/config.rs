@@ -2,15 +2,14 @@
 //! knobs change while routing.
 //!
 //! Every knob has one default and one valid range; [`ScoreConfig::validate`] rejects an
-//! out-of-range value with a [`ConfigError`] naming the knob and its range (incident A,
+//! out-of-range value with a [`OutOfRange`] naming the knob and its range (incident A,
 //! acceptance item 9: knobs are bounded, never clamped silently).
 //!
 //! [`SharedConfig`] holds the current configuration as an immutable `Arc`: a decision loads
 //! it once and uses that one value throughout, so no decision sees half of an update, and
 //! new decisions see a new value as soon as [`SharedConfig::set`] returns.
 
-use core::fmt;
-
+use kvroute_core::OutOfRange;
 use kvroute_core::sync::{Arc, RwLock};
 
 /// `projected_time`'s mode (incident A).
@@ -167,132 +166,69 @@ impl Default for ScoreConfig {
     }
 }
 
-/// A knob outside its range. Nothing is changed when this is returned.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ConfigError {
-    /// The knob (`"tie_epsilon"`, `"beta"`, …).
-    pub knob: &'static str,
-    /// Its valid range, in words.
-    pub range: &'static str,
-    /// The value given.
-    pub value: f64,
-}
+/// The bounds of every knob, written once: [`ScoreConfig::validate`] checks against them
+/// and the knobs' docs state them.
+pub mod bounds {
+    use kvroute_core::Bounds;
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} = {} is out of range {}",
-            self.knob, self.value, self.range
-        )
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-fn check(
-    knob: &'static str,
-    range: &'static str,
-    v: f32,
-    lo: f32,
-    hi: f32,
-) -> Result<(), ConfigError> {
-    // NaN fails both comparisons' negation: `!(lo <= v && v <= hi)`.
-    if lo <= v && v <= hi {
-        Ok(())
-    } else {
-        Err(ConfigError {
-            knob,
-            range,
-            value: f64::from(v),
-        })
-    }
+    /// `Policy::LoadAware::beta`.
+    pub const BETA: Bounds = Bounds::floats(0.0, 100.0, "");
+    /// [`ScoreConfig::tie_epsilon`](super::ScoreConfig::tie_epsilon).
+    pub const TIE_EPSILON: Bounds = Bounds::floats(0.0, 0.5, "");
+    /// [`ScoreConfig::near_tie_band`](super::ScoreConfig::near_tie_band).
+    pub const NEAR_TIE_BAND: Bounds = Bounds::floats(0.0, 1.0, "");
+    /// Every throughput knob (`least_load_tps`, `default_prefill_tps`,
+    /// `default_decode_tps`).
+    pub const TPS: Bounds = Bounds::floats(1.0, 1e9, "tokens/s");
+    /// [`ScoreConfig::kv_barrier_s`](super::ScoreConfig::kv_barrier_s).
+    pub const KV_BARRIER_S: Bounds = Bounds::floats(0.0, 60.0, "s");
+    /// [`ScoreConfig::tokens_per_request`](super::ScoreConfig::tokens_per_request).
+    pub const TOKENS_PER_REQUEST: Bounds = Bounds::ints(1, 1 << 20, "tokens");
+    /// [`ScoreConfig::watermark`](super::ScoreConfig::watermark).
+    pub const WATERMARK: Bounds = Bounds::floats(0.0, 2.0, "");
+    /// [`ScoreConfig::owner_slack`](super::ScoreConfig::owner_slack).
+    pub const OWNER_SLACK: Bounds = Bounds::floats(0.0, 1.0, "");
+    /// [`ScoreConfig::escape_margin_s`](super::ScoreConfig::escape_margin_s).
+    pub const ESCAPE_MARGIN_S: Bounds = Bounds::floats(0.0, 3600.0, "s");
+    /// [`ScoreConfig::escape_margin_rel`](super::ScoreConfig::escape_margin_rel).
+    pub const ESCAPE_MARGIN_REL: Bounds = Bounds::floats(0.0, 100.0, "");
+    /// [`ScoreConfig::imbalance_abs`](super::ScoreConfig::imbalance_abs).
+    pub const IMBALANCE_ABS: Bounds = Bounds::floats(0.0, 1e6, "requests");
+    /// [`ScoreConfig::imbalance_rel`](super::ScoreConfig::imbalance_rel).
+    pub const IMBALANCE_REL: Bounds = Bounds::floats(1.0, 1000.0, "");
+    /// [`ScoreConfig::cache_threshold`](super::ScoreConfig::cache_threshold).
+    pub const CACHE_THRESHOLD: Bounds = Bounds::floats(0.0, 1.0, "");
+    /// [`ScoreConfig::dynamo_overlap_weight`](super::ScoreConfig::dynamo_overlap_weight).
+    pub const DYNAMO_OVERLAP_WEIGHT: Bounds = Bounds::floats(0.0, 100.0, "");
 }
 
 impl ScoreConfig {
-    /// Checks every knob against its range.
+    /// Checks every knob against its bounds (module [`bounds`]).
     ///
     /// # Errors
-    /// The first knob out of range (NaN is out of every range), as a [`ConfigError`].
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// The first knob out of range (NaN is out of every range), as an [`OutOfRange`]
+    /// naming it (`"beta"` for the policy's parameter).
+    pub fn validate(&self) -> Result<(), OutOfRange> {
+        use bounds::*;
         if let Policy::LoadAware { beta } = self.policy {
-            check("beta", "0.0..=100.0", beta, 0.0, 100.0)?;
+            BETA.check_f32("beta", beta)?;
         }
-        check("tie_epsilon", "0.0..=0.5", self.tie_epsilon, 0.0, 0.5)?;
-        check("near_tie_band", "0.0..=1.0", self.near_tie_band, 0.0, 1.0)?;
-        check(
-            "least_load_tps",
-            "1.0..=1e9 tokens/s",
-            self.least_load_tps,
-            1.0,
-            1e9,
-        )?;
-        check(
-            "default_prefill_tps",
-            "1.0..=1e9 tokens/s",
-            self.default_prefill_tps,
-            1.0,
-            1e9,
-        )?;
-        check(
-            "default_decode_tps",
-            "1.0..=1e9 tokens/s",
-            self.default_decode_tps,
-            1.0,
-            1e9,
-        )?;
-        check("kv_barrier_s", "0.0..=60.0 s", self.kv_barrier_s, 0.0, 60.0)?;
-        if !(1..=1 << 20).contains(&self.tokens_per_request) {
-            return Err(ConfigError {
-                knob: "tokens_per_request",
-                range: "1..=1048576 tokens",
-                value: f64::from(self.tokens_per_request),
-            });
-        }
-        check("watermark", "0.0..=2.0", self.watermark, 0.0, 2.0)?;
-        check("owner_slack", "0.0..=1.0", self.owner_slack, 0.0, 1.0)?;
-        check(
-            "escape_margin_s",
-            "0.0..=3600.0 s",
-            self.escape_margin_s,
-            0.0,
-            3600.0,
-        )?;
-        check(
-            "escape_margin_rel",
-            "0.0..=100.0",
-            self.escape_margin_rel,
-            0.0,
-            100.0,
-        )?;
-        check(
-            "imbalance_abs",
-            "0.0..=1e6 requests",
-            self.imbalance_abs,
-            0.0,
-            1e6,
-        )?;
-        check(
-            "imbalance_rel",
-            "1.0..=1000.0",
-            self.imbalance_rel,
-            1.0,
-            1000.0,
-        )?;
-        check(
-            "cache_threshold",
-            "0.0..=1.0",
-            self.cache_threshold,
-            0.0,
-            1.0,
-        )?;
-        check(
-            "dynamo_overlap_weight",
-            "0.0..=100.0",
-            self.dynamo_overlap_weight,
-            0.0,
-            100.0,
-        )
+        TIE_EPSILON.check_f32("tie_epsilon", self.tie_epsilon)?;
+        NEAR_TIE_BAND.check_f32("near_tie_band", self.near_tie_band)?;
+        TPS.check_f32("least_load_tps", self.least_load_tps)?;
+        TPS.check_f32("default_prefill_tps", self.default_prefill_tps)?;
+        TPS.check_f32("default_decode_tps", self.default_decode_tps)?;
+        KV_BARRIER_S.check_f32("kv_barrier_s", self.kv_barrier_s)?;
+        TOKENS_PER_REQUEST.check_int("tokens_per_request", u64::from(self.tokens_per_request))?;
+        WATERMARK.check_f32("watermark", self.watermark)?;
+        OWNER_SLACK.check_f32("owner_slack", self.owner_slack)?;
+        ESCAPE_MARGIN_S.check_f32("escape_margin_s", self.escape_margin_s)?;
+        ESCAPE_MARGIN_REL.check_f32("escape_margin_rel", self.escape_margin_rel)?;
+        IMBALANCE_ABS.check_f32("imbalance_abs", self.imbalance_abs)?;
+        IMBALANCE_REL.check_f32("imbalance_rel", self.imbalance_rel)?;
+        CACHE_THRESHOLD.check_f32("cache_threshold", self.cache_threshold)?;
+        DYNAMO_OVERLAP_WEIGHT.check_f32("dynamo_overlap_weight", self.dynamo_overlap_weight)?;
+        Ok(())
     }
 }
 
@@ -309,8 +245,8 @@ impl SharedConfig {
     /// A cell holding `config`.
     ///
     /// # Errors
-    /// [`ConfigError`] when `config` does not [`validate`](ScoreConfig::validate).
-    pub fn new(config: ScoreConfig) -> Result<Self, ConfigError> {
+    /// [`OutOfRange`] when `config` does not [`validate`](ScoreConfig::validate).
+    pub fn new(config: ScoreConfig) -> Result<Self, OutOfRange> {
         config.validate()?;
         Ok(Self {
             current: RwLock::new(Arc::new(config)),
@@ -329,21 +265,28 @@ impl SharedConfig {
     /// Replaces the whole configuration.
     ///
     /// # Errors
-    /// [`ConfigError`] for an out-of-range knob; the current value is kept.
-    pub fn set(&self, config: ScoreConfig) -> Result<(), ConfigError> {
+    /// [`OutOfRange`] for an out-of-range knob; the current value is kept.
+    pub fn set(&self, config: ScoreConfig) -> Result<(), OutOfRange> {
         config.validate()?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
         Ok(())
     }
 
-    /// Applies `change` to a copy of the current configuration and installs it if valid.
-    /// Concurrent `update`s may interleave (last writer wins); each installs a whole value.
+    /// Applies `change` to a copy of the current configuration and installs it if valid,
+    /// atomically: the write lock is held from the read of the current value to the install,
+    /// so two concurrent `update`s never lose each other's change (each sees the other's
+    /// result or precedes it). Decisions keep reading the previous value meanwhile (they
+    /// wait only for the lock's hand-over, never for `change`'s result to be validated
+    /// twice). `change` must not call back into this cell (it would deadlock).
     ///
     /// # Errors
-    /// [`ConfigError`] for an out-of-range knob; the current value is kept.
-    pub fn update(&self, change: impl FnOnce(&mut ScoreConfig)) -> Result<(), ConfigError> {
-        let mut next = *self.load();
+    /// [`OutOfRange`] for an out-of-range knob; the current value is kept.
+    pub fn update(&self, change: impl FnOnce(&mut ScoreConfig)) -> Result<(), OutOfRange> {
+        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let mut next = **current;
         change(&mut next);
-        self.set(next)
+        next.validate()?;
+        *current = Arc::new(next);
+        Ok(())
     }
 }

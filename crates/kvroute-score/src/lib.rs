@@ -57,7 +57,7 @@ mod reason;
 mod rng;
 mod select;
 
-pub use config::{ConfigError, Policy, ProjectedMode, ScoreConfig, SharedConfig};
+pub use config::{Policy, ProjectedMode, ScoreConfig, SharedConfig, bounds};
 pub use decide::{ScoreRequest, Scorer, TieInput};
 pub use fleet::{Aggregates, Fleet, SlotFigures};
 pub use reason::{Choice, Counterfactual, FallbackCause, Reason};

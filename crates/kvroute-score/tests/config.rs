@@ -139,7 +139,7 @@ fn every_knob_out_of_range_is_rejected_by_name() {
     ];
     for (knob, c) in cases {
         let e = c.validate().unwrap_err();
-        assert_eq!(e.knob, knob);
+        assert_eq!(e.field, knob);
         assert!(e.to_string().starts_with(knob), "{e}");
     }
 }
@@ -148,7 +148,7 @@ fn every_knob_out_of_range_is_rejected_by_name() {
 fn shared_config_refuses_bad_values_and_keeps_the_old_one() {
     let cell = SharedConfig::new(ScoreConfig::default()).unwrap();
     let e = cell.update(|c| c.watermark = -0.5).unwrap_err();
-    assert_eq!(e.knob, "watermark");
+    assert_eq!(e.field, "watermark");
     assert_eq!(*cell.load(), ScoreConfig::default());
     cell.update(|c| c.watermark = 0.8).unwrap();
     assert_eq!(cell.load().watermark, 0.8);
@@ -159,6 +159,36 @@ fn shared_config_refuses_bad_values_and_keeps_the_old_one() {
         })
         .is_err()
     );
+}
+
+/// Two admin writers changing different knobs through `update` at the same time never
+/// lose each other's change: every increment of both lands (a read-copy-set that is not
+/// atomic loses some whenever the writers interleave).
+#[test]
+fn concurrent_updates_of_different_knobs_all_land() {
+    const N: u32 = 2_000;
+    let cell = Arc::new(SharedConfig::new(ScoreConfig::default()).unwrap());
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let cell = cell.clone();
+            kvroute_core::sync::thread::spawn(move || {
+                for _ in 0..N {
+                    if w == 0 {
+                        cell.update(|c| c.tokens_per_request += 1).unwrap();
+                    } else {
+                        cell.update(|c| c.imbalance_abs += 1.0).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let c = cell.load();
+    // Defaults 512 tokens and 64 requests (ScoreConfig docs), plus N increments each.
+    assert_eq!(c.tokens_per_request, 512 + N);
+    assert_eq!(c.imbalance_abs, 64.0 + N as f32);
 }
 
 /// A writer flips between two configurations whose knobs change together; readers only

@@ -344,8 +344,11 @@ fn incident_a_9_runtime_knobs_are_bounded() {
         ..cfg(ENFORCE)
     };
     let e = bad.validate().unwrap_err();
-    assert_eq!(e.knob, "escape_margin_s");
-    assert!(e.to_string().contains("0.0..=3600.0"));
+    assert_eq!(e.field, "escape_margin_s");
+    assert_eq!(
+        e.to_string(),
+        "escape_margin_s = -1 is out of range 0..=3600 s"
+    );
     let mut s = Scorer::new();
     // A scorer given an invalid config still decides without panicking (the facade never
     // passes one; SharedConfig refuses to hold one).

@@ -204,9 +204,7 @@ fn every_fault_together() {
     for policy in [Policy::default(), Policy::KvAware, Policy::OwnerPressure] {
         let w = workload(4, small_engine(800), channels, reqs.clone(), faults.clone());
         let opts = RunOptions {
-            admission: Some(kvroute::AdmissionConfig {
-                max_outstanding_requests: 12,
-            }),
+            admission: Some(kvroute::AdmissionConfig::new(12)),
             retry_backoff_s: 0.2,
             max_retries: 50,
             ..RunOptions::default()

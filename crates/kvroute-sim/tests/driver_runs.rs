@@ -42,9 +42,7 @@ fn six_at_once() -> Vec<SimRequest> {
 /// Default options with an admission bound of 1 outstanding request per engine.
 fn bound_one() -> RunOptions<'static> {
     RunOptions {
-        admission: Some(AdmissionConfig {
-            max_outstanding_requests: 1,
-        }),
+        admission: Some(AdmissionConfig::new(1)),
         ..RunOptions::default()
     }
 }

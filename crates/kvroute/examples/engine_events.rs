@@ -274,7 +274,7 @@ pub fn run(out: &mut dyn Write) -> Result<Summary, Box<dyn Error>> {
     for w in [a, b] {
         router.add_worker(w)?;
         router.configure_engine(
-            w.engine_id,
+            w.engine(),
             EngineConfig {
                 max_running_per_rank: Some(MAX_NUM_SEQS),
                 ..EngineConfig::default()

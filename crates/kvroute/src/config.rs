@@ -1,14 +1,21 @@
-//! The router's construction-time configuration, its defaults and its validation.
+//! The router's construction-time configuration: each value stored once, each range written
+//! once (beside the setting it bounds, in the crate that owns it), one out-of-range error.
 
 use core::fmt;
 
-use kvroute_core::HashNamespace;
-use kvroute_core::Nanos;
-use kvroute_index::index::{IndexConfig, IndexConfigError};
-use kvroute_load::{LoadConfig, ReservationTable};
+use kvroute_core::{Bounds, HashNamespace, Nanos, OutOfRange};
+use kvroute_index::index::{
+    BLOCK_SIZE, EXPECTED_BLOCKS, IndexConfig, MAX_BLOCKS_PER_WORKER, WORKER_SLOTS,
+};
+use kvroute_load::{BUFFERS, LoadConfig, MAX_AGE, ReservationTable};
 use kvroute_score::ScoreConfig;
 
-/// Admission control coupled to the decision (incident B's follow-up).
+/// Valid [`RouterConfig::max_rescores`]: `0..=64`.
+pub const MAX_RESCORES: Bounds = Bounds::ints(0, 64, "");
+/// Valid [`AdmissionConfig::max_outstanding_requests`]: `1..=1_000_000` requests.
+pub const MAX_OUTSTANDING_REQUESTS: Bounds = Bounds::ints(1, 1_000_000, "requests");
+
+/// Admission control coupled to the decision.
 ///
 /// A worker *can take* a request while its outstanding requests, as the decision scored
 /// them (reported running + waiting + live reservations), are below
@@ -17,39 +24,63 @@ use kvroute_score::ScoreConfig;
 /// overlap, then fewest outstanding, then the rotating cursor), and rejects only when no
 /// occupied worker, cached or not, can take it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct AdmissionConfig {
-    /// Per-worker bound on outstanding requests (requests), `1..=1_000_000`.
+    /// Per-worker bound on outstanding requests (requests), [`MAX_OUTSTANDING_REQUESTS`].
     pub max_outstanding_requests: u32,
 }
 
-/// Everything [`Router::new`](crate::Router::new) needs.
+impl AdmissionConfig {
+    /// Admission with at most `max_outstanding_requests` per worker (validated by
+    /// [`Router::new`](crate::Router::new)).
+    pub const fn new(max_outstanding_requests: u32) -> Self {
+        Self {
+            max_outstanding_requests,
+        }
+    }
+}
+
+/// Everything [`Router::new`](crate::Router::new) needs; every value in one place.
 ///
-/// `worker_slots` and `block_size` are the router's; `index.worker_slots`,
-/// `index.block_size` and `load.capacity` must equal them ([`RouterConfig::new`] builds a
-/// consistent value), or construction fails naming the field.
+/// Build it with [`RouterConfig::new`] (or [`Default`]) and change fields, or read it from
+/// text with the `serde` feature (every field is optional there, defaulting as below;
+/// durations are integer nanoseconds, the scorer's policy a string such as
+/// `"projected_time:shadow"`).
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct RouterConfig {
-    /// Worker slots (DP ranks the router can hold at once), `1..=4096`. Default 1,024.
+    /// Worker slots: DP ranks the router can hold at once, [`WORKER_SLOTS`]. Default 1,024.
     pub worker_slots: usize,
-    /// Tokens per KV block, as the engines page their cache (tokens), `1..=1_048_576`.
-    /// Default 16.
+    /// Tokens per KV block, as the engines page their cache, [`BLOCK_SIZE`]. Default 16.
     pub block_size: usize,
     /// Namespace (LoRA / cache salt seed) of requests that do not name their own. Default:
-    /// the base model.
+    /// the base model. Not read from text (name LoRA adapters per request).
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub namespace: HashNamespace,
-    /// The prefix index's settings.
-    pub index: IndexConfig,
-    /// The load publisher's settings (staleness age, snapshot buffers).
-    pub load: LoadConfig,
+    /// Distinct blocks the prefix index is first sized for (it grows and shrinks with the
+    /// blocks held), [`EXPECTED_BLOCKS`]. Default 16,384.
+    pub expected_blocks: usize,
+    /// Cap on the blocks one worker may have indexed (a store past it evicts that worker's
+    /// least recently stored blocks), [`MAX_BLOCKS_PER_WORKER`]. Default 2^20.
+    pub max_blocks_per_worker: usize,
+    /// A worker whose last good load report is older than this is stale at the next
+    /// [`publish`](crate::Router::publish) (caller's clock), [`MAX_AGE`]. Default 2 s.
+    pub max_load_age: Nanos,
+    /// Load snapshot buffers (one current, the rest let publication proceed while readers
+    /// hold older snapshots), [`BUFFERS`]. Default 4.
+    pub snapshot_buffers: usize,
     /// The scorer's knobs at start; change them later with
-    /// [`Router::set_score_config`](crate::Router::set_score_config).
+    /// [`Router::update_score_config`](crate::Router::update_score_config).
     pub score: ScoreConfig,
     /// Reservation TTL: the sweeper drops a reservation no earlier than this after it was
-    /// made (caller's clock, > 0). Default 60 s.
+    /// made (caller's clock), [`TTL`](kvroute_load::reserve::TTL). Default 60 s.
     pub reservation_ttl: Nanos,
     /// Re-scores allowed when a concurrent decision reserved the chosen slot between this
     /// decision's read and its reservation, or when the chosen worker was removed
-    /// meanwhile, `0..=64`. Default 8.
+    /// meanwhile, [`MAX_RESCORES`]. Default 8.
     pub max_rescores: u32,
     /// Admission control; `None` (default) admits every request that has a worker.
     pub admission: Option<AdmissionConfig>,
@@ -62,20 +93,18 @@ impl RouterConfig {
     /// Default re-score bound.
     pub const DEFAULT_MAX_RESCORES: u32 = 8;
 
-    /// A consistent configuration for `worker_slots` slots and blocks of `block_size`
-    /// tokens, every other setting at its default. Not validated until
-    /// [`Router::new`](crate::Router::new).
+    /// `worker_slots` slots and blocks of `block_size` tokens, every other setting at its
+    /// default. Not validated until [`Router::new`](crate::Router::new).
     pub fn new(worker_slots: usize, block_size: usize) -> Self {
+        let index = IndexConfig::default();
         Self {
             worker_slots,
             block_size,
             namespace: HashNamespace::DEFAULT,
-            index: IndexConfig {
-                worker_slots,
-                block_size,
-                ..IndexConfig::default()
-            },
-            load: LoadConfig::new(worker_slots),
+            expected_blocks: index.expected_blocks,
+            max_blocks_per_worker: index.max_blocks_per_worker,
+            max_load_age: LoadConfig::DEFAULT_MAX_AGE,
+            snapshot_buffers: LoadConfig::DEFAULT_BUFFERS,
             score: ScoreConfig::default(),
             reservation_ttl: ReservationTable::DEFAULT_TTL,
             max_rescores: Self::DEFAULT_MAX_RESCORES,
@@ -84,49 +113,63 @@ impl RouterConfig {
         }
     }
 
-    pub(crate) fn validate(&self) -> Result<(), RouterConfigError> {
-        let field = |field, range, value: u64| RouterConfigError::Field {
-            field,
-            range,
-            value,
-        };
-        if !(1..=kvroute_index::index::MAX_WORKER_SLOTS).contains(&self.worker_slots) {
-            return Err(field("worker_slots", "1..=4096", self.worker_slots as u64));
+    /// The prefix index's configuration these settings describe.
+    pub fn index_config(&self) -> IndexConfig {
+        IndexConfig {
+            worker_slots: self.worker_slots,
+            block_size: self.block_size,
+            expected_blocks: self.expected_blocks,
+            max_blocks_per_worker: self.max_blocks_per_worker,
         }
-        if !(1..=1 << 20).contains(&self.block_size) {
-            return Err(field(
-                "block_size",
-                "1..=1048576 tokens",
-                self.block_size as u64,
-            ));
+    }
+
+    /// The load publisher's configuration these settings describe.
+    pub fn load_config(&self) -> LoadConfig {
+        LoadConfig {
+            capacity: self.worker_slots,
+            max_age: self.max_load_age,
+            buffers: self.snapshot_buffers,
         }
-        if self.index.worker_slots != self.worker_slots {
-            return Err(RouterConfigError::Mismatch("index.worker_slots"));
-        }
-        if self.index.block_size != self.block_size {
-            return Err(RouterConfigError::Mismatch("index.block_size"));
-        }
-        if self.load.capacity != self.worker_slots {
-            return Err(RouterConfigError::Mismatch("load.capacity"));
-        }
-        if self.reservation_ttl == Nanos::ZERO {
-            return Err(field("reservation_ttl", "> 0 ns", 0));
-        }
-        if self.max_rescores > 64 {
-            return Err(field(
-                "max_rescores",
-                "0..=64",
-                u64::from(self.max_rescores),
-            ));
-        }
+    }
+
+    /// Checks every setting against its bounds.
+    ///
+    /// # Errors
+    /// [`RouterConfigError::OutOfRange`] naming the first router setting out of range, or
+    /// [`RouterConfigError::Score`] naming the first scorer knob out of range.
+    pub fn validate(&self) -> Result<(), RouterConfigError> {
+        let range = RouterConfigError::OutOfRange;
+        WORKER_SLOTS
+            .check_usize("worker_slots", self.worker_slots)
+            .map_err(range)?;
+        BLOCK_SIZE
+            .check_usize("block_size", self.block_size)
+            .map_err(range)?;
+        EXPECTED_BLOCKS
+            .check_usize("expected_blocks", self.expected_blocks)
+            .map_err(range)?;
+        MAX_BLOCKS_PER_WORKER
+            .check_usize("max_blocks_per_worker", self.max_blocks_per_worker)
+            .map_err(range)?;
+        MAX_AGE
+            .check_int("max_load_age", self.max_load_age.0)
+            .map_err(range)?;
+        BUFFERS
+            .check_usize("snapshot_buffers", self.snapshot_buffers)
+            .map_err(range)?;
+        kvroute_load::reserve::TTL
+            .check_int("reservation_ttl", self.reservation_ttl.0)
+            .map_err(range)?;
+        MAX_RESCORES
+            .check_int("max_rescores", u64::from(self.max_rescores))
+            .map_err(range)?;
         if let Some(a) = self.admission {
-            if !(1..=1_000_000).contains(&a.max_outstanding_requests) {
-                return Err(field(
+            MAX_OUTSTANDING_REQUESTS
+                .check_int(
                     "admission.max_outstanding_requests",
-                    "1..=1000000 requests",
                     u64::from(a.max_outstanding_requests),
-                ));
-            }
+                )
+                .map_err(range)?;
         }
         self.score.validate().map_err(RouterConfigError::Score)
     }
@@ -139,45 +182,30 @@ impl Default for RouterConfig {
     }
 }
 
-/// A rejected [`RouterConfig`]. Out-of-range values are rejected, never clamped.
-#[derive(Clone, Debug, PartialEq)]
+/// A rejected [`RouterConfig`]. Out-of-range values are rejected, never clamped; nothing
+/// is built.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum RouterConfigError {
-    /// A router field outside its range.
-    Field {
-        /// The field.
-        field: &'static str,
-        /// Its valid range, in words.
-        range: &'static str,
-        /// The value given.
-        value: u64,
-    },
-    /// A sub-configuration disagrees with the router's `worker_slots` or `block_size`;
-    /// names the field.
-    Mismatch(&'static str),
-    /// The index rejected its configuration.
-    Index(IndexConfigError),
-    /// The load publisher rejected its configuration.
-    Load(kvroute_load::ConfigError),
-    /// A scorer knob is out of range.
-    Score(kvroute_score::ConfigError),
+    /// A router setting outside its bounds (the field as [`RouterConfig`] names it).
+    OutOfRange(OutOfRange),
+    /// A scorer knob outside its bounds (the knob as [`ScoreConfig`] names it).
+    Score(OutOfRange),
 }
 
 impl fmt::Display for RouterConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Field {
-                field,
-                range,
-                value,
-            } => write!(f, "{field} = {value} is out of range {range}"),
-            Self::Mismatch(field) => {
-                write!(f, "{field} differs from the router's own setting")
-            }
-            Self::Index(e) => write!(f, "index: {e}"),
-            Self::Load(e) => write!(f, "load: {e}"),
-            Self::Score(e) => write!(f, "score: {e}"),
+            Self::OutOfRange(e) => e.fmt(f),
+            Self::Score(e) => write!(f, "score.{e}"),
         }
     }
 }
 
-impl std::error::Error for RouterConfigError {}
+impl std::error::Error for RouterConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::OutOfRange(e) | Self::Score(e) => Some(e),
+        }
+    }
+}

@@ -24,8 +24,12 @@ pub enum RouteError {
         /// `prompt_tokens / block_size`.
         full_blocks: usize,
     },
+    /// No load snapshot has been published yet: call [`Router::publish`](crate::Router::publish)
+    /// (on a timer, after [`add_worker`](crate::Router::add_worker) and the first load
+    /// updates). Counted as `no_eligible_worker`.
+    NotPublished,
     /// No occupied worker slot with usable figures in the published load snapshot (no
-    /// worker added, none published yet, or every cost non-finite).
+    /// worker added before the last publication, or every cost non-finite).
     NoEligibleWorker,
     /// Admission is enabled and no worker, cached or not, can take the request within the
     /// bound.
@@ -65,7 +69,14 @@ impl fmt::Display for RouteError {
                 f,
                 "{hashes} block hashes for a prompt of {full_blocks} full blocks"
             ),
-            Self::NoEligibleWorker => f.write_str("no eligible worker"),
+            Self::NotPublished => f.write_str(
+                "no load snapshot published yet: call Router::publish after adding workers \
+                 (and on a timer)",
+            ),
+            Self::NoEligibleWorker => f.write_str(
+                "no eligible worker: no worker was registered at the last Router::publish, or \
+                 every worker's figures are unusable",
+            ),
             Self::Rejected {
                 bound,
                 least_outstanding,
@@ -136,7 +147,14 @@ impl fmt::Display for EventError {
     }
 }
 
-impl std::error::Error for EventError {}
+impl std::error::Error for EventError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Index(e) => Some(e),
+            Self::UnknownWorker(_) => None,
+        }
+    }
+}
 
 impl From<IndexError> for EventError {
     fn from(e: IndexError) -> Self {

@@ -113,8 +113,8 @@ pub use router::Router;
 pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats};
 
 pub use kvroute_core::EngineHash;
+pub use kvroute_core::{Bounds, EngineId, LoadSample, Nanos, Number, OutOfRange, UpdateError};
 pub use kvroute_core::{HashNamespace, SequenceHash, Slot, SlotGeneration, WorkerId};
-pub use kvroute_core::{LoadSample, Nanos, UpdateError};
 pub use kvroute_index::BlockHasher;
 pub use kvroute_index::index::{BlockStore, IndexConfig, IndexStats, RemoveOutcome, StoreOutcome};
 pub use kvroute_load::{
@@ -131,7 +131,6 @@ pub mod parts {
     pub use kvroute_wire as wire;
 }
 
-pub use kvroute_score::ConfigError as ScoreConfigError;
 pub use kvroute_wire::{
     END_OF_REPLAY_SEQ, KvMessage, SglangLoadStat, WireCounters, WireError, WireStats,
     decode_load_stat, decode_message, parse_sglang_loads, parse_vllm_metrics,

@@ -51,7 +51,8 @@ impl Router {
     ///
     /// # Errors
     /// [`RouteError::PromptLengthMismatch`] and [`RouteError::TooManyHashes`] for a
-    /// malformed request; [`RouteError::NoEligibleWorker`] when no worker is published;
+    /// malformed request; [`RouteError::NotPublished`] before the first [`publish`](Self::publish),
+    /// [`RouteError::NoEligibleWorker`] when no worker is published;
     /// [`RouteError::Rejected`] when admission is enabled and every worker is at its bound;
     /// [`RouteError::Contended`] when every attempt lost its slot;
     /// [`RouteError::Saturated`]. Each is counted in [`RouterStats::rejections`](crate::RouterStats).
@@ -133,7 +134,11 @@ impl Router {
             };
             let choice = scorer.score(fleet, sreq, &cfg, tie);
             let Some(picked) = choice.slot else {
-                return Err(RouteError::NoEligibleWorker);
+                return Err(if snap.seq() == 0 {
+                    RouteError::NotPublished
+                } else {
+                    RouteError::NoEligibleWorker
+                });
             };
             let Some((picked_worker, _)) = snap.tenant(picked) else {
                 return Err(RouteError::NoEligibleWorker);

@@ -14,12 +14,13 @@
 use kvroute_core::EngineHash;
 use kvroute_core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use kvroute_core::sync::{Arc, Mutex, MutexGuard, RwLock};
-use kvroute_core::{LoadSample, Nanos, UpdateError};
+use kvroute_core::{EngineId, LoadSample, Nanos, Number, OutOfRange, UpdateError};
 use kvroute_core::{SequenceHash, Slot, WorkerId};
 use kvroute_index::index::{BlockStore, IndexStats, PrefixIndex, RemoveOutcome, StoreOutcome};
 use kvroute_index::{BlockHasher, RegistryError, WorkerRegistry};
 use kvroute_load::{
     EngineConfig, LoadPublisher, LoadReader, PublishError, ReservationTable, Reserved, SweepReport,
+    TableError,
 };
 use kvroute_score::{NearTieRng, ScoreConfig, SharedConfig};
 use kvroute_wire::{SglangRankLoad, VllmLoadUpdate};
@@ -79,23 +80,30 @@ impl Router {
     /// A router with no worker.
     ///
     /// # Errors
-    /// [`RouterConfigError`] naming the first setting out of range or inconsistent.
+    /// [`RouterConfigError`] naming the first setting out of range
+    /// ([`RouterConfig::validate`]).
     pub fn new(config: RouterConfig) -> Result<Self, RouterConfigError> {
         config.validate()?;
-        let index = PrefixIndex::new(config.index.clone()).map_err(RouterConfigError::Index)?;
-        let table =
-            ReservationTable::new(config.worker_slots, config.reservation_ttl).map_err(|_| {
-                RouterConfigError::Field {
+        // Every part's own bounds were checked above with the same constants, so none of
+        // the constructors below can refuse these values.
+        let index =
+            PrefixIndex::new(config.index_config()).map_err(RouterConfigError::OutOfRange)?;
+        let table = ReservationTable::new(config.worker_slots, config.reservation_ttl).map_err(
+            |e| match e {
+                TableError::BadConfig(e) => RouterConfigError::OutOfRange(e),
+                // `new` refuses nothing else.
+                _ => RouterConfigError::OutOfRange(OutOfRange {
                     field: "reservation_ttl",
-                    range: "> 0 ns",
-                    value: config.reservation_ttl.0,
-                }
-            })?;
+                    value: Number::Int(config.reservation_ttl.0),
+                    bounds: kvroute_load::reserve::TTL,
+                }),
+            },
+        )?;
         let (mut publisher, reader) =
-            LoadPublisher::new(config.load).map_err(RouterConfigError::Load)?;
-        publisher
-            .attach_reservations(table.clone())
-            .map_err(RouterConfigError::Load)?;
+            LoadPublisher::new(config.load_config()).map_err(RouterConfigError::OutOfRange)?;
+        // Both were built with `worker_slots` slots, so the table is never too small.
+        let attached = publisher.attach_reservations(table.clone());
+        debug_assert!(attached.is_ok());
         let score = SharedConfig::new(config.score).map_err(RouterConfigError::Score)?;
         Ok(Self {
             hasher: BlockHasher::new(config.block_size, config.namespace),
@@ -282,19 +290,20 @@ impl Router {
 
     // ----- load telemetry ------------------------------------------------------------
 
-    /// Sets the deployment facts of engine `engine_id` (DP size, per-rank cap, default
-    /// throughputs); see [`EngineConfig`].
+    /// Sets the deployment facts of `engine` (every DP rank of it): DP size, per-rank
+    /// scheduler cap (required before vLLM load updates, which do not report it) and
+    /// throughputs; see [`EngineConfig`]. Takes effect at the next publication.
     ///
     /// # Errors
-    /// [`kvroute_load::ConfigError`] for an out-of-range value (nothing changed).
+    /// [`OutOfRange`] naming the field out of range; nothing changes.
     pub fn configure_engine(
         &self,
-        engine_id: u64,
+        engine: EngineId,
         config: EngineConfig,
-    ) -> Result<(), kvroute_load::ConfigError> {
+    ) -> Result<(), OutOfRange> {
         lock(&self.load)
             .publisher
-            .configure_engine(engine_id, config)
+            .configure_engine(engine.0, config)
     }
 
     /// Applies one rank's load figures observed at `now` (caller's clock); visible from the
@@ -377,9 +386,29 @@ impl Router {
     /// returns use it; no decision sees half of it.
     ///
     /// # Errors
-    /// [`kvroute_score::ConfigError`] naming the knob out of range; nothing changes.
-    pub fn set_score_config(&self, config: ScoreConfig) -> Result<(), kvroute_score::ConfigError> {
+    /// [`OutOfRange`] naming the knob out of range; nothing changes.
+    pub fn set_score_config(&self, config: ScoreConfig) -> Result<(), OutOfRange> {
         self.score.set(config)
+    }
+
+    /// Changes some scorer knobs while routing: `change` edits a copy of the current
+    /// configuration, which is installed if valid. Atomic against other
+    /// `update_score_config` and [`set_score_config`](Self::set_score_config) calls, so two
+    /// admin writers changing different knobs never lose each other's change.
+    ///
+    /// ```
+    /// # let router = kvroute::Router::new(kvroute::RouterConfig::new(4, 16)).unwrap();
+    /// router.update_score_config(|c| c.tie_epsilon = 0.01).unwrap();
+    /// assert_eq!(router.score_config().tie_epsilon, 0.01);
+    /// ```
+    ///
+    /// # Errors
+    /// [`OutOfRange`] naming the knob out of range; nothing changes.
+    pub fn update_score_config(
+        &self,
+        change: impl FnOnce(&mut ScoreConfig),
+    ) -> Result<(), OutOfRange> {
+        self.score.update(change)
     }
 
     /// A plain copy of the router's counters.

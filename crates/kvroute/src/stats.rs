@@ -203,7 +203,7 @@ impl Counters {
     pub(crate) fn rejection(&self, e: &RouteError) {
         let i = match e {
             RouteError::PromptLengthMismatch { .. } | RouteError::TooManyHashes { .. } => 0,
-            RouteError::NoEligibleWorker => 1,
+            RouteError::NotPublished | RouteError::NoEligibleWorker => 1,
             RouteError::Rejected { .. } => 2,
             RouteError::Contended { .. } => 3,
             RouteError::Saturated { .. } => 4,

@@ -9,9 +9,7 @@ use kvroute::{AdmissionConfig, Policy, Reason, RouteError, RouteRequest, RouterC
 
 fn kv_aware_with_bound(c: &mut RouterConfig) {
     c.score.policy = Policy::KvAware;
-    c.admission = Some(AdmissionConfig {
-        max_outstanding_requests: 64,
-    });
+    c.admission = Some(AdmissionConfig::new(64));
 }
 
 /// Owner (worker 1) holds the 256-block prefix with 38 running + 109 waiting = 147

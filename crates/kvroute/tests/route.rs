@@ -178,15 +178,15 @@ fn precomputed_hashes_and_request_errors() {
     assert_eq!(s.total_decisions(), 1);
 }
 
-/// Nothing published yet, or no worker at all: no eligible worker, never a panic.
+/// Nothing published yet (an error that names `publish`), or no worker at all: no
+/// eligible worker, never a panic; both counted as no eligible worker.
 #[test]
 fn no_eligible_worker_before_publication() {
     let (r, _) = router(4, 2, |_| {});
     let req = tokens(1, 32);
-    assert_eq!(
-        r.route(&RouteRequest::tokens(&req, 1, NOW)).unwrap_err(),
-        RouteError::NoEligibleWorker
-    );
+    let before = r.route(&RouteRequest::tokens(&req, 1, NOW)).unwrap_err();
+    assert_eq!(before, RouteError::NotPublished);
+    assert!(before.to_string().contains("Router::publish"), "{before}");
     let (empty, _) = router(4, 0, |_| {});
     empty.publish(NOW).unwrap();
     assert_eq!(

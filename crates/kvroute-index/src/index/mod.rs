@@ -57,8 +57,8 @@ use kvroute_core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub use matching::Overlaps;
 pub use types::{
-    BlockStore, IndexConfig, IndexConfigError, IndexCounters, IndexError, IndexStats,
-    MAX_WORKER_SLOTS, RemoveOutcome, StoreOutcome,
+    BLOCK_SIZE, BlockStore, EXPECTED_BLOCKS, IndexConfig, IndexCounters, IndexError, IndexStats,
+    MAX_BLOCKS_PER_WORKER, MAX_WORKER_SLOTS, RemoveOutcome, StoreOutcome, WORKER_SLOTS,
 };
 
 use crate::hash::{chain_hash, local_block_hash};
@@ -134,8 +134,8 @@ impl PrefixIndex {
     /// An empty index.
     ///
     /// # Errors
-    /// [`IndexConfigError`] naming the first field out of range.
-    pub fn new(config: IndexConfig) -> Result<Self, IndexConfigError> {
+    /// [`OutOfRange`](kvroute_core::OutOfRange) naming the first field out of range.
+    pub fn new(config: IndexConfig) -> Result<Self, kvroute_core::OutOfRange> {
         config.validate()?;
         let words = config.worker_slots.div_ceil(64);
         let mix = {

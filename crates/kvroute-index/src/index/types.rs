@@ -4,7 +4,7 @@ use core::fmt;
 
 use kvroute_core::sync::atomic::{AtomicU64, Ordering};
 
-use kvroute_core::{EngineHash, HashNamespace, Slot};
+use kvroute_core::{Bounds, EngineHash, HashNamespace, OutOfRange, Slot};
 
 /// Construction-time settings of a [`PrefixIndex`](super::PrefixIndex).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,66 +39,27 @@ impl Default for IndexConfig {
     }
 }
 
-/// A rejected [`IndexConfig`]: names the field and its valid range.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IndexConfigError {
-    /// The field.
-    pub field: &'static str,
-    /// The valid range, in words.
-    pub range: &'static str,
-    /// The value given.
-    pub value: usize,
-}
-
-impl fmt::Display for IndexConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} = {} is out of range {}",
-            self.field, self.value, self.range
-        )
-    }
-}
-
-impl std::error::Error for IndexConfigError {}
+/// Valid [`IndexConfig::worker_slots`]: `1..=MAX_WORKER_SLOTS`.
+pub const WORKER_SLOTS: Bounds = Bounds::ints(1, MAX_WORKER_SLOTS as u64, "");
+/// Valid block sizes: `1..=2^20` tokens.
+pub const BLOCK_SIZE: Bounds = Bounds::ints(1, 1 << 20, "tokens");
+/// Valid [`IndexConfig::expected_blocks`]: `1..=2^32` blocks.
+pub const EXPECTED_BLOCKS: Bounds = Bounds::ints(1, 1 << 32, "blocks");
+/// Valid [`IndexConfig::max_blocks_per_worker`]: `1..=2^32 - 1` blocks.
+pub const MAX_BLOCKS_PER_WORKER: Bounds = Bounds::ints(1, u32::MAX as u64, "blocks");
 
 impl IndexConfig {
-    pub(crate) fn validate(&self) -> Result<(), IndexConfigError> {
-        let check = |ok: bool, field, range, value| {
-            if ok {
-                Ok(())
-            } else {
-                Err(IndexConfigError {
-                    field,
-                    range,
-                    value,
-                })
-            }
-        };
-        check(
-            (1..=MAX_WORKER_SLOTS).contains(&self.worker_slots),
-            "worker_slots",
-            "1..=4096",
-            self.worker_slots,
-        )?;
-        check(
-            (1..=1 << 20).contains(&self.block_size),
-            "block_size",
-            "1..=1048576 tokens",
-            self.block_size,
-        )?;
-        check(
-            (1..=1 << 32).contains(&self.expected_blocks),
-            "expected_blocks",
-            "1..=2^32",
-            self.expected_blocks,
-        )?;
-        check(
-            (1..=u32::MAX as usize).contains(&self.max_blocks_per_worker),
-            "max_blocks_per_worker",
-            "1..=2^32-1",
-            self.max_blocks_per_worker,
-        )
+    /// Checks every field against its bounds ([`WORKER_SLOTS`], [`BLOCK_SIZE`],
+    /// [`EXPECTED_BLOCKS`], [`MAX_BLOCKS_PER_WORKER`]).
+    ///
+    /// # Errors
+    /// [`OutOfRange`] naming the first field out of range.
+    pub fn validate(&self) -> Result<(), OutOfRange> {
+        WORKER_SLOTS.check_usize("worker_slots", self.worker_slots)?;
+        BLOCK_SIZE.check_usize("block_size", self.block_size)?;
+        EXPECTED_BLOCKS.check_usize("expected_blocks", self.expected_blocks)?;
+        MAX_BLOCKS_PER_WORKER.check_usize("max_blocks_per_worker", self.max_blocks_per_worker)?;
+        Ok(())
     }
 }
 

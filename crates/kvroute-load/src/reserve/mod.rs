@@ -40,5 +40,5 @@ mod table;
 pub use group::GROUP_SLOTS;
 pub use guard::Reservation;
 pub use table::{
-    ReservationStats, ReservationTable, ReserveError, Reserved, SweepReport, TableError, Work,
+    ReservationStats, ReservationTable, ReserveError, Reserved, SweepReport, TTL, TableError, Work,
 };

@@ -79,13 +79,15 @@ use core::fmt;
 
 use kvroute_core::sync::atomic::{AtomicU64, Ordering};
 use kvroute_core::sync::{Arc, Mutex};
-use kvroute_core::{Slot, SlotGeneration};
+use kvroute_core::{Bounds, OutOfRange, Slot, SlotGeneration};
 
 use super::field::{AddRefused, Entry, FieldCell, Returned};
 use super::group::{GROUP_SLOTS, GroupCounts};
 use super::guard::Reservation;
-use kvroute_core::Fields;
-use kvroute_core::Nanos;
+use kvroute_core::{Fields, Nanos};
+
+/// Valid reservation TTLs: any positive age (ns of the caller's clock).
+pub const TTL: Bounds = Bounds::ints(1, u64::MAX, "ns");
 
 pub(crate) const REQUESTS: usize = 0;
 pub(crate) const PREFILL: usize = 1;
@@ -190,7 +192,7 @@ impl fmt::Display for ReserveError {
 impl std::error::Error for ReserveError {}
 
 /// Errors of the table's control-path operations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum TableError {
     /// The slot is beyond the table's capacity.
     UnknownSlot(Slot),
@@ -205,8 +207,9 @@ pub enum TableError {
     },
     /// Generation 0 is reserved for "vacant"; the registry never hands it out.
     ZeroGeneration,
-    /// A capacity of 0 or above `u32::MAX`, or a TTL of zero.
-    BadConfig(&'static str),
+    /// A capacity or TTL outside its bounds ([`CAPACITY`](crate::CAPACITY),
+    /// [`TTL`](crate::reserve::TTL)).
+    BadConfig(OutOfRange),
 }
 
 impl fmt::Display for TableError {
@@ -222,12 +225,19 @@ impl fmt::Display for TableError {
                 )
             }
             Self::ZeroGeneration => write!(f, "generation 0 means vacant"),
-            Self::BadConfig(why) => write!(f, "bad reservation table config: {why}"),
+            Self::BadConfig(e) => write!(f, "reservation table: {e}"),
         }
     }
 }
 
-impl std::error::Error for TableError {}
+impl std::error::Error for TableError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::BadConfig(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// Monotonic counters of the table (since construction).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -409,14 +419,13 @@ impl ReservationTable {
     /// `2 × ttl` plus one sweep period.
     ///
     /// # Errors
-    /// [`TableError::BadConfig`] for a capacity of 0 or above `u32::MAX`, or a zero TTL.
+    /// [`TableError::BadConfig`] for a capacity outside [`CAPACITY`](crate::CAPACITY) or a
+    /// TTL outside [`TTL`](crate::reserve::TTL) (zero).
     pub fn new(capacity: usize, ttl: Nanos) -> Result<Self, TableError> {
-        if capacity == 0 || capacity > u32::MAX as usize {
-            return Err(TableError::BadConfig("capacity must be 1..=u32::MAX"));
-        }
-        if ttl == Nanos::ZERO {
-            return Err(TableError::BadConfig("ttl must be positive"));
-        }
+        crate::CAPACITY
+            .check_usize("capacity", capacity)
+            .map_err(TableError::BadConfig)?;
+        TTL.check_int("ttl", ttl.0).map_err(TableError::BadConfig)?;
         let slots = (0..capacity)
             .map(|_| SlotCell {
                 tenancy: AtomicU64::new(VACANT),

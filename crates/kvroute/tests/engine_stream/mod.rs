@@ -31,7 +31,7 @@ pub fn replay_through_router(engine: Engine, request_limit: Option<usize>) {
         return;
     };
     let mut cfg = RouterConfig::new(2, BLOCK);
-    cfg.index.expected_blocks = 1 << 19;
+    cfg.expected_blocks = 1 << 19;
     let r = Router::new(cfg).unwrap();
     let worker = WorkerId::new(33, 0);
     let other = WorkerId::new(34, 0);

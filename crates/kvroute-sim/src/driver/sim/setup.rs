@@ -119,8 +119,7 @@ impl<'a> Sim<'a> {
         let mut rc = RouterConfig::new(engines_n, bs);
         rc.admission = opts.admission;
         rc.near_tie_seed = opts.seed;
-        rc.index.max_blocks_per_worker = rc
-            .index
+        rc.max_blocks_per_worker = rc
             .max_blocks_per_worker
             .max(2 * fleet.engine.kv_blocks as usize);
         let mut score = opts.score.unwrap_or_default();
@@ -135,7 +134,7 @@ impl<'a> Sim<'a> {
                 .map_err(|e| RunError::Router(e.to_string()))?;
             router
                 .configure_engine(
-                    e as u64,
+                    kvroute::EngineId(e as u64),
                     kvroute::EngineConfig {
                         dp_size: Some(1),
                         max_running_per_rank: Some(fleet.engine.max_running),
