@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kvroute::parts::load::Work;
+use kvroute::Work;
 use kvroute::{
     AdmissionConfig, Decision, FallbackCause, HashNamespace, Prompt, Reason, RejectionCounts,
     Reservation, Reserved, RouteError, RouteRequest, Router, SequenceHash, Slot, SlotGeneration,

@@ -8,8 +8,8 @@
 //! batches, gaps recovered by `skip_replay` or by a replay, stale duplicates (a restart
 //! when the duplicate holds `AllBlocksCleared`), batches of the wrong DP rank. Events for a worker that is not registered must be refused.
 
+use kvroute::IndexError;
 use kvroute::ingest::{EventTally, RESET_WINDOW, SeqOutcome, block_store};
-use kvroute::parts::index::index::IndexError;
 use kvroute::{
     BlockStore, Channel, EngineHash, EventError, HashNamespace, IngestError, IngestReport,
     ReplayRequest, Router, SequenceHash, Slot, WorkerError, WorkerId,

@@ -46,19 +46,53 @@ pub struct WireStats {
     /// Payloads the fast path did not recognise and handed to serde (unusual encodings
     /// and malformed bytes): a share that grows names a shape worth adding to it.
     pub serde_reads: u64,
-    /// Rejections by [`ErrorKind`] (index `kind as usize`).
-    pub errors: [u64; ErrorKind::COUNT],
+    /// Rejections by [`ErrorKind`].
+    pub errors: ErrorCounts,
 }
 
 impl WireStats {
     /// Rejections of one kind.
     pub fn errors_of(&self, kind: ErrorKind) -> u64 {
-        self.errors[kind as usize]
+        self.errors.get(kind)
     }
 
     /// All rejections.
     pub fn total_errors(&self) -> u64 {
-        self.errors.iter().sum()
+        self.errors.total()
+    }
+}
+
+/// Rejections counted per [`ErrorKind`]; printed (`{:?}`) as `kind: count` pairs of the
+/// kinds seen.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct ErrorCounts([u64; ErrorKind::COUNT]);
+
+impl ErrorCounts {
+    /// Rejections of `kind`.
+    pub fn get(&self, kind: ErrorKind) -> u64 {
+        self.0[kind as usize]
+    }
+
+    /// Every kind with its count, in [`ErrorKind::ALL`] order (zeros included).
+    pub fn iter(&self) -> impl Iterator<Item = (ErrorKind, u64)> + '_ {
+        ErrorKind::ALL.iter().map(|&k| (k, self.get(k)))
+    }
+
+    /// All rejections.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+impl core::fmt::Debug for ErrorCounts {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_map()
+            .entries(
+                self.iter()
+                    .filter(|&(_, n)| n > 0)
+                    .map(|(k, n)| (k.name(), n)),
+            )
+            .finish()
     }
 }
 
@@ -156,7 +190,7 @@ impl WireCounters {
             end_markers: r(&self.end_markers),
             fast_reads: r(&self.fast_reads),
             serde_reads: r(&self.serde_reads),
-            errors,
+            errors: ErrorCounts(errors),
         }
     }
 }

@@ -202,6 +202,38 @@ impl ErrorKind {
         Self::DuplicateRank,
         Self::NoRanks,
     ];
+
+    /// A stable `snake_case` name for counters and metric labels (`"token_count"`, …).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::FrameCount => "frame_count",
+            Self::SequenceLength => "sequence_length",
+            Self::TopicNotUtf8 => "topic_not_utf8",
+            Self::EmptyPayload => "empty_payload",
+            Self::EndMarkerWithPayload => "end_marker_with_payload",
+            Self::Malformed => "malformed",
+            Self::TrailingBytes => "trailing_bytes",
+            Self::UnexpectedTag => "unexpected_tag",
+            Self::TooFewFields => "too_few_fields",
+            Self::TooManyFields => "too_many_fields",
+            Self::MissingField => "missing_field",
+            Self::HashSize => "hash_size",
+            Self::OutOfRange => "out_of_range",
+            Self::NonFiniteTimestamp => "non_finite_timestamp",
+            Self::TokenCount => "token_count",
+            Self::Prometheus => "prometheus",
+            Self::MissingMetric => "missing_metric",
+            Self::ConflictingSamples => "conflicting_samples",
+            Self::DuplicateRank => "duplicate_rank",
+            Self::NoRanks => "no_ranks",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl WireError {
@@ -295,5 +327,16 @@ mod tests {
         for (i, k) in ErrorKind::ALL.iter().enumerate() {
             assert_eq!(*k as usize, i);
         }
+    }
+
+    #[test]
+    fn kind_names_are_snake_case_and_distinct() {
+        assert_eq!(ErrorKind::TopicNotUtf8.name(), "topic_not_utf8");
+        assert_eq!(ErrorKind::NonFiniteTimestamp.name(), "non_finite_timestamp");
+        assert_eq!(ErrorKind::NoRanks.to_string(), "no_ranks");
+        let mut names: Vec<_> = ErrorKind::ALL.iter().map(|k| k.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ErrorKind::COUNT);
     }
 }

@@ -38,7 +38,7 @@ mod raw;
 pub use batch::{
     DecodePath, MAX_DEPTH, decode_payload, decode_payload_serde, decode_payload_traced,
 };
-pub use counters::{WireCounters, WireStats};
+pub use counters::{ErrorCounts, WireCounters, WireStats};
 pub use error::{ErrorKind, WireError};
 pub use event::{
     BlockRemoved, BlockStored, EventEncoding, ExtraKey, KvEvent, KvEventBatch, Medium,

@@ -29,11 +29,11 @@ use std::error::Error;
 use std::io::Write;
 
 use kvroute::ingest::SeqOutcome;
-use kvroute::parts::wire::{END_OF_REPLAY_SEQ, WireCounters, parse_vllm_metrics};
 use kvroute::{
     Channel, Decision, EngineConfig, KvMessage, Nanos, Reason, ReplayRequest, RouteRequest, Router,
     RouterConfig, WorkerId,
 };
+use kvroute::{END_OF_REPLAY_SEQ, WireCounters, parse_vllm_metrics};
 use serde::Serialize;
 
 /// Tokens per KV block: vLLM's default, and the router's.

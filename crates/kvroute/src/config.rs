@@ -27,7 +27,7 @@ pub const MAX_OUTSTANDING_REQUESTS: Bounds = Bounds::ints(1, 1_000_000, "request
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct AdmissionConfig {
-    /// Per-worker bound on outstanding requests (requests), [`MAX_OUTSTANDING_REQUESTS`].
+    /// Per-worker bound on outstanding requests (requests), [`MAX_OUTSTANDING_REQUESTS`](crate::bounds::MAX_OUTSTANDING_REQUESTS).
     pub max_outstanding_requests: u32,
 }
 
@@ -52,35 +52,35 @@ impl AdmissionConfig {
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct RouterConfig {
-    /// Worker slots: DP ranks the router can hold at once, [`WORKER_SLOTS`]. Default 1,024.
+    /// Worker slots: DP ranks the router can hold at once, [`WORKER_SLOTS`](crate::bounds::WORKER_SLOTS). Default 1,024.
     pub worker_slots: usize,
-    /// Tokens per KV block, as the engines page their cache, [`BLOCK_SIZE`]. Default 16.
+    /// Tokens per KV block, as the engines page their cache, [`BLOCK_SIZE`](crate::bounds::BLOCK_SIZE). Default 16.
     pub block_size: usize,
     /// Namespace (LoRA / cache salt seed) of requests that do not name their own. Default:
     /// the base model. Not read from text (name LoRA adapters per request).
     #[cfg_attr(feature = "serde", serde(skip))]
     pub namespace: HashNamespace,
     /// Distinct blocks the prefix index is first sized for (it grows and shrinks with the
-    /// blocks held), [`EXPECTED_BLOCKS`]. Default 16,384.
+    /// blocks held), [`EXPECTED_BLOCKS`](crate::bounds::EXPECTED_BLOCKS). Default 16,384.
     pub expected_blocks: usize,
     /// Cap on the blocks one worker may have indexed (a store past it evicts that worker's
-    /// least recently stored blocks), [`MAX_BLOCKS_PER_WORKER`]. Default 2^20.
+    /// least recently stored blocks), [`MAX_BLOCKS_PER_WORKER`](crate::bounds::MAX_BLOCKS_PER_WORKER). Default 2^20.
     pub max_blocks_per_worker: usize,
     /// A worker whose last good load report is older than this is stale at the next
-    /// [`publish`](crate::Router::publish) (caller's clock), [`MAX_AGE`]. Default 2 s.
+    /// [`publish`](crate::Router::publish) (caller's clock), [`MAX_AGE`](crate::bounds::MAX_AGE). Default 2 s.
     pub max_load_age: Nanos,
     /// Load snapshot buffers (one current, the rest let publication proceed while readers
-    /// hold older snapshots), [`BUFFERS`]. Default 4.
+    /// hold older snapshots), [`BUFFERS`](crate::bounds::BUFFERS). Default 4.
     pub snapshot_buffers: usize,
     /// The scorer's knobs at start; change them later with
     /// [`Router::update_score_config`](crate::Router::update_score_config).
     pub score: ScoreConfig,
     /// Reservation TTL: the sweeper drops a reservation no earlier than this after it was
-    /// made (caller's clock), [`TTL`](kvroute_load::reserve::TTL). Default 60 s.
+    /// made (caller's clock), [`RESERVATION_TTL`](crate::bounds::RESERVATION_TTL). Default 60 s.
     pub reservation_ttl: Nanos,
     /// Re-scores allowed when a concurrent decision reserved the chosen slot between this
     /// decision's read and its reservation, or when the chosen worker was removed
-    /// meanwhile, [`MAX_RESCORES`]. Default 8.
+    /// meanwhile, [`MAX_RESCORES`](crate::bounds::MAX_RESCORES). Default 8.
     pub max_rescores: u32,
     /// Admission control; `None` (default) admits every request that has a worker.
     pub admission: Option<AdmissionConfig>,

@@ -78,7 +78,7 @@
 //! The example above feeds typed events. A real engine DP rank publishes its KV events on a
 //! ZMQ PUB socket as `[topic, 8-byte big-endian sequence number, msgpack batch]`: pass the
 //! frames to [`decode_message`] and the [`KvMessage`] to [`Router::ingest`]; decode load
-//! telemetry with the parsers in [`parts::wire`] (vLLM Prometheus text, SGLang JSON and
+//! telemetry with [`parse_vllm_metrics`], [`parse_sglang_loads`] and [`decode_load_stat`] (vLLM Prometheus text, SGLang JSON and
 //! `LoadStat` frames). The formats are described in `docs/WIRE-FORMAT.md`; the example
 //! `examples/engine_events.rs` runs the whole path for two emulated vLLM engines.
 //!
@@ -105,6 +105,19 @@ mod scratch;
 mod stats;
 
 pub use config::{AdmissionConfig, RouterConfig, RouterConfigError};
+
+/// The valid range of every bounded setting, as the validation checks it (and as
+/// [`OutOfRange`] reports it).
+pub mod bounds {
+    pub use crate::config::{MAX_OUTSTANDING_REQUESTS, MAX_RESCORES};
+    pub use kvroute_index::index::{
+        BLOCK_SIZE, EXPECTED_BLOCKS, MAX_BLOCKS_PER_WORKER, WORKER_SLOTS,
+    };
+    pub use kvroute_load::reserve::TTL as RESERVATION_TTL;
+    pub use kvroute_load::{BUFFERS, DP_SIZE, ENGINE_TPS, MAX_AGE, MAX_RUNNING_PER_RANK};
+    /// The scorer's knobs ([`ScoreConfig`](crate::ScoreConfig)).
+    pub use kvroute_score::bounds as score;
+}
 pub use decision::{AdmissionRedirect, Decision, Shadow};
 pub use error::{EventError, RouteError, WorkerError};
 pub use ingest::{Channel, IngestError, IngestReport, IngestStats, ReplayRequest};
@@ -112,26 +125,27 @@ pub use request::{Prompt, RouteRequest};
 pub use router::Router;
 pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats};
 
-pub use kvroute_core::EngineHash;
-pub use kvroute_core::{Bounds, EngineId, LoadSample, Nanos, Number, OutOfRange, UpdateError};
-pub use kvroute_core::{HashNamespace, SequenceHash, Slot, SlotGeneration, WorkerId};
-pub use kvroute_index::BlockHasher;
-pub use kvroute_index::index::{BlockStore, IndexConfig, IndexStats, RemoveOutcome, StoreOutcome};
-pub use kvroute_load::{
-    EngineConfig, LoadConfig, PublishError, Reservation, Reserved, SweepReport,
+// The vocabulary (kvroute-core).
+pub use kvroute_core::{
+    Bounds, EngineHash, EngineId, Fields, HashNamespace, LoadSample, Nanos, Number, OutOfRange,
+    SequenceHash, Slot, SlotGeneration, UpdateError, WorkerId,
 };
+// The prefix index, as `Router::index` exposes it for inspection (gauges, direct matching).
+pub use kvroute_index::BlockHasher;
+pub use kvroute_index::index::{
+    BlockStore, IndexConfig, IndexError, IndexStats, Overlaps, PrefixIndex, RemoveOutcome,
+    StoreOutcome,
+};
+// The load view: what `Router::load_reader` reads and `configure_engine` takes.
+pub use kvroute_load::{
+    EngineConfig, EngineLoad, LoadConfig, LoadReader, LoadSnapshot, LoadStats, PublishError,
+    Reservation, ReservationStats, Reserved, SnapshotGuard, SweepReport, Validity, Work,
+};
+// The scorer's configuration and what a decision reports.
 pub use kvroute_score::{FallbackCause, Policy, ProjectedMode, Reason, ScoreConfig};
-pub use kvroute_wire::{SglangRankLoad, VllmLoadUpdate, VllmRankLoad};
-
-/// The crates the router is built from, for what the facade does not re-export.
-pub mod parts {
-    pub use kvroute_index as index;
-    pub use kvroute_load as load;
-    pub use kvroute_score as score;
-    pub use kvroute_wire as wire;
-}
-
+// The engines' wire formats: frames, event batches and load telemetry.
 pub use kvroute_wire::{
-    END_OF_REPLAY_SEQ, KvMessage, SglangLoadStat, WireCounters, WireError, WireStats,
+    END_OF_REPLAY_SEQ, ErrorCounts, ErrorKind, KvEvent, KvEventBatch, KvMessage, SglangLoadStat,
+    SglangRankLoad, VllmLoadUpdate, VllmRankLoad, WireCounters, WireError, WireStats,
     decode_load_stat, decode_message, parse_sglang_loads, parse_vllm_metrics,
 };

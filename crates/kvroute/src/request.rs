@@ -1,21 +1,31 @@
 //! What a gateway asks the router: one request's prompt, lengths and the caller's time.
+//!
+//! **The prompt must be the token ids the engine will see**: after the chat template is
+//! applied and after tokenization with the engine's own tokenizer, special tokens included
+//! (for an OpenAI-style chat request, what the engine's `apply_chat_template` produces).
+//! The engines report their cache in those tokens; a gateway that hashes the raw user text,
+//! the messages before templating, or another tokenizer's ids matches nothing and silently
+//! routes with 0 % prefix hits. A quick check: route a request, send it, and compare
+//! `Decision::overlap_blocks` with the engine's own reported cache hit for it.
 
 use kvroute_core::Nanos;
 use kvroute_core::{HashNamespace, SequenceHash};
 
-/// The request's prompt as the router receives it.
+/// The request's prompt as the router receives it: the engine's token ids after the chat
+/// template (see the module docs), or their chained hashes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prompt<'a> {
     /// The prompt's token ids; the router hashes its full blocks (a trailing partial block
     /// is not hashed). Its length must equal [`RouteRequest::prompt_tokens`].
     Tokens(&'a [u32]),
     /// Chained hashes of the prompt's full blocks, computed by the caller with kvroute's
-    /// scheme ([`kvroute_index::BlockHasher`]) and the router's block size. There may be at
+    /// scheme ([`BlockHasher`](crate::BlockHasher)) and the router's block size. There may be at
     /// most `prompt_tokens / block_size` of them.
     Hashes(&'a [SequenceHash]),
 }
 
-/// One routing request.
+/// One routing request. Its tokens must be the engine's token ids after the chat template
+/// (module docs): anything else silently finds no cached prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RouteRequest<'a> {
     /// The prompt.
