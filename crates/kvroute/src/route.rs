@@ -46,8 +46,11 @@ impl Router {
     /// its expected output tokens as decode) on the chosen worker, re-scoring if a
     /// concurrent decision took that worker meanwhile (see the module docs of `route`).
     ///
-    /// Lock-free apart from a pool of scratch buffers (one short mutex hold at each end);
-    /// allocates nothing once warm. Never panics on bad input.
+    /// Locks it takes, each held for a few instructions and never while scoring: the scratch
+    /// pool's mutex twice (take and return a buffer set) and the scorer configuration's
+    /// read lock once (to clone its `Arc`). Matching, the load snapshot, the scoring pass
+    /// and the reservation are lock-free (it never takes the router's `membership` or
+    /// `load` locks). Allocates nothing once warm. Never panics on bad input.
     ///
     /// # Errors
     /// [`RouteError::PromptLengthMismatch`] and [`RouteError::TooManyHashes`] for a
