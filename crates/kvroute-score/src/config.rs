@@ -2,8 +2,8 @@
 //! knobs change while routing.
 //!
 //! Every knob has one default and one valid range; [`ScoreConfig::validate`] rejects an
-//! out-of-range value with a [`ConfigError`] naming the knob and its range (incident A,
-//! acceptance item 9: knobs are bounded, never clamped silently).
+//! out-of-range value with a [`ConfigError`] naming the knob and its range: knobs are
+//! bounded, never clamped silently.
 //!
 //! [`SharedConfig`] holds the current configuration as an immutable `Arc`: a decision loads
 //! it once and uses that one value throughout, so no decision sees half of an update, and
@@ -92,7 +92,8 @@ pub struct ScoreConfig {
     /// Relative tie band: costs `c <= min + tie_epsilon·|min|` tie (dimensionless),
     /// `0.0..=0.5`, default 0.001.
     pub tie_epsilon: f32,
-    /// Optional near-tie randomisation (failure kind 10): when positive and the decision is
+    /// Optional near-tie randomisation, so that router replicas reading the same telemetry
+    /// do not all pick the same worker: when positive and the decision is
     /// given a random draw, the pick is uniform among costs within
     /// `max(tie_epsilon, near_tie_band)·|min|` of the minimum (dimensionless), `0.0..=1.0`,
     /// default 0 (off).
@@ -114,10 +115,10 @@ pub struct ScoreConfig {
     /// ([`ScoreRequest::expected_output_tokens`](crate::ScoreRequest) 0) (tokens),
     /// `1..=1_048_576`, default 512.
     pub tokens_per_request: u32,
-    /// Owner pressure high watermark (ratio), `0.0..=2.0`, default 0.9 (incident B).
+    /// `owner_pressure`'s high watermark (ratio), `0.0..=2.0`, default 0.9.
     pub watermark: f32,
     /// Owner slack: a spill target must be at least this much less pressured than the best
-    /// owner (ratio), `0.0..=1.0`, default 0.1 (incident B).
+    /// owner (ratio), `0.0..=1.0`, default 0.1 (`owner_pressure`).
     pub owner_slack: f32,
     /// `projected_time` hard load escape, absolute part (seconds), `0.0..=3600.0`, default
     /// 2.0. The load-only winner (least `least_load` seconds) is taken when the projected

@@ -25,11 +25,13 @@
 //! `barrier = kv_barrier_s·k'/(1−k')`, `k' = clamp(k, 0, 0.999)` (seconds).
 //! * `round_robin`: 0; the cursor decides.
 //! * `least_load` (peers, the gateway): `(queued + decode)/tps + barrier` seconds.
-//! * `kv_aware` (incident C control): `−overlap`, exact ties, then fewer requests.
-//! * `load_aware{beta}` (incident C): `−(matched/prompt − beta·(requests − mean)/max(1, mean))`.
-//! * `owner_pressure` (incident B): `max(k, util, occupancy)` with DP-summed occupancy, 0.9
-//!   watermark, 0.1 slack, hold on the least-pressured owner, old-pressure fallback.
-//! * `projected_time` (incident A): the latency the request adds to the worker, seconds:
+//! * `kv_aware` (pure affinity, the control): `−overlap`, exact ties, then fewer requests.
+//! * `load_aware{beta}` (hit rate less a load penalty):
+//!   `−(matched/prompt − beta·(requests − mean)/max(1, mean))`.
+//! * `owner_pressure` (scheduler occupancy in the owner's pressure): `max(k, util,
+//!   occupancy)` with DP-summed occupancy, 0.9 watermark, 0.1 slack, hold on the
+//!   least-pressured owner, old-pressure fallback.
+//! * `projected_time` (the default): the latency the request adds to the worker, seconds:
 //!   `max(queued/prefill_tps, slot wait) + n·uncached/prefill_tps +
 //!   (2n − 1)·output/decode_tps + barrier`, `n` the batch it decodes in (derivation in
 //!   module `cost`); off | shadow | enforce with the hard escape (an absolute and a

@@ -1,4 +1,5 @@
-//! A tiny seeded generator for near-tie randomisation (failure kind 10).
+//! A tiny seeded generator for near-tie randomisation (router replicas that read the same
+//! telemetry spreading over near-equal workers instead of all picking the same one).
 
 /// SplitMix64: a seeded, deterministic stream of `u64` draws. Each router seeds its own,
 /// so replicas that see the same telemetry draw differently; one seed replays exactly.
