@@ -13,17 +13,23 @@ use core::fmt;
 
 use kvroute_sync::{Arc, RwLock};
 
-/// `projected_time`'s mode (incident A).
+/// `load_aware`'s beta range, `BETA_MIN..=BETA_MAX` (dimensionless).
+pub(crate) const BETA_MIN: f32 = 0.0;
+/// See [`BETA_MIN`].
+pub(crate) const BETA_MAX: f32 = 100.0;
+
+/// `projected_time`'s mode: whether its projected seconds decide, or are only recorded
+/// beside a load-only dispatch. Written `enforce`, `shadow`, `off` (module `policy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum ProjectedMode {
-    /// Dispatch exactly as `least_load`.
-    Off,
-    /// Dispatch as `least_load`; compute what `enforce` would have chosen and record it as
-    /// the decision's counterfactual.
-    Shadow,
     /// Dispatch by projected seconds, with the hard load escape.
     #[default]
     Enforce,
+    /// Dispatch as `least_load`; compute what `enforce` would have chosen and record it as
+    /// the decision's counterfactual.
+    Shadow,
+    /// Dispatch exactly as `least_load`.
+    Off,
 }
 
 /// A routing policy: each is one configuration of the same scoring pass. The formulas and
@@ -35,17 +41,24 @@ pub enum Policy {
     /// The gateway's load-only cost (`docs/FAILURE-MODES.md`, "The peers' cost models"): seconds of
     /// queued and in-flight tokens plus the KV barrier.
     LeastLoad,
-    /// Pure affinity, kept as the control (incident C): deepest overlap, then least load.
+    /// Pure affinity, the control that load-weighing policies are measured against:
+    /// deepest overlap, then least load.
     KvAware,
-    /// Incident C's score `matched/prompt − beta·(load − mean)/max(1, mean)`, higher wins.
+    /// Cache hit rate less a load penalty, `matched/prompt − beta·(load − mean)/max(1,
+    /// mean)`, higher wins: affinity that yields to a worker's excess load.
     LoadAware {
-        /// Weight of the load term (dimensionless), `0.0..=100.0`; incident C: 1.0 default,
-        /// 0.5 measured better, 0 disables balancing.
+        /// Weight of the load term (dimensionless), `0.0..=100.0`: 1.0 as first proposed,
+        /// 0.5 balanced better at the same hit rate ([`Policy::DEFAULT_LOAD_AWARE_BETA`]), 0
+        /// disables balancing.
         beta: f32,
     },
-    /// Incident B: cache-aware with scheduler occupancy in the owner's pressure.
+    /// Cache-aware with the owner's pressure counting its scheduler occupancy (running +
+    /// waiting over the running cap, summed over DP ranks) beside its KV usage, so an owner
+    /// at its request cap with a long queue is pressured however little KV it uses.
     OwnerPressure,
-    /// Incident A: projected seconds per worker (the flagship).
+    /// The latency the request adds to each worker, in seconds (the default): a cache
+    /// owner loses once its queueing and decode delay exceed the cost of recomputing the
+    /// prefix on a less loaded peer.
     ProjectedTime {
         /// off, shadow or enforce.
         mode: ProjectedMode,
@@ -62,23 +75,6 @@ impl Default for Policy {
     fn default() -> Self {
         Policy::ProjectedTime {
             mode: ProjectedMode::Enforce,
-        }
-    }
-}
-
-impl Policy {
-    /// A short stable name (`"projected_time"`, …) for counters and tables.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Policy::RoundRobin => "round_robin",
-            Policy::LeastLoad => "least_load",
-            Policy::KvAware => "kv_aware",
-            Policy::LoadAware { .. } => "load_aware",
-            Policy::OwnerPressure => "owner_pressure",
-            Policy::ProjectedTime { .. } => "projected_time",
-            Policy::DynamoCost => "dynamo_cost",
-            Policy::LMetric => "lmetric",
-            Policy::CacheAware => "cache_aware",
         }
     }
 }
@@ -217,7 +213,7 @@ impl ScoreConfig {
     /// The first knob out of range (NaN is out of every range), as a [`ConfigError`].
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Policy::LoadAware { beta } = self.policy {
-            check("beta", "0.0..=100.0", beta, 0.0, 100.0)?;
+            check("beta", "0.0..=100.0", beta, BETA_MIN, BETA_MAX)?;
         }
         check("tie_epsilon", "0.0..=0.5", self.tie_epsilon, 0.0, 0.5)?;
         check("near_tie_band", "0.0..=1.0", self.near_tie_band, 0.0, 1.0)?;

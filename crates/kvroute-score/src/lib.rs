@@ -45,16 +45,25 @@
 //!
 //! # Tie-breaking
 //! Costs within a relative band `tie_epsilon` of the minimum tie; then fewer requests win;
-//! then the deeper overlap (a conversation stays on its cache owner, failure kind 3); then
-//! the first slot at or after a rotating cursor (never "always the first", failure kind 2).
-//! Optional near-tie randomisation with a per-router seed ([`NearTieRng`]) spreads replicas
-//! (failure kind 10); it is off by default.
+//! then the deeper overlap (two equal scores never alternate a conversation off its cache
+//! owner); then the first slot at or after a rotating cursor (a fixed tie-breaker would
+//! always pick the same worker).
+//! Optional near-tie randomisation with a per-router seed ([`NearTieRng`]) spreads router
+//! replicas that read the same telemetry over near-equal workers instead of all picking
+//! the same one; it is off by default.
+//!
+//! # Names
+//! Policies, modes and reasons have stable names for counters, tables and command lines,
+//! listed once: [`PolicyKind::ALL`], [`ProjectedMode::ALL`], [`Reason::ALL`] (each with a
+//! dense `index()`), [`Policy::label`] (the mode included) and [`Policy::LABELED`].
+//! [`Policy`] and [`Reason`] implement `Display` and `FromStr` (module `policy`).
 
 mod config;
 mod cost;
 mod decide;
 mod fleet;
 mod lane;
+mod policy;
 mod reason;
 mod rng;
 mod select;
@@ -62,5 +71,6 @@ mod select;
 pub use config::{ConfigError, Policy, ProjectedMode, ScoreConfig, SharedConfig};
 pub use decide::{ScoreRequest, Scorer, TieInput};
 pub use fleet::{Aggregates, Fleet, SlotFigures};
-pub use reason::{Choice, Counterfactual, FallbackCause, Reason};
+pub use policy::{ParsePolicyError, PolicyKind};
+pub use reason::{Choice, Counterfactual, FallbackCause, ParseReasonError, Reason};
 pub use rng::NearTieRng;

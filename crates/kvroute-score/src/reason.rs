@@ -1,5 +1,8 @@
 //! What a decision returns: the chosen slot, its reason code, and the counterfactual.
 
+use core::fmt;
+use core::str::FromStr;
+
 use kvroute_index::Slot;
 use kvroute_load::Validity;
 
@@ -17,6 +20,32 @@ pub enum FallbackCause {
 }
 
 impl FallbackCause {
+    /// Every cause, in declaration order (`ALL[c.index()] == c`).
+    pub const ALL: [FallbackCause; 4] = [
+        FallbackCause::Missing,
+        FallbackCause::Invalid,
+        FallbackCause::Stale,
+        FallbackCause::Partial,
+    ];
+
+    /// Number of causes (`ALL.len()`).
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// The position in [`ALL`](Self::ALL), `0..COUNT`.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// A short stable name: `"missing"`, `"invalid"`, `"stale"` or `"partial"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            FallbackCause::Missing => "missing",
+            FallbackCause::Invalid => "invalid",
+            FallbackCause::Stale => "stale",
+            FallbackCause::Partial => "partial",
+        }
+    }
+
     /// The cause for a non-fresh validity; `None` for `Fresh` and `Vacant`.
     pub fn from_validity(v: Validity) -> Option<Self> {
         match v {
@@ -47,7 +76,7 @@ pub enum Reason {
     /// `cache_aware`'s imbalance gate.
     LoadEscape,
     /// `owner_pressure`: every owner is pressured and no peer is a safe spill, so the
-    /// least-pressured owner keeps the request (incident B).
+    /// least-pressured owner keeps the request.
     NoSafeSpillHold,
     /// The policy needs telemetry that was not fresh; chosen by `least_load` instead.
     Fallback(FallbackCause),
@@ -56,8 +85,45 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in [`index`](Self::index) order (`ALL[r.index()] == r`): declaration
+    /// order, [`Reason::Fallback`] once per [`FallbackCause`] in [`FallbackCause::ALL`]
+    /// order.
+    pub const ALL: [Reason; 12] = [
+        Reason::RoundRobin,
+        Reason::LeastLoad,
+        Reason::CacheHold,
+        Reason::CacheMiss,
+        Reason::Spill,
+        Reason::LoadEscape,
+        Reason::NoSafeSpillHold,
+        Reason::Fallback(FallbackCause::Missing),
+        Reason::Fallback(FallbackCause::Invalid),
+        Reason::Fallback(FallbackCause::Stale),
+        Reason::Fallback(FallbackCause::Partial),
+        Reason::NoEligibleWorker,
+    ];
+
+    /// Number of reasons (`ALL.len()`), fallbacks counted once per cause.
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// The position in [`ALL`](Self::ALL), `0..COUNT`: dense, for per-reason arrays.
+    pub const fn index(self) -> usize {
+        const FALLBACK: usize = 7;
+        match self {
+            Reason::RoundRobin => 0,
+            Reason::LeastLoad => 1,
+            Reason::CacheHold => 2,
+            Reason::CacheMiss => 3,
+            Reason::Spill => 4,
+            Reason::LoadEscape => 5,
+            Reason::NoSafeSpillHold => 6,
+            Reason::Fallback(c) => FALLBACK + c.index(),
+            Reason::NoEligibleWorker => FALLBACK + FallbackCause::COUNT,
+        }
+    }
+
     /// A short stable name for counters (`"cache_hold"`, `"fallback_stale"`, …).
-    pub fn name(&self) -> &'static str {
+    pub const fn name(&self) -> &'static str {
         match self {
             Reason::RoundRobin => "round_robin",
             Reason::LeastLoad => "least_load",
@@ -74,6 +140,48 @@ impl Reason {
         }
     }
 }
+
+impl fmt::Display for Reason {
+    /// Writes [`name`](Reason::name).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Reason {
+    type Err = ParseReasonError;
+
+    /// The reason whose [`name`](Reason::name) is exactly `s`.
+    ///
+    /// # Errors
+    /// [`ParseReasonError`] for any other string.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| ParseReasonError(s.to_owned()))
+    }
+}
+
+/// A string that is no [`Reason::name`] (holds the string). Its
+/// [`Display`](fmt::Display) lists the names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseReasonError(pub String);
+
+impl fmt::Display for ParseReasonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown reason `{}`; accepted: ", self.0)?;
+        for (i, r) in Reason::ALL.into_iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(r.name())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ParseReasonError {}
 
 /// What `projected_time` in `enforce` mode would have chosen (recorded in `shadow` mode).
 #[derive(Clone, Copy, Debug, PartialEq)]
