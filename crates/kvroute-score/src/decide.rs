@@ -407,12 +407,17 @@ fn decide<E: Engine>(
             ProjectedMode::Off => ctx.least_load::<E>(s, Reason::LeastLoad),
             ProjectedMode::Enforce => ctx.enforce::<E>(s),
             ProjectedMode::Shadow => {
-                let cf = ctx.enforce::<E>(s);
                 let mut c = ctx.least_load::<E>(s, Reason::LeastLoad);
+                // `enforce` leaves the costs of the model that chose in `s.costs`
+                // (projected seconds, or its fallback's): the dispatched slot's is read there.
+                let cf = ctx.enforce::<E>(s);
+                let dispatched_cost = c.slot.map_or(f32::NAN, |d| s.costs[d.index()]);
                 c.shadow = Some(Counterfactual {
                     slot: cf.slot,
                     reason: cf.reason,
                     cost: cf.cost,
+                    overlap_blocks: cf.overlap_blocks,
+                    dispatched_cost,
                 });
                 c
             }

@@ -183,15 +183,36 @@ impl fmt::Display for ParseReasonError {
 
 impl std::error::Error for ParseReasonError {}
 
-/// What `projected_time` in `enforce` mode would have chosen (recorded in `shadow` mode).
+/// What `projected_time` in `enforce` mode would have chosen (recorded in `shadow` mode),
+/// with what it would gain: both costs are under the model that made the counterfactual
+/// choice, so [`gain`](Self::gain) = `dispatched_cost − cost` is the latency enforce
+/// expects to save on this request.
+///
+/// That model is `enforce`'s projected seconds, or, when `enforce` itself falls back
+/// ([`Reason::Fallback`] as the counterfactual's reason), the fallback's `least_load`
+/// seconds over the trusted slots (+inf for a slot the fallback excludes).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Counterfactual {
     /// The slot it would have chosen.
     pub slot: Option<Slot>,
     /// Its reason.
     pub reason: Reason,
-    /// Its projected cost (seconds; NaN when no slot).
+    /// Its cost under the model (seconds; NaN when no slot).
     pub cost: f32,
+    /// Its overlap (blocks; 0 when no slot).
+    pub overlap_blocks: f32,
+    /// The dispatched slot's cost under the same model (seconds; NaN when nothing was
+    /// dispatched; may be non-finite for a slot that model cannot cost).
+    pub dispatched_cost: f32,
+}
+
+impl Counterfactual {
+    /// The seconds enforce expects to save on this request: `dispatched_cost − cost`
+    /// (positive when the counterfactual is cheaper, 0 when it is the dispatched slot; NaN
+    /// or infinite when either cost is).
+    pub fn gain(&self) -> f32 {
+        self.dispatched_cost - self.cost
+    }
 }
 
 /// The scorer's decision.
@@ -214,10 +235,21 @@ pub struct Choice {
 }
 
 impl Choice {
-    /// Whether two choices are the same decision: slot, reason, fallback, counterfactual slot
-    /// and reason, and costs equal bit for bit.
+    /// Whether two choices are the same decision: slot, reason, fallback, the
+    /// counterfactual's slot and reason, and every cost and overlap (the choice's and the
+    /// counterfactual's, its dispatched cost included) equal bit for bit.
     pub fn same_as(&self, o: &Choice) -> bool {
-        let cf = |c: &Option<Counterfactual>| c.map(|c| (c.slot, c.reason, c.cost.to_bits()));
+        let cf = |c: &Option<Counterfactual>| {
+            c.map(|c| {
+                (
+                    c.slot,
+                    c.reason,
+                    c.cost.to_bits(),
+                    c.overlap_blocks.to_bits(),
+                    c.dispatched_cost.to_bits(),
+                )
+            })
+        };
         self.slot == o.slot
             && self.reason == o.reason
             && self.fallback == o.fallback
