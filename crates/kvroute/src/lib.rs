@@ -110,7 +110,7 @@ pub use error::{EventError, RouteError, WorkerError};
 pub use ingest::{Channel, IngestError, IngestReport, IngestStats, ReplayRequest};
 pub use request::{Prompt, RouteRequest};
 pub use router::Router;
-pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats};
+pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats, WorkerDecisions};
 
 pub use kvroute_index::index::{
     BlockStore, EngineHash, IndexConfig, IndexStats, RemoveOutcome, StoreOutcome,
@@ -120,7 +120,10 @@ pub use kvroute_load::{
     EngineConfig, LoadConfig, LoadSample, Nanos, PublishError, Reservation, Reserved,
     SglangRankLoad, SweepReport, UpdateError, VllmLoadUpdate, VllmRankLoad,
 };
-pub use kvroute_score::{FallbackCause, Policy, ProjectedMode, Reason, ScoreConfig};
+pub use kvroute_score::{
+    FallbackCause, ParsePolicyError, ParseReasonError, Policy, PolicyKind, ProjectedMode, Reason,
+    ScoreConfig,
+};
 
 /// The crates the router is built from, for what the facade does not re-export.
 pub mod parts {
