@@ -333,7 +333,7 @@ fn check_counters(st: &RouterStats, outs: &Outs, admission: Option<AdmissionConf
     let counted: BTreeMap<(&str, &str), u64> = st
         .decisions
         .iter()
-        .map(|d| ((d.policy, d.reason), d.count))
+        .map(|d| ((d.policy, d.reason.name()), d.count))
         .collect();
     assert_eq!(counted, by_reason, "decisions by policy and reason");
     let f = &st.fallbacks;

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use kvroute::{
-    LoadSample, Nanos, Policy, ProjectedMode, PublishError, Reserved, Router, ScoreConfig, Slot,
-    UpdateError, WorkerId,
+    LoadSample, Nanos, Policy, PublishError, Reserved, Router, ScoreConfig, Slot, UpdateError,
+    WorkerId,
 };
 
 use super::{Clock, MIN_ROUNDS, Run, SLOTS, STABLE, TICK, universe};
@@ -132,29 +132,11 @@ pub fn sweeper(router: &Router, clock: &Clock, run: &Run) -> (u64, Reserved) {
     (rounds, released)
 }
 
-/// Every policy, with and without near-tie randomisation.
+/// Every policy label (`load_aware` with beta 0.5, each `projected_time` mode), with and
+/// without near-tie randomisation.
 pub fn configs() -> Vec<ScoreConfig> {
-    let policies = [
-        Policy::RoundRobin,
-        Policy::LeastLoad,
-        Policy::KvAware,
-        Policy::LoadAware { beta: 0.5 },
-        Policy::OwnerPressure,
-        Policy::ProjectedTime {
-            mode: ProjectedMode::Off,
-        },
-        Policy::ProjectedTime {
-            mode: ProjectedMode::Shadow,
-        },
-        Policy::ProjectedTime {
-            mode: ProjectedMode::Enforce,
-        },
-        Policy::DynamoCost,
-        Policy::LMetric,
-        Policy::CacheAware,
-    ];
     let mut out = Vec::new();
-    for policy in policies {
+    for policy in Policy::LABELED {
         for near_tie_band in [0.0, 0.05] {
             out.push(ScoreConfig {
                 policy,

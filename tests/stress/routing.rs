@@ -256,7 +256,7 @@ pub fn router_thread(
             (Ok(d), None) => {
                 check(&d, &s, output, stable, admission.is_some(), &all);
                 *out.by_reason
-                    .entry((d.policy.name(), d.reason.name()))
+                    .entry((d.policy.label(), d.reason.name()))
                     .or_default() += 1;
                 if let Some(c) = d.fallback {
                     out.fallbacks[cause_index(c)] += 1;

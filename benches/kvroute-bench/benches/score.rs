@@ -17,10 +17,8 @@ const WORKER_COUNTS: [usize; 4] = [16, 128, 512, 1024];
 fn score(c: &mut Criterion) {
     let mut group = c.benchmark_group("score");
     let req = SCORE_REQUEST;
-    for (name, policy) in [
-        ("projected_time", ScoreConfig::default().policy),
-        ("least_load", Policy::LeastLoad),
-    ] {
+    for policy in [ScoreConfig::default().policy, Policy::LeastLoad] {
+        let name = policy.label();
         let cfg = ScoreConfig {
             policy,
             ..ScoreConfig::default()

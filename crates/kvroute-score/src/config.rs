@@ -2,8 +2,8 @@
 //! knobs change while routing.
 //!
 //! Every knob has one default and one valid range; [`ScoreConfig::validate`] rejects an
-//! out-of-range value with a [`OutOfRange`] naming the knob and its range (incident A,
-//! acceptance item 9: knobs are bounded, never clamped silently).
+//! out-of-range value with an [`OutOfRange`] naming the knob and its range: knobs are
+//! bounded, never clamped silently.
 //!
 //! [`SharedConfig`] holds the current configuration as an immutable `Arc`: a decision loads
 //! it once and uses that one value throughout, so no decision sees half of an update, and
@@ -12,17 +12,23 @@
 use kvroute_core::OutOfRange;
 use kvroute_core::sync::{Arc, RwLock};
 
-/// `projected_time`'s mode (incident A).
+/// `load_aware`'s beta range, `BETA_MIN..=BETA_MAX` (dimensionless).
+pub(crate) const BETA_MIN: f32 = 0.0;
+/// See [`BETA_MIN`].
+pub(crate) const BETA_MAX: f32 = 100.0;
+
+/// `projected_time`'s mode: whether its projected seconds decide, or are only recorded
+/// beside a load-only dispatch. Written `enforce`, `shadow`, `off` (module `policy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum ProjectedMode {
-    /// Dispatch exactly as `least_load`.
-    Off,
-    /// Dispatch as `least_load`; compute what `enforce` would have chosen and record it as
-    /// the decision's counterfactual.
-    Shadow,
     /// Dispatch by projected seconds, with the hard load escape.
     #[default]
     Enforce,
+    /// Dispatch as `least_load`; compute what `enforce` would have chosen and record it as
+    /// the decision's counterfactual.
+    Shadow,
+    /// Dispatch exactly as `least_load`.
+    Off,
 }
 
 /// A routing policy: each is one configuration of the same scoring pass. The formulas and
@@ -34,17 +40,24 @@ pub enum Policy {
     /// The gateway's load-only cost (`docs/FAILURE-MODES.md`, "The peers' cost models"): seconds of
     /// queued and in-flight tokens plus the KV barrier.
     LeastLoad,
-    /// Pure affinity, kept as the control (incident C): deepest overlap, then least load.
+    /// Pure affinity, the control that load-weighing policies are measured against:
+    /// deepest overlap, then least load.
     KvAware,
-    /// Incident C's score `matched/prompt − beta·(load − mean)/max(1, mean)`, higher wins.
+    /// Cache hit rate less a load penalty, `matched/prompt − beta·(load − mean)/max(1,
+    /// mean)`, higher wins: affinity that yields to a worker's excess load.
     LoadAware {
-        /// Weight of the load term (dimensionless), `0.0..=100.0`; incident C: 1.0 default,
-        /// 0.5 measured better, 0 disables balancing.
+        /// Weight of the load term (dimensionless), `0.0..=100.0`: 1.0 as first proposed,
+        /// 0.5 balanced better at the same hit rate ([`Policy::DEFAULT_LOAD_AWARE_BETA`]), 0
+        /// disables balancing.
         beta: f32,
     },
-    /// Incident B: cache-aware with scheduler occupancy in the owner's pressure.
+    /// Cache-aware with the owner's pressure counting its scheduler occupancy (running +
+    /// waiting over the running cap, summed over DP ranks) beside its KV usage, so an owner
+    /// at its request cap with a long queue is pressured however little KV it uses.
     OwnerPressure,
-    /// Incident A: projected seconds per worker (the flagship).
+    /// The latency the request adds to each worker, in seconds (the default): a cache
+    /// owner loses once its queueing and decode delay exceed the cost of recomputing the
+    /// prefix on a less loaded peer.
     ProjectedTime {
         /// off, shadow or enforce.
         mode: ProjectedMode,
@@ -65,23 +78,6 @@ impl Default for Policy {
     }
 }
 
-impl Policy {
-    /// A short stable name (`"projected_time"`, …) for counters and tables.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Policy::RoundRobin => "round_robin",
-            Policy::LeastLoad => "least_load",
-            Policy::KvAware => "kv_aware",
-            Policy::LoadAware { .. } => "load_aware",
-            Policy::OwnerPressure => "owner_pressure",
-            Policy::ProjectedTime { .. } => "projected_time",
-            Policy::DynamoCost => "dynamo_cost",
-            Policy::LMetric => "lmetric",
-            Policy::CacheAware => "cache_aware",
-        }
-    }
-}
-
 /// Every runtime knob of the scorer. Construct with [`Default`] and change fields; the
 /// scorer only accepts values that pass [`validate`](Self::validate).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -91,7 +87,8 @@ pub struct ScoreConfig {
     /// Relative tie band: costs `c <= min + tie_epsilon·|min|` tie (dimensionless),
     /// `0.0..=0.5`, default 0.001.
     pub tie_epsilon: f32,
-    /// Optional near-tie randomisation (failure kind 10): when positive and the decision is
+    /// Optional near-tie randomisation, so that router replicas reading the same telemetry
+    /// do not all pick the same worker: when positive and the decision is
     /// given a random draw, the pick is uniform among costs within
     /// `max(tie_epsilon, near_tie_band)·|min|` of the minimum (dimensionless), `0.0..=1.0`,
     /// default 0 (off).
@@ -113,10 +110,10 @@ pub struct ScoreConfig {
     /// ([`ScoreRequest::expected_output_tokens`](crate::ScoreRequest) 0) (tokens),
     /// `1..=1_048_576`, default 512.
     pub tokens_per_request: u32,
-    /// Owner pressure high watermark (ratio), `0.0..=2.0`, default 0.9 (incident B).
+    /// `owner_pressure`'s high watermark (ratio), `0.0..=2.0`, default 0.9.
     pub watermark: f32,
     /// Owner slack: a spill target must be at least this much less pressured than the best
-    /// owner (ratio), `0.0..=1.0`, default 0.1 (incident B).
+    /// owner (ratio), `0.0..=1.0`, default 0.1 (`owner_pressure`).
     pub owner_slack: f32,
     /// `projected_time` hard load escape, absolute part (seconds), `0.0..=3600.0`, default
     /// 2.0. The load-only winner (least `least_load` seconds) is taken when the projected
@@ -172,7 +169,7 @@ pub mod bounds {
     use kvroute_core::Bounds;
 
     /// `Policy::LoadAware::beta`.
-    pub const BETA: Bounds = Bounds::floats(0.0, 100.0, "");
+    pub const BETA: Bounds = Bounds::floats(super::BETA_MIN, super::BETA_MAX, "");
     /// [`ScoreConfig::tie_epsilon`](super::ScoreConfig::tie_epsilon).
     pub const TIE_EPSILON: Bounds = Bounds::floats(0.0, 0.5, "");
     /// [`ScoreConfig::near_tie_band`](super::ScoreConfig::near_tie_band).

@@ -72,16 +72,19 @@ pub(crate) enum CostKind {
     /// `(queued + decode) / ptps' + barrier`, `ptps'` = the lane's prefill throughput, else
     /// `least_load_tps` (2,000 tokens/s).
     LeastLoad,
-    /// `−overlap` (blocks): `kv_aware`, deepest first (incident C's control).
+    /// `−overlap` (blocks): `kv_aware`, deepest first (pure affinity, the control).
     Overlap,
-    /// Incident C, negated: `−(matched/max(prompt,1) − beta·(requests − mean)/max(1, mean))`
+    /// `load_aware`'s score (hit rate less the load penalty), negated:
+    /// `−(matched/max(prompt,1) − beta·(requests − mean)/max(1, mean))`
     /// (dimensionless), mean over occupied workers.
     LoadAware,
-    /// Incident B: `max(k, util, occ)` (ratio).
+    /// `owner_pressure`'s pressure, scheduler occupancy included: `max(k, util, occ)`
+    /// (ratio).
     Pressure,
-    /// Incident B's old pressure, its fleet-wide fallback: `max(k, util)` (ratio).
+    /// The old pressure without occupancy, `owner_pressure`'s fleet-wide fallback when an
+    /// occupancy is unknown: `max(k, util)` (ratio).
     OldPressure,
-    /// Incident A (seconds): the latency the request adds to the worker (module docs,
+    /// `projected_time` (seconds): the latency the request adds to the worker (module docs,
     /// derivation): `max(queued/π, wait) + n·uncached/π + (2n − 1)·out/δ + barrier`,
     /// `wait = (q − M + 1)·out/δ` when the batch is full.
     Projected,

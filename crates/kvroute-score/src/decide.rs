@@ -3,10 +3,10 @@
 //!
 //! * `round_robin`: cost 0, ties broken by the rotating cursor only.
 //! * `least_load` (peers, the gateway): least `(queued + decode)/tps + barrier` seconds.
-//! * `kv_aware` (incident C's control): deepest overlap exactly, then fewest requests, then
-//!   the cursor. Pure affinity: never falls back.
-//! * `load_aware { beta }` (incident C): least negated score.
-//! * `owner_pressure` (incident B): owners are the slots holding the deepest prefix.
+//! * `kv_aware` (pure affinity, the control): deepest overlap exactly, then fewest
+//!   requests, then the cursor. Never falls back.
+//! * `load_aware { beta }`: least negated score (hit rate less the load penalty).
+//! * `owner_pressure`: owners are the slots holding the deepest prefix.
 //!   pressure = `max(k, util, occ)`, `occ` summed over DP ranks. The least-pressured owner
 //!   keeps the request while its pressure is below `watermark` (0.9) ([`Reason::CacheHold`]);
 //!   otherwise the least-pressured slot fleet-wide takes it if its pressure is below the
@@ -15,7 +15,7 @@
 //!   ([`Reason::CacheMiss`]). If any occupied slot's occupancy is unknown (caps missing,
 //!   partial or stale), every slot uses the old pressure `max(k, util)` and the choice
 //!   records the fallback cause.
-//! * `projected_time` (incident A): `off` = `least_load`; `shadow` = `least_load` with the
+//! * `projected_time`: `off` = `least_load`; `shadow` = `least_load` with the
 //!   enforce choice as counterfactual; `enforce` = least projected seconds (the latency the
 //!   request adds, [`crate::cost`]), unless that winner's `least_load` seconds exceed the
 //!   `least_load` winner's by more than `escape_margin_s` and by more than
@@ -407,12 +407,17 @@ fn decide<E: Engine>(
             ProjectedMode::Off => ctx.least_load::<E>(s, Reason::LeastLoad),
             ProjectedMode::Enforce => ctx.enforce::<E>(s),
             ProjectedMode::Shadow => {
-                let cf = ctx.enforce::<E>(s);
                 let mut c = ctx.least_load::<E>(s, Reason::LeastLoad);
+                // `enforce` leaves the costs of the model that chose in `s.costs`
+                // (projected seconds, or its fallback's): the dispatched slot's is read there.
+                let cf = ctx.enforce::<E>(s);
+                let dispatched_cost = c.slot.map_or(f32::NAN, |d| s.costs[d.index()]);
                 c.shadow = Some(Counterfactual {
                     slot: cf.slot,
                     reason: cf.reason,
                     cost: cf.cost,
+                    overlap_blocks: cf.overlap_blocks,
+                    dispatched_cost,
                 });
                 c
             }

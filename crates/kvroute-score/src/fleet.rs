@@ -39,7 +39,8 @@ pub struct SlotFigures {
     /// Scheduler utilisation (ratio).
     pub utilization: f32,
     /// `(Σ running + Σ waiting + reserved) / Σ max_running` over the engine's DP ranks
-    /// (ratio), `None` when some rank's cap is missing, partial or stale (incident B).
+    /// (ratio), `None` when some rank's cap is missing, partial or stale (`owner_pressure`
+    /// then uses the old pressure `max(k, util)` fleet-wide).
     pub occupancy: Option<f32>,
     /// Prefill throughput (tokens/s; 0 = unknown, the configured default is used).
     pub prefill_tps: f32,

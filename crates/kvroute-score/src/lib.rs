@@ -25,11 +25,13 @@
 //! `barrier = kv_barrier_s·k'/(1−k')`, `k' = clamp(k, 0, 0.999)` (seconds).
 //! * `round_robin`: 0; the cursor decides.
 //! * `least_load` (peers, the gateway): `(queued + decode)/tps + barrier` seconds.
-//! * `kv_aware` (incident C control): `−overlap`, exact ties, then fewer requests.
-//! * `load_aware{beta}` (incident C): `−(matched/prompt − beta·(requests − mean)/max(1, mean))`.
-//! * `owner_pressure` (incident B): `max(k, util, occupancy)` with DP-summed occupancy, 0.9
-//!   watermark, 0.1 slack, hold on the least-pressured owner, old-pressure fallback.
-//! * `projected_time` (incident A): the latency the request adds to the worker, seconds:
+//! * `kv_aware` (pure affinity, the control): `−overlap`, exact ties, then fewer requests.
+//! * `load_aware{beta}` (hit rate less a load penalty):
+//!   `−(matched/prompt − beta·(requests − mean)/max(1, mean))`.
+//! * `owner_pressure` (scheduler occupancy in the owner's pressure): `max(k, util,
+//!   occupancy)` with DP-summed occupancy, 0.9 watermark, 0.1 slack, hold on the
+//!   least-pressured owner, old-pressure fallback.
+//! * `projected_time` (the default): the latency the request adds to the worker, seconds:
 //!   `max(queued/prefill_tps, slot wait) + n·uncached/prefill_tps +
 //!   (2n − 1)·output/decode_tps + barrier`, `n` the batch it decodes in (derivation in
 //!   module `cost`); off | shadow | enforce with the hard escape (an absolute and a
@@ -43,16 +45,25 @@
 //!
 //! # Tie-breaking
 //! Costs within a relative band `tie_epsilon` of the minimum tie; then fewer requests win;
-//! then the deeper overlap (a conversation stays on its cache owner, failure kind 3); then
-//! the first slot at or after a rotating cursor (never "always the first", failure kind 2).
-//! Optional near-tie randomisation with a per-router seed ([`NearTieRng`]) spreads replicas
-//! (failure kind 10); it is off by default.
+//! then the deeper overlap (two equal scores never alternate a conversation off its cache
+//! owner); then the first slot at or after a rotating cursor (a fixed tie-breaker would
+//! always pick the same worker).
+//! Optional near-tie randomisation with a per-router seed ([`NearTieRng`]) spreads router
+//! replicas that read the same telemetry over near-equal workers instead of all picking
+//! the same one; it is off by default.
+//!
+//! # Names
+//! Policies, modes and reasons have stable names for counters, tables and command lines,
+//! listed once: [`PolicyKind::ALL`], [`ProjectedMode::ALL`], [`Reason::ALL`] (each with a
+//! dense `index()`), [`Policy::label`] (the mode included) and [`Policy::LABELED`].
+//! [`Policy`] and [`Reason`] implement `Display` and `FromStr` (module `policy`).
 
 mod config;
 mod cost;
 mod decide;
 mod fleet;
 mod lane;
+mod policy;
 mod reason;
 mod rng;
 mod select;
@@ -60,5 +71,6 @@ mod select;
 pub use config::{Policy, ProjectedMode, ScoreConfig, SharedConfig, bounds};
 pub use decide::{ScoreRequest, Scorer, TieInput};
 pub use fleet::{Aggregates, Fleet, SlotFigures};
-pub use reason::{Choice, Counterfactual, FallbackCause, Reason};
+pub use policy::{ParsePolicyError, PolicyKind};
+pub use reason::{Choice, Counterfactual, FallbackCause, ParseReasonError, Reason};
 pub use rng::NearTieRng;

@@ -1,5 +1,8 @@
 //! What a decision returns: the chosen slot, its reason code, and the counterfactual.
 
+use core::fmt;
+use core::str::FromStr;
+
 use kvroute_core::Slot;
 use kvroute_load::Validity;
 
@@ -17,6 +20,32 @@ pub enum FallbackCause {
 }
 
 impl FallbackCause {
+    /// Every cause, in declaration order (`ALL[c.index()] == c`).
+    pub const ALL: [FallbackCause; 4] = [
+        FallbackCause::Missing,
+        FallbackCause::Invalid,
+        FallbackCause::Stale,
+        FallbackCause::Partial,
+    ];
+
+    /// Number of causes (`ALL.len()`).
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// The position in [`ALL`](Self::ALL), `0..COUNT`.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// A short stable name: `"missing"`, `"invalid"`, `"stale"` or `"partial"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            FallbackCause::Missing => "missing",
+            FallbackCause::Invalid => "invalid",
+            FallbackCause::Stale => "stale",
+            FallbackCause::Partial => "partial",
+        }
+    }
+
     /// The cause for a non-fresh validity; `None` for `Fresh` and `Vacant`.
     pub fn from_validity(v: Validity) -> Option<Self> {
         match v {
@@ -47,7 +76,7 @@ pub enum Reason {
     /// `cache_aware`'s imbalance gate.
     LoadEscape,
     /// `owner_pressure`: every owner is pressured and no peer is a safe spill, so the
-    /// least-pressured owner keeps the request (incident B).
+    /// least-pressured owner keeps the request.
     NoSafeSpillHold,
     /// The policy needs telemetry that was not fresh; chosen by `least_load` instead.
     Fallback(FallbackCause),
@@ -56,8 +85,45 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in [`index`](Self::index) order (`ALL[r.index()] == r`): declaration
+    /// order, [`Reason::Fallback`] once per [`FallbackCause`] in [`FallbackCause::ALL`]
+    /// order.
+    pub const ALL: [Reason; 12] = [
+        Reason::RoundRobin,
+        Reason::LeastLoad,
+        Reason::CacheHold,
+        Reason::CacheMiss,
+        Reason::Spill,
+        Reason::LoadEscape,
+        Reason::NoSafeSpillHold,
+        Reason::Fallback(FallbackCause::Missing),
+        Reason::Fallback(FallbackCause::Invalid),
+        Reason::Fallback(FallbackCause::Stale),
+        Reason::Fallback(FallbackCause::Partial),
+        Reason::NoEligibleWorker,
+    ];
+
+    /// Number of reasons (`ALL.len()`), fallbacks counted once per cause.
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// The position in [`ALL`](Self::ALL), `0..COUNT`: dense, for per-reason arrays.
+    pub const fn index(self) -> usize {
+        const FALLBACK: usize = 7;
+        match self {
+            Reason::RoundRobin => 0,
+            Reason::LeastLoad => 1,
+            Reason::CacheHold => 2,
+            Reason::CacheMiss => 3,
+            Reason::Spill => 4,
+            Reason::LoadEscape => 5,
+            Reason::NoSafeSpillHold => 6,
+            Reason::Fallback(c) => FALLBACK + c.index(),
+            Reason::NoEligibleWorker => FALLBACK + FallbackCause::COUNT,
+        }
+    }
+
     /// A short stable name for counters (`"cache_hold"`, `"fallback_stale"`, …).
-    pub fn name(&self) -> &'static str {
+    pub const fn name(&self) -> &'static str {
         match self {
             Reason::RoundRobin => "round_robin",
             Reason::LeastLoad => "least_load",
@@ -75,15 +141,78 @@ impl Reason {
     }
 }
 
-/// What `projected_time` in `enforce` mode would have chosen (recorded in `shadow` mode).
+impl fmt::Display for Reason {
+    /// Writes [`name`](Reason::name).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Reason {
+    type Err = ParseReasonError;
+
+    /// The reason whose [`name`](Reason::name) is exactly `s`.
+    ///
+    /// # Errors
+    /// [`ParseReasonError`] for any other string.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| ParseReasonError(s.to_owned()))
+    }
+}
+
+/// A string that is no [`Reason::name`] (holds the string). Its
+/// [`Display`](fmt::Display) lists the names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseReasonError(pub String);
+
+impl fmt::Display for ParseReasonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown reason `{}`; accepted: ", self.0)?;
+        for (i, r) in Reason::ALL.into_iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(r.name())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ParseReasonError {}
+
+/// What `projected_time` in `enforce` mode would have chosen (recorded in `shadow` mode),
+/// with what it would gain: both costs are under the model that made the counterfactual
+/// choice, so [`gain`](Self::gain) = `dispatched_cost − cost` is the latency enforce
+/// expects to save on this request.
+///
+/// That model is `enforce`'s projected seconds, or, when `enforce` itself falls back
+/// ([`Reason::Fallback`] as the counterfactual's reason), the fallback's `least_load`
+/// seconds over the trusted slots (+inf for a slot the fallback excludes).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Counterfactual {
     /// The slot it would have chosen.
     pub slot: Option<Slot>,
     /// Its reason.
     pub reason: Reason,
-    /// Its projected cost (seconds; NaN when no slot).
+    /// Its cost under the model (seconds; NaN when no slot).
     pub cost: f32,
+    /// Its overlap (blocks; 0 when no slot).
+    pub overlap_blocks: f32,
+    /// The dispatched slot's cost under the same model (seconds; NaN when nothing was
+    /// dispatched; may be non-finite for a slot that model cannot cost).
+    pub dispatched_cost: f32,
+}
+
+impl Counterfactual {
+    /// The seconds enforce expects to save on this request: `dispatched_cost − cost`
+    /// (positive when the counterfactual is cheaper, 0 when it is the dispatched slot; NaN
+    /// or infinite when either cost is).
+    pub fn gain(&self) -> f32 {
+        self.dispatched_cost - self.cost
+    }
 }
 
 /// The scorer's decision.
@@ -106,10 +235,21 @@ pub struct Choice {
 }
 
 impl Choice {
-    /// Whether two choices are the same decision: slot, reason, fallback, counterfactual slot
-    /// and reason, and costs equal bit for bit.
+    /// Whether two choices are the same decision: slot, reason, fallback, the
+    /// counterfactual's slot and reason, and every cost and overlap (the choice's and the
+    /// counterfactual's, its dispatched cost included) equal bit for bit.
     pub fn same_as(&self, o: &Choice) -> bool {
-        let cf = |c: &Option<Counterfactual>| c.map(|c| (c.slot, c.reason, c.cost.to_bits()));
+        let cf = |c: &Option<Counterfactual>| {
+            c.map(|c| {
+                (
+                    c.slot,
+                    c.reason,
+                    c.cost.to_bits(),
+                    c.overlap_blocks.to_bits(),
+                    c.dispatched_cost.to_bits(),
+                )
+            })
+        };
         self.slot == o.slot
             && self.reason == o.reason
             && self.fallback == o.fallback

@@ -1,5 +1,5 @@
-//! The seeded generator behind near-tie randomisation (spreading router replicas that see
-//! the same telemetry).
+//! A tiny seeded generator for near-tie randomisation (router replicas that read the same
+//! telemetry spreading over near-equal workers instead of all picking the same one).
 
 use kvroute_core::SplitMix64;
 

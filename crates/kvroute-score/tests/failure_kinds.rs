@@ -3,27 +3,18 @@
 mod common;
 
 use common::{both, cfg, idle, slot};
-use kvroute_score::{Fleet, Policy, ProjectedMode, SlotFigures};
+use kvroute_score::{Fleet, Policy, PolicyKind, SlotFigures};
 
+/// Every policy label but `round_robin`, `load_aware` with beta 1.0.
 fn cache_and_load_policies() -> Vec<Policy> {
-    vec![
-        Policy::LeastLoad,
-        Policy::KvAware,
-        Policy::LoadAware { beta: 1.0 },
-        Policy::OwnerPressure,
-        Policy::ProjectedTime {
-            mode: ProjectedMode::Off,
-        },
-        Policy::ProjectedTime {
-            mode: ProjectedMode::Shadow,
-        },
-        Policy::ProjectedTime {
-            mode: ProjectedMode::Enforce,
-        },
-        Policy::DynamoCost,
-        Policy::LMetric,
-        Policy::CacheAware,
-    ]
+    Policy::LABELED
+        .into_iter()
+        .filter(|p| p.kind() != PolicyKind::RoundRobin)
+        .map(|p| match p {
+            Policy::LoadAware { .. } => Policy::LoadAware { beta: 1.0 },
+            p => p,
+        })
+        .collect()
 }
 
 fn loaded(requests: f32, tokens: f32, kv: f32) -> Option<SlotFigures> {

@@ -1,6 +1,8 @@
 //! The SIMD pass and the scalar reference choose the same slot, reason and cost on random
 //! fleets of sizes 0, 1, 7, 8, 9, 64, 65, 1000 and 1024, with NaN, ±inf, vacant slots and
-//! every validity, under every policy.
+//! every validity, under every policy; in shadow mode they record the same counterfactual
+//! (slot, reason, overlap, its cost and the dispatched slot's), which is enforce's own
+//! choice, with the dispatched slot's cost as enforce's model gives it.
 
 mod common;
 
@@ -13,26 +15,9 @@ use proptest::prelude::*;
 
 const SIZES: [usize; 9] = [0, 1, 7, 8, 9, 64, 65, 1000, 1024];
 
+/// Every policy label once (`load_aware` with beta 0.5, each `projected_time` mode).
 fn policies() -> Vec<Policy> {
-    vec![
-        Policy::RoundRobin,
-        Policy::LeastLoad,
-        Policy::KvAware,
-        Policy::LoadAware { beta: 0.5 },
-        Policy::OwnerPressure,
-        Policy::ProjectedTime {
-            mode: ProjectedMode::Off,
-        },
-        Policy::ProjectedTime {
-            mode: ProjectedMode::Shadow,
-        },
-        Policy::ProjectedTime {
-            mode: ProjectedMode::Enforce,
-        },
-        Policy::DynamoCost,
-        Policy::LMetric,
-        Policy::CacheAware,
-    ]
+    Policy::LABELED.to_vec()
 }
 
 /// A value drawn from a mix that makes ties and special values common.
@@ -47,7 +32,7 @@ fn val(r: &mut NearTieRng, scale: f32, specials: bool) -> f32 {
     }
 }
 
-fn fleet(n: usize, seed: u64, specials: bool, vacancy: u64) -> Fleet {
+fn slots(n: usize, seed: u64, specials: bool, vacancy: u64) -> Vec<Option<SlotFigures>> {
     let mut r = NearTieRng::new(seed);
     let validities = [
         Validity::Fresh,
@@ -83,7 +68,7 @@ fn fleet(n: usize, seed: u64, specials: bool, vacancy: u64) -> Fleet {
             })
         })
         .collect();
-    Fleet::from_slots(&slots)
+    slots
 }
 
 proptest! {
@@ -103,7 +88,8 @@ proptest! {
         output in prop_oneof![Just(0u32), 1u32..4_000],
         rel in prop_oneof![Just(0.0f32), Just(2.0), Just(0.5)],
     ) {
-        let f = fleet(SIZES[size], seed, specials, vacancy);
+        let figures = slots(SIZES[size], seed, specials, vacancy);
+        let f = Fleet::from_slots(&figures);
         let req = ScoreRequest { prompt_tokens: prompt, block_size: 16, expected_output_tokens: output };
         let tie = TieInput { cursor, random: draw };
         let mut s = Scorer::new();
@@ -122,8 +108,78 @@ proptest! {
             if let Some(sl) = a.slot {
                 prop_assert!(sl.index() < f.len());
             }
+            prop_assert_eq!(a.shadow.is_some(), policy == SHADOW, "{:?}", policy);
+            if let Some(cf) = a.shadow {
+                let enforce = ScoreConfig { policy: ENFORCE, ..cfg };
+                check_counterfactual(&mut s, &figures, &f, req, &enforce, tie, &a, &cf)?;
+            }
         }
     }
+}
+
+const SHADOW: Policy = Policy::ProjectedTime {
+    mode: ProjectedMode::Shadow,
+};
+const ENFORCE: Policy = Policy::ProjectedTime {
+    mode: ProjectedMode::Enforce,
+};
+
+/// The counterfactual of shadow's `choice` is enforce's own choice on the same fleet (slot,
+/// reason, cost, overlap). Where enforce did not fall back, every occupied slot is fresh and
+/// the dispatched slot's cost is its projected seconds, which enforce gives on a fleet of
+/// that slot alone (one slot: no escape, no tie); where it did, the dispatched slot's cost
+/// is the fallback's, which for the counterfactual's own slot is the counterfactual's cost.
+#[allow(clippy::too_many_arguments)]
+fn check_counterfactual(
+    s: &mut Scorer,
+    figures: &[Option<SlotFigures>],
+    f: &Fleet,
+    req: ScoreRequest,
+    enforce: &ScoreConfig,
+    tie: TieInput,
+    choice: &kvroute_score::Choice,
+    cf: &kvroute_score::Counterfactual,
+) -> Result<(), TestCaseError> {
+    let en = s.score(f, req, enforce, tie);
+    prop_assert_eq!(
+        (
+            cf.slot,
+            cf.reason,
+            cf.cost.to_bits(),
+            cf.overlap_blocks.to_bits()
+        ),
+        (
+            en.slot,
+            en.reason,
+            en.cost.to_bits(),
+            en.overlap_blocks.to_bits()
+        ),
+        "{:?} vs enforce {:?}",
+        cf,
+        en
+    );
+    if let Some(sl) = cf.slot {
+        prop_assert_eq!(cf.overlap_blocks.to_bits(), f.overlap(sl.index()).to_bits());
+    }
+    let Some(d) = choice.slot else {
+        prop_assert!(cf.dispatched_cost.is_nan(), "{:?}", cf);
+        return Ok(());
+    };
+    if cf.slot == Some(d) {
+        prop_assert_eq!(cf.dispatched_cost.to_bits(), cf.cost.to_bits());
+        prop_assert_eq!(cf.gain(), 0.0);
+    }
+    if matches!(cf.reason, Reason::Fallback(_)) {
+        return Ok(());
+    }
+    let alone = Fleet::from_slots(&figures[d.index()..=d.index()]);
+    let own = s.score_reference(&alone, req, enforce, TieInput::default());
+    if own.slot.is_some() {
+        prop_assert_eq!(cf.dispatched_cost.to_bits(), own.cost.to_bits(), "{:?}", cf);
+    } else {
+        prop_assert!(!cf.dispatched_cost.is_finite(), "{:?}", cf);
+    }
+    Ok(())
 }
 
 #[test]

@@ -56,7 +56,8 @@ pub struct EngineSample {
 pub struct RunResult {
     /// Workload name.
     pub workload: String,
-    /// Policy name (as in `kvroute::Policy::name`, with its parameters).
+    /// The policy as `kvroute::Policy`'s `Display` writes it, with its parameter
+    /// (`load_aware:0.5`, `projected_time:shadow`, `projected_time` for enforce).
     pub policy: String,
     /// Number of engines.
     pub engines: u32,

@@ -49,6 +49,37 @@ fn list_shows_every_scenario_and_policy() {
     assert!(s.contains("Incident A") && s.contains("Failure kind 6"));
 }
 
+/// The default set is every policy label but `projected_time:off`, in the library's
+/// order; `--policies` entries may carry spaces, and `projected_time:enforce` is reported
+/// as `projected_time`.
+#[test]
+fn list_names_the_default_policies_and_entries_are_trimmed() {
+    let out = sim(&["list"]);
+    assert!(out.status.success());
+    let s = text(&out.stdout);
+    let defaults = "policies (--policies a,b,c; these by default):\n  round_robin\n  \
+                    least_load\n  kv_aware\n  load_aware:0.5\n  owner_pressure\n  \
+                    projected_time\n  projected_time:shadow\n  dynamo_cost\n  lmetric\n  \
+                    cache_aware\naccepted:\n";
+    assert!(s.contains(defaults), "{s}");
+    let out = sim(&[
+        "scenario",
+        "burst-siblings",
+        "--limit",
+        "8",
+        "--policies",
+        " projected_time:enforce , kv_aware",
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(
+        table.lines().any(|l| l.starts_with("projected_time ")),
+        "{table}"
+    );
+    assert!(table.lines().any(|l| l.starts_with("kv_aware ")), "{table}");
+}
+
 #[test]
 fn unknown_policy_is_a_usage_error_listing_valid_names() {
     let out = sim(&["scenario", "burst-siblings", "--policies", "kv_aware,magic"]);

@@ -4,15 +4,37 @@ use kvroute_core::{Slot, SlotGeneration, WorkerId};
 use kvroute_load::Reservation;
 use kvroute_score::{FallbackCause, Policy, Reason};
 
-/// What `projected_time` in enforce mode would have chosen, recorded in shadow mode.
+/// What `projected_time` in enforce mode would have chosen, recorded in shadow mode, and
+/// what that would gain ([`gain`](Self::gain)).
+///
+/// Both costs are under the model that chose the counterfactual: enforce's projected
+/// seconds (the latency the request adds to the worker), or, when enforce itself fell back
+/// on telemetry ([`Reason::Fallback`] as its reason), the fallback's `least_load` seconds
+/// over the workers with trusted telemetry (+inf for the others). See
+/// [`Counterfactual`](kvroute_score::Counterfactual).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Shadow {
     /// The worker it would have chosen (`None` when it found none).
     pub worker: Option<WorkerId>,
     /// Its reason.
     pub reason: Reason,
-    /// Its projected cost (seconds; NaN when none).
+    /// Its cost under the model (seconds; NaN when none).
     pub cost: f32,
+    /// Leading blocks of the prompt it holds (blocks; 0 when none).
+    pub overlap_blocks: u32,
+    /// The dispatched worker's cost under the same model (seconds; NaN when admission
+    /// redirected the decision, whose worker the scorer did not cost; may be non-finite
+    /// for a worker the model cannot cost).
+    pub dispatched_cost: f32,
+}
+
+impl Shadow {
+    /// The seconds enforce expects to save on this request, `dispatched_cost − cost`:
+    /// positive when the counterfactual is cheaper, 0 when it is the dispatched worker, NaN
+    /// or infinite when either cost is.
+    pub fn gain(&self) -> f32 {
+        self.dispatched_cost - self.cost
+    }
 }
 
 /// Admission moved the request off the scorer's pick (see

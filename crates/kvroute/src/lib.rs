@@ -123,7 +123,7 @@ pub use error::{EventError, RouteError, WorkerError};
 pub use ingest::{Channel, IngestError, IngestReport, IngestStats, ReplayRequest};
 pub use request::{Prompt, RouteRequest};
 pub use router::Router;
-pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats};
+pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats, WorkerDecisions};
 
 // The vocabulary (kvroute-core).
 pub use kvroute_core::{
@@ -142,7 +142,10 @@ pub use kvroute_load::{
     Reservation, ReservationStats, Reserved, SnapshotGuard, SweepReport, Validity, Work,
 };
 // The scorer's configuration and what a decision reports.
-pub use kvroute_score::{FallbackCause, Policy, ProjectedMode, Reason, ScoreConfig};
+pub use kvroute_score::{
+    FallbackCause, ParsePolicyError, ParseReasonError, Policy, PolicyKind, ProjectedMode, Reason,
+    ScoreConfig,
+};
 // The engines' wire formats: frames, event batches and load telemetry.
 pub use kvroute_wire::{
     END_OF_REPLAY_SEQ, ErrorCounts, ErrorKind, KvEvent, KvEventBatch, KvMessage, SglangLoadStat,

@@ -6,13 +6,22 @@
 //! [`Router::export_metrics`] periodically (each scrape, or every few seconds): every
 //! counter is set to its absolute value ([`Counter::absolute`](::metrics::Counter::absolute)),
 //! so calls can be as frequent or rare as wanted and nothing is counted twice. The
-//! counters are monotonic since the router was built; a counter that is still zero may be
-//! absent until it first moves (decisions, block-size mismatches).
+//! counters are monotonic since the router was built (the per-worker ones since the worker
+//! was added); a counter that is still zero may be absent until it first moves (decisions,
+//! block-size mismatches).
 //! [`describe_metrics`] registers each name's unit and description once.
+//!
+//! A worker removed and added again starts counting its decisions from zero
+//! ([`RouterStats::workers`]); `kvroute_worker_decisions_total` carries the tenancy's
+//! `generation` ([`SlotGeneration`](crate::SlotGeneration)) so that the new tenancy is a new
+//! series instead of one that goes backwards (which `absolute` would not show: the
+//! `metrics` crate's own counters keep the largest value set). `sum without (generation)`
+//! totals a worker over its tenancies while the recorder keeps the old series.
 //!
 //! | metric | kind | labels | source |
 //! |---|---|---|---|
-//! | `kvroute_decisions_total` | counter | `policy`, `reason` ([`Policy::name`](crate::Policy::name), [`Reason::name`](crate::Reason::name)) | [`RouterStats::decisions`] |
+//! | `kvroute_decisions_total` | counter | `policy` ([`Policy::label`](crate::Policy::label): the name, with `projected_time`'s mode unless enforce, e.g. `projected_time:shadow`), `reason` ([`Reason::name`](crate::Reason::name)) | [`RouterStats::decisions`] |
+//! | `kvroute_worker_decisions_total` | counter | `engine_id`, `dp_rank`, `generation`, `reason` | [`RouterStats::workers`]: decisions that went to each registered worker during its current tenancy of its slot, by reason (non-zero ones) |
 //! | `kvroute_fallbacks_total` | counter | `cause`: `missing`, `invalid`, `stale`, `partial` | [`RouterStats::fallbacks`] |
 //! | `kvroute_shadow_disagreements_total` | counter | | [`RouterStats::shadow_disagreements`] |
 //! | `kvroute_rescores_total` | counter | | [`RouterStats::rescores`] |
@@ -34,6 +43,7 @@ use crate::ingest::IngestStats;
 use crate::router::Router;
 use crate::stats::RouterStats;
 use kvroute_load::Reserved;
+use kvroute_score::{FallbackCause, Reason};
 
 /// Sets the three counters of `name`, one per reservation field.
 fn reserved(name: &'static str, r: &Reserved) {
@@ -51,30 +61,37 @@ impl RouterStats {
     /// of [`kvroute::metrics`](crate::metrics)); every counter is set to its absolute value.
     pub fn record_metrics(&self) {
         for d in &self.decisions {
-            counter!("kvroute_decisions_total", "policy" => d.policy, "reason" => d.reason)
-                .absolute(d.count);
+            counter!(
+                "kvroute_decisions_total",
+                "policy" => d.policy,
+                "reason" => d.reason.name(),
+            )
+            .absolute(d.count);
         }
-        let f = &self.fallbacks;
-        for (cause, v) in [
-            ("missing", f.missing),
-            ("invalid", f.invalid),
-            ("stale", f.stale),
-            ("partial", f.partial),
-        ] {
-            counter!("kvroute_fallbacks_total", "cause" => cause).absolute(v);
+        for w in &self.workers {
+            for reason in Reason::ALL {
+                let n = w.with_reason(reason);
+                if n > 0 {
+                    counter!(
+                        "kvroute_worker_decisions_total",
+                        "engine_id" => w.worker.engine_id.to_string(),
+                        "dp_rank" => w.worker.dp_rank.to_string(),
+                        "generation" => w.generation.0.to_string(),
+                        "reason" => reason.name(),
+                    )
+                    .absolute(n);
+                }
+            }
+        }
+        for cause in FallbackCause::ALL {
+            counter!("kvroute_fallbacks_total", "cause" => cause.name())
+                .absolute(self.fallbacks.get(cause));
         }
         counter!("kvroute_shadow_disagreements_total").absolute(self.shadow_disagreements);
         counter!("kvroute_rescores_total").absolute(self.rescores);
         counter!("kvroute_unchecked_reserves_total").absolute(self.unchecked_reserves);
         counter!("kvroute_admission_redirects_total").absolute(self.admission_redirects);
-        let r = &self.rejections;
-        for (kind, v) in [
-            ("invalid_request", r.invalid_request),
-            ("no_eligible_worker", r.no_eligible_worker),
-            ("over_bound", r.over_bound),
-            ("contended", r.contended),
-            ("saturated", r.saturated),
-        ] {
+        for (kind, v) in self.rejections.named() {
             counter!("kvroute_rejections_total", "kind" => kind).absolute(v);
         }
         let t = &self.reservations;
@@ -135,7 +152,12 @@ pub fn describe_metrics() {
     c(
         "kvroute_decisions_total",
         Unit::Count,
-        "Routing decisions by policy and reason.",
+        "Routing decisions by policy (with projected_time's mode) and reason.",
+    );
+    c(
+        "kvroute_worker_decisions_total",
+        Unit::Count,
+        "Routing decisions by the worker they went to (since it was added) and reason.",
     );
     c(
         "kvroute_fallbacks_total",

@@ -38,6 +38,7 @@ use crate::request::{Prompt, RouteRequest};
 use crate::rescore::{Claim, Claimed, claim_rescoring};
 use crate::router::Router;
 use crate::scratch::Scratch;
+use crate::stats::Record;
 
 impl Router {
     /// Routes one request: hashes its prompt (or takes its hashes), matches it against the
@@ -181,6 +182,12 @@ impl Router {
                 worker: cf.slot.and_then(|s| snap.tenant(s)).map(|t| t.0),
                 reason: cf.reason,
                 cost: cf.cost,
+                overlap_blocks: cf.slot.map_or(0, |s| overlaps.get(s)),
+                // The scorer costed its own pick, not admission's.
+                dispatched_cost: match redirect {
+                    None => cf.dispatched_cost,
+                    Some(_) => f32::NAN,
+                },
             });
             Ok((claim, (choice, shadow, redirect, worker, overlap)))
         });
@@ -219,13 +226,15 @@ impl Router {
             Some(_) => (kvroute_score::Reason::LoadEscape, f32::NAN),
             None => (choice.reason, choice.cost),
         };
-        self.counters.decision(
-            &cfg.policy,
-            &reason,
-            choice.fallback,
-            choice.shadow.is_some_and(|cf| cf.slot != choice.slot),
-            redirect.is_some(),
-        );
+        self.counters.decision(&Record {
+            policy: &cfg.policy,
+            reason,
+            fallback: choice.fallback,
+            shadow_disagrees: choice.shadow.is_some_and(|cf| cf.slot != choice.slot),
+            redirected: redirect.is_some(),
+            slot: reservation.slot(),
+            generation: reservation.generation(),
+        });
         Ok(Decision {
             worker,
             slot: reservation.slot(),

@@ -123,7 +123,7 @@ impl Router {
             score,
             cursor: AtomicU32::new(0),
             draws: AtomicU64::new(0),
-            counters: Counters::new(),
+            counters: Counters::new(config.worker_slots),
             scratch: ScratchPool::default(),
             ingest: crate::ingest::IngestState::new(config.worker_slots),
         })
@@ -148,6 +148,8 @@ impl Router {
         if !added {
             return Err(WorkerError::AlreadyRegistered(worker));
         }
+        // Before the reservation table knows the tenancy, so before any decision under it.
+        self.counters.start_tenancy(slot, generation);
         let undo_registry = || {
             if let Ok(retired) = self.registry.remove(worker) {
                 let _ = self.registry.release(retired);
@@ -411,9 +413,14 @@ impl Router {
         self.score.update(change)
     }
 
-    /// A plain copy of the router's counters.
+    /// A plain copy of the router's counters, with the decisions of every registered
+    /// worker. Takes the registry's lock briefly once per worker (routing never takes it).
     pub fn stats(&self) -> RouterStats {
-        self.counters.snapshot(self.table.stats())
+        let tenants = self.registry.workers().into_iter().filter_map(|(slot, _)| {
+            let (worker, generation) = self.registry.worker_at(slot)?;
+            Some((slot, worker, generation))
+        });
+        self.counters.snapshot(self.table.stats(), tenants)
     }
 
     /// The index's counters and gauges (rejected events, nodes, memory).

@@ -3,66 +3,81 @@
 //! Every counter is a monotonic `Relaxed` atomic tally (no data is published through them);
 //! a snapshot reads each on its own, so counters of decisions still in flight may be
 //! partly included.
+//!
+//! Decisions are counted in arrays indexed by the scorer's dense indices
+//! ([`Policy::label_index`], [`Reason::index`], [`FallbackCause::index`]): recording one is
+//! a few array increments, with no name lookup.
+//!
+//! # Per worker
+//! Each slot has one counter per reason, for the tenancy (the [`SlotGeneration`]) that
+//! holds it. A counter packs the low [`TAG_BITS`] bits of the generation it counts for
+//! above its count: [`Router::add_worker`](crate::Router::add_worker) resets the slot's
+//! counters to the new generation before any decision can reserve under it, and a decision
+//! increments a counter only while its tag is the decision's generation (compare and
+//! swap), so a decision of a removed worker that finishes late is not counted for the
+//! slot's next tenant. A counter saturates at `2^40 − 1` decisions. Two tenancies `2^24`
+//! generations apart share a tag; a decision would have to stay in flight across that many
+//! re-additions of its slot to be miscounted.
+
+use core::fmt;
 
 use kvroute_core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use kvroute_core::{Slot, SlotGeneration, WorkerId};
 use kvroute_load::{ReservationStats, Reserved};
 use kvroute_score::{FallbackCause, Policy, Reason};
 
 use crate::error::RouteError;
 
-const POLICIES: [&str; 9] = [
-    "round_robin",
-    "least_load",
-    "kv_aware",
-    "load_aware",
-    "owner_pressure",
-    "projected_time",
-    "dynamo_cost",
-    "lmetric",
-    "cache_aware",
-];
+/// Bits of a per-worker counter holding the generation tag (the rest hold the count).
+const TAG_BITS: u32 = 24;
+/// Bits of a per-worker counter holding the count.
+const COUNT_BITS: u32 = 64 - TAG_BITS;
+/// The count part of a per-worker counter (and the count it saturates at).
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 
-const REASONS: [&str; 12] = [
-    "round_robin",
-    "least_load",
-    "cache_hold",
-    "cache_miss",
-    "spill",
-    "load_escape",
-    "no_safe_spill_hold",
-    "fallback_missing",
-    "fallback_invalid",
-    "fallback_stale",
-    "fallback_partial",
-    "no_eligible_worker",
-];
-
-fn policy_index(p: &Policy) -> usize {
-    POLICIES.iter().position(|n| *n == p.name()).unwrap_or(0)
+/// The tag of `generation`, in place above the count.
+fn tag(generation: SlotGeneration) -> u64 {
+    (generation.0 & ((1 << TAG_BITS) - 1)) << COUNT_BITS
 }
 
-fn reason_index(r: &Reason) -> usize {
-    REASONS.iter().position(|n| *n == r.name()).unwrap_or(0)
-}
-
-fn cause_index(c: FallbackCause) -> usize {
-    match c {
-        FallbackCause::Missing => 0,
-        FallbackCause::Invalid => 1,
-        FallbackCause::Stale => 2,
-        FallbackCause::Partial => 3,
-    }
-}
-
-/// Decisions made under one policy with one reason.
+/// Decisions made under one policy label with one reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecisionCount {
-    /// The policy's name ([`Policy::name`]).
+    /// The policy's label ([`Policy::label`]): its name, and `projected_time`'s mode
+    /// (`"projected_time:shadow"`); one of [`Policy::LABELED`]'s.
     pub policy: &'static str,
-    /// The reason's name ([`Reason::name`]).
-    pub reason: &'static str,
+    /// The reason.
+    pub reason: Reason,
     /// Decisions (monotonic).
     pub count: u64,
+}
+
+/// Decisions that went to one registered worker since it was (last) added, by reason.
+///
+/// A decision counts for the worker it returned (the admission redirect's target when
+/// admission moved it), under its final reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerDecisions {
+    /// The worker.
+    pub worker: WorkerId,
+    /// Its slot.
+    pub slot: Slot,
+    /// Its tenancy of the slot; the counts are this tenancy's only.
+    pub generation: SlotGeneration,
+    /// Decisions by reason, indexed by [`Reason::index`] (monotonic during the tenancy).
+    pub by_reason: [u64; Reason::COUNT],
+}
+
+impl WorkerDecisions {
+    /// All its decisions (sum of [`by_reason`](Self::by_reason)).
+    pub fn total(&self) -> u64 {
+        self.by_reason.iter().sum()
+    }
+
+    /// Its decisions with reason `reason`.
+    pub fn with_reason(&self, reason: Reason) -> u64 {
+        self.by_reason[reason.index()]
+    }
 }
 
 /// Decisions whose scorer fell back to load-only, by the telemetry that forced it.
@@ -76,6 +91,18 @@ pub struct FallbackCounts {
     pub stale: u64,
     /// An engine's DP ranks were not all current.
     pub partial: u64,
+}
+
+impl FallbackCounts {
+    /// The count of `cause`.
+    pub fn get(&self, cause: FallbackCause) -> u64 {
+        match cause {
+            FallbackCause::Missing => self.missing,
+            FallbackCause::Invalid => self.invalid,
+            FallbackCause::Stale => self.stale,
+            FallbackCause::Partial => self.partial,
+        }
+    }
 }
 
 /// `route` calls that returned an error, by kind.
@@ -93,12 +120,31 @@ pub struct RejectionCounts {
     pub saturated: u64,
 }
 
-/// A plain copy of the router's counters at one moment.
+impl RejectionCounts {
+    /// Every kind with its name (`"invalid_request"`, `"no_eligible_worker"`,
+    /// `"over_bound"`, `"contended"`, `"saturated"`), in that order.
+    pub fn named(&self) -> [(&'static str, u64); 5] {
+        [
+            ("invalid_request", self.invalid_request),
+            ("no_eligible_worker", self.no_eligible_worker),
+            ("over_bound", self.over_bound),
+            ("contended", self.contended),
+            ("saturated", self.saturated),
+        ]
+    }
+}
+
+/// A plain copy of the router's counters at one moment. Its [`Display`](fmt::Display) is a
+/// multi-line summary for logs.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RouterStats {
-    /// Decisions by policy and reason; only non-zero entries, in a fixed order (policies,
-    /// then reasons, as declared).
+    /// Decisions by policy label and reason; only non-zero entries, in a fixed order
+    /// (labels in [`Policy::LABELED`] order, then reasons in [`Reason::ALL`] order).
     pub decisions: Vec<DecisionCount>,
+    /// Decisions by registered worker, every registered worker in slot order (zeros
+    /// included). A removed worker's decisions leave this list (they stay in
+    /// [`decisions`](Self::decisions)); a re-added worker starts from zero.
+    pub workers: Vec<WorkerDecisions>,
     /// Shadow-mode decisions whose counterfactual chose another worker than the dispatch.
     pub shadow_disagreements: u64,
     /// Fallbacks by cause.
@@ -125,22 +171,123 @@ impl RouterStats {
         self.decisions.iter().map(|d| d.count).sum()
     }
 
-    /// Decisions with reason `reason` (by [`Reason::name`]) under any policy.
-    pub fn with_reason(&self, reason: &str) -> u64 {
+    /// Decisions with reason `reason` under any policy.
+    pub fn with_reason(&self, reason: Reason) -> u64 {
         self.decisions
             .iter()
             .filter(|d| d.reason == reason)
             .map(|d| d.count)
             .sum()
     }
+
+    /// The decisions of `worker`, if it is registered.
+    pub fn worker(&self, worker: WorkerId) -> Option<&WorkerDecisions> {
+        self.workers.iter().find(|w| w.worker == worker)
+    }
+}
+
+/// `n requests, n prefill tokens, n decode tokens`.
+struct Work<'a>(&'a Reserved);
+
+impl fmt::Display for Work<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.0;
+        write!(
+            f,
+            "{} requests, {} prefill tokens, {} decode tokens",
+            r.requests, r.prefill_tokens, r.decode_tokens
+        )
+    }
+}
+
+/// ` reason n, reason n` for the non-zero reasons of `by_reason`.
+struct Reasons<'a>(&'a [u64; Reason::COUNT]);
+
+impl fmt::Display for Reasons<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        for r in Reason::ALL {
+            let n = self.0[r.index()];
+            if n > 0 {
+                write!(f, "{sep}{r} {n}")?;
+                sep = ", ";
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for RouterStats {
+    /// One line per decision count and per worker, then one per group of counters:
+    ///
+    /// ```text
+    /// decisions: 3
+    ///   projected_time cache_hold: 2
+    ///   projected_time fallback_missing: 1
+    /// decisions by worker (since each was added):
+    ///   1:0 (slot 0): 2 (cache_hold 2)
+    ///   2:0 (slot 1): 1 (fallback_missing 1)
+    /// shadow disagreements: 0
+    /// fallbacks: missing 1, invalid 0, stale 0, partial 0
+    /// rescores: 0, unchecked reserves: 0, admission redirects: 0
+    /// rejections: invalid_request 0, no_eligible_worker 0, over_bound 0, contended 0, saturated 0
+    /// reservations refused: stale 0, saturated 0, contended 0; underflows clamped: 0
+    /// reservations swept: 0 requests, 0 prefill tokens, 0 decode tokens
+    /// reservations reconciled: 0 requests, 0 prefill tokens, 0 decode tokens
+    /// reservations removed: 0 requests, 0 prefill tokens, 0 decode tokens
+    /// ```
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "decisions: {}", self.total_decisions())?;
+        for d in &self.decisions {
+            writeln!(f, "  {} {}: {}", d.policy, d.reason, d.count)?;
+        }
+        writeln!(f, "decisions by worker (since each was added):")?;
+        for w in &self.workers {
+            write!(f, "  {} (slot {}): {}", w.worker, w.slot.0, w.total())?;
+            if w.total() > 0 {
+                write!(f, " ({})", Reasons(&w.by_reason))?;
+            }
+            writeln!(f)?;
+        }
+        writeln!(f, "shadow disagreements: {}", self.shadow_disagreements)?;
+        f.write_str("fallbacks:")?;
+        for (i, c) in FallbackCause::ALL.into_iter().enumerate() {
+            let sep = if i == 0 { " " } else { ", " };
+            write!(f, "{sep}{} {}", c.name(), self.fallbacks.get(c))?;
+        }
+        writeln!(
+            f,
+            "\nrescores: {}, unchecked reserves: {}, admission redirects: {}",
+            self.rescores, self.unchecked_reserves, self.admission_redirects
+        )?;
+        f.write_str("rejections:")?;
+        for (i, (kind, n)) in self.rejections.named().into_iter().enumerate() {
+            let sep = if i == 0 { " " } else { ", " };
+            write!(f, "{sep}{kind} {n}")?;
+        }
+        let t = &self.reservations;
+        writeln!(
+            f,
+            "\nreservations refused: stale {}, saturated {}, contended {}; underflows \
+             clamped: {}",
+            t.rejected_stale, t.rejected_saturated, t.rejected_contended, t.underflow_clamped
+        )?;
+        writeln!(f, "reservations swept: {}", Work(&self.reservations_swept))?;
+        writeln!(f, "reservations reconciled: {}", Work(&t.reconciled))?;
+        writeln!(f, "reservations removed: {}", Work(&t.removed))
+    }
 }
 
 /// The live counters.
 #[derive(Debug)]
 pub(crate) struct Counters {
-    decisions: Box<[AtomicU64]>,
+    /// By policy label and reason: `label_index · Reason::COUNT + reason index`.
+    decisions: [AtomicU64; Policy::LABEL_COUNT * Reason::COUNT],
+    /// By slot and reason, tagged with the tenancy (module docs): `slot · Reason::COUNT +
+    /// reason index`.
+    by_slot: Box<[AtomicU64]>,
     shadow_disagreements: AtomicU64,
-    fallbacks: [AtomicU64; 4],
+    fallbacks: [AtomicU64; FallbackCause::COUNT],
     rescores: AtomicU64,
     unchecked: AtomicU64,
     redirects: AtomicU64,
@@ -151,10 +298,36 @@ fn bump(a: &AtomicU64, by: u64) {
     a.fetch_add(by, Relaxed);
 }
 
+/// Adds one to the per-worker counter `a` if it counts for the tenancy tagged `tag` and is
+/// not saturated.
+fn bump_tenancy(a: &AtomicU64, tag: u64) {
+    let mut cur = a.load(Relaxed);
+    while cur & !COUNT_MASK == tag && cur & COUNT_MASK != COUNT_MASK {
+        match a.compare_exchange_weak(cur, cur + 1, Relaxed, Relaxed) {
+            Ok(_) => return,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// One decision, as [`Counters::decision`] records it.
+pub(crate) struct Record<'a> {
+    pub policy: &'a Policy,
+    pub reason: Reason,
+    pub fallback: Option<FallbackCause>,
+    pub shadow_disagrees: bool,
+    pub redirected: bool,
+    /// Where the decision reserved.
+    pub slot: Slot,
+    pub generation: SlotGeneration,
+}
+
 impl Counters {
-    pub(crate) fn new() -> Self {
+    /// Counters for a router of `worker_slots` slots.
+    pub(crate) fn new(worker_slots: usize) -> Self {
         Self {
-            decisions: (0..POLICIES.len() * REASONS.len())
+            decisions: core::array::from_fn(|_| AtomicU64::new(0)),
+            by_slot: (0..worker_slots * Reason::COUNT)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             shadow_disagreements: AtomicU64::new(0),
@@ -166,26 +339,39 @@ impl Counters {
         }
     }
 
+    /// The per-reason counters of `slot` (empty for a slot out of range).
+    fn slot_counters(&self, slot: Slot) -> &[AtomicU64] {
+        let start = slot.index() * Reason::COUNT;
+        self.by_slot
+            .get(start..start + Reason::COUNT)
+            .unwrap_or(&[])
+    }
+
+    /// Starts the per-worker counts of the tenancy `generation` of `slot` at zero. Call it
+    /// when the tenancy begins, before any decision can reserve under it.
+    pub(crate) fn start_tenancy(&self, slot: Slot, generation: SlotGeneration) {
+        for a in self.slot_counters(slot) {
+            a.store(tag(generation), Relaxed);
+        }
+    }
+
     /// Records one decision.
-    pub(crate) fn decision(
-        &self,
-        policy: &Policy,
-        reason: &Reason,
-        fallback: Option<FallbackCause>,
-        shadow_disagrees: bool,
-        redirected: bool,
-    ) {
+    pub(crate) fn decision(&self, d: &Record<'_>) {
+        let r = d.reason.index();
         bump(
-            &self.decisions[policy_index(policy) * REASONS.len() + reason_index(reason)],
+            &self.decisions[d.policy.label_index() * Reason::COUNT + r],
             1,
         );
-        if let Some(c) = fallback {
-            bump(&self.fallbacks[cause_index(c)], 1);
+        if let Some(a) = self.slot_counters(d.slot).get(r) {
+            bump_tenancy(a, tag(d.generation));
         }
-        if shadow_disagrees {
+        if let Some(c) = d.fallback {
+            bump(&self.fallbacks[c.index()], 1);
+        }
+        if d.shadow_disagrees {
             bump(&self.shadow_disagreements, 1);
         }
-        if redirected {
+        if d.redirected {
             bump(&self.redirects, 1);
         }
     }
@@ -211,22 +397,52 @@ impl Counters {
         bump(&self.rejections[i], 1);
     }
 
-    pub(crate) fn snapshot(&self, reservations: ReservationStats) -> RouterStats {
+    /// The decisions of the tenancy `generation` of `slot`, held by `worker` (zeros when
+    /// the slot's counters have not been started for it yet).
+    fn worker(&self, slot: Slot, worker: WorkerId, generation: SlotGeneration) -> WorkerDecisions {
+        let mut by_reason = [0; Reason::COUNT];
+        for (n, a) in by_reason.iter_mut().zip(self.slot_counters(slot)) {
+            let v = a.load(Relaxed);
+            if v & !COUNT_MASK == tag(generation) {
+                *n = v & COUNT_MASK;
+            }
+        }
+        WorkerDecisions {
+            worker,
+            slot,
+            generation,
+            by_reason,
+        }
+    }
+
+    /// A snapshot, with `tenants` (the registered workers with their slot and tenancy, in
+    /// slot order) for the per-worker counts.
+    pub(crate) fn snapshot(
+        &self,
+        reservations: ReservationStats,
+        tenants: impl IntoIterator<Item = (Slot, WorkerId, SlotGeneration)>,
+    ) -> RouterStats {
         let r = |a: &AtomicU64| a.load(Relaxed);
         let mut decisions = Vec::new();
-        for (p, policy) in POLICIES.iter().enumerate() {
-            for (q, reason) in REASONS.iter().enumerate() {
-                let count = r(&self.decisions[p * REASONS.len() + q]);
+        for policy in &Policy::LABELED {
+            for reason in Reason::ALL {
+                let count =
+                    r(&self.decisions[policy.label_index() * Reason::COUNT + reason.index()]);
                 if count > 0 {
                     decisions.push(DecisionCount {
-                        policy,
+                        policy: policy.label(),
                         reason,
                         count,
                     });
                 }
             }
         }
-        let [missing, invalid, stale, partial] = &self.fallbacks;
+        let workers = tenants
+            .into_iter()
+            .map(|(slot, worker, generation)| self.worker(slot, worker, generation))
+            .collect();
+        let [missing, invalid, stale, partial] =
+            FallbackCause::ALL.map(|c| r(&self.fallbacks[c.index()]));
         let [
             invalid_request,
             no_eligible_worker,
@@ -236,12 +452,13 @@ impl Counters {
         ] = &self.rejections;
         RouterStats {
             decisions,
+            workers,
             shadow_disagreements: r(&self.shadow_disagreements),
             fallbacks: FallbackCounts {
-                missing: r(missing),
-                invalid: r(invalid),
-                stale: r(stale),
-                partial: r(partial),
+                missing,
+                invalid,
+                stale,
+                partial,
             },
             rescores: r(&self.rescores),
             unchecked_reserves: r(&self.unchecked),
@@ -256,5 +473,66 @@ impl Counters {
             reservations_swept: reservations.swept,
             reservations,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The per-worker counter of a tenancy counts only that tenancy's decisions: a late
+    /// decision of the previous tenant, recorded after the slot was re-tenanted, is not
+    /// counted; it also saturates instead of spilling into the tag.
+    #[test]
+    fn per_slot_counts_belong_to_one_tenancy() {
+        let c = Counters::new(2);
+        let (old, new) = (SlotGeneration(1), SlotGeneration(2));
+        let w = WorkerId::new(7, 0);
+        let rec = |generation, reason| Record {
+            policy: &Policy::LeastLoad,
+            reason,
+            fallback: None,
+            shadow_disagrees: false,
+            redirected: false,
+            slot: Slot(1),
+            generation,
+        };
+        c.start_tenancy(Slot(1), old);
+        c.decision(&rec(old, Reason::LeastLoad));
+        c.decision(&rec(old, Reason::LeastLoad));
+        assert_eq!(c.worker(Slot(1), w, old).with_reason(Reason::LeastLoad), 2);
+        c.start_tenancy(Slot(1), new);
+        c.decision(&rec(old, Reason::LeastLoad));
+        c.decision(&rec(new, Reason::CacheHold));
+        let now = c.worker(Slot(1), w, new);
+        assert_eq!((now.total(), now.with_reason(Reason::CacheHold)), (1, 1));
+        // The old tenancy reads as nothing once the slot is re-tenanted, and a slot whose
+        // counters were never started reads as nothing.
+        assert_eq!(c.worker(Slot(1), w, old).total(), 0);
+        assert_eq!(c.worker(Slot(0), w, old).total(), 0);
+        // All four decisions count by policy.
+        let s = c.snapshot(ReservationStats::default(), []);
+        assert_eq!(s.total_decisions(), 4);
+
+        let i = Reason::CacheHold.index();
+        c.by_slot[Reason::COUNT + i].store(tag(new) | (COUNT_MASK - 1), Relaxed);
+        c.decision(&rec(new, Reason::CacheHold));
+        c.decision(&rec(new, Reason::CacheHold));
+        assert_eq!(
+            c.by_slot[Reason::COUNT + i].load(Relaxed),
+            tag(new) | COUNT_MASK
+        );
+        assert_eq!(
+            c.worker(Slot(1), w, new).with_reason(Reason::CacheHold),
+            (1 << 40) - 1
+        );
+    }
+
+    /// Generations 2^24 apart share a tag (the documented limit); neighbours never do.
+    #[test]
+    fn tags_wrap_after_2_pow_24_generations() {
+        assert_ne!(tag(SlotGeneration(1)), tag(SlotGeneration(2)));
+        assert_eq!(tag(SlotGeneration(3)), tag(SlotGeneration(3 + (1 << 24))));
+        assert_eq!(tag(SlotGeneration(1)) & COUNT_MASK, 0);
     }
 }

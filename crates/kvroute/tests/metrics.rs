@@ -8,7 +8,11 @@
 //!   so worker 1 wins on cache (`cache_hold`), reserving 1 request, 16 prefill and 64
 //!   decode tokens.
 //! * After worker 3 joins without ever reporting, the policy falls back to `least_load`
+//!   over the workers that did report: worker 1 (200 queued tokens, 0.025 s; its held
+//!   request was swept) against the idle worker 2 (0 s), so worker 2
 //!   (`fallback_missing`).
+//! * Per worker (generation 1, each worker's first tenancy): worker 1 the two
+//!   `cache_hold` decisions, worker 2 the fallbacks.
 
 mod common;
 mod ingest_support;
@@ -17,7 +21,7 @@ use std::collections::BTreeMap;
 
 use common::{BS, NOW, publish, router, sample, tokens};
 use ingest_support::{batch, store, stored};
-use kvroute::{Channel, Nanos, RouteRequest, Router, WorkerId};
+use kvroute::{Channel, Nanos, Policy, ProjectedMode, Reason, RouteRequest, Router, WorkerId};
 use kvroute_wire::{KvEvent, KvMessage};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
@@ -64,6 +68,14 @@ fn expected_nonzero(fallback_decisions: u32) -> BTreeMap<String, f64> {
     );
     put(
         "kvroute_fallbacks_total{cause=missing}",
+        f64::from(fallback_decisions),
+    );
+    put(
+        "kvroute_worker_decisions_total{dp_rank=0,engine_id=1,generation=1,reason=cache_hold}",
+        2.0,
+    );
+    put(
+        "kvroute_worker_decisions_total{dp_rank=0,engine_id=2,generation=1,reason=fallback_missing}",
         f64::from(fallback_decisions),
     );
     put("kvroute_rejections_total{kind=invalid_request}", 1.0);
@@ -148,8 +160,13 @@ fn export_metrics_reports_hand_counted_values() {
     assert_eq!(nonzero, want);
     // Every documented series is there, zeros included: 26 ingest counters and the gauge,
     // 4 fallback causes, 5 rejection kinds, 3 refusal causes, 3 × 3 released fields, and
-    // the five single counters; plus the two decision series and the mismatch series.
-    assert_eq!(got.len(), 26 + 1 + 4 + 5 + 3 + 9 + 5 + 2 + 1, "{got:#?}");
+    // the five single counters; plus the two decision series, the two per-worker series
+    // and the mismatch series.
+    assert_eq!(
+        got.len(),
+        26 + 1 + 4 + 5 + 3 + 9 + 5 + 2 + 2 + 1,
+        "{got:#?}"
+    );
     for name in [
         "kvroute_shadow_disagreements_total{}",
         "kvroute_rescores_total{}",
@@ -196,4 +213,80 @@ fn describe_metrics_describes_every_series() {
             );
         }
     }
+}
+
+/// The decision series carries `projected_time`'s mode in its policy label, and a worker
+/// removed and added again (the same id, the same slot) starts a new per-worker series at
+/// generation 2 while the first tenancy's keeps its value. Shadow on an idle fleet of two:
+/// both cost 0 s, fewer requests and overlap tie, so the rotating cursor (0, 1, 2, …)
+/// picks slot 0, slot 1, then, after worker 1's re-addition into slot 0, slot 0 again.
+#[test]
+fn policy_labels_carry_the_mode_and_tenancies_are_series_of_their_own() {
+    let (r, ws) = router(2, 2, |c| {
+        c.score.policy = Policy::ProjectedTime {
+            mode: ProjectedMode::Shadow,
+        }
+    });
+    publish(&r, &ws, &[]);
+    let q = tokens(5, 4 * BS);
+    let req = RouteRequest::tokens(&q, 8, NOW);
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let route = |want: WorkerId| {
+        let d = r.route(&req).unwrap();
+        assert_eq!((d.worker, d.reason), (want, Reason::LeastLoad));
+    };
+    route(ws[0]);
+    route(ws[1]);
+    metrics::with_local_recorder(&recorder, || r.export_metrics());
+    r.remove_worker(ws[0]).unwrap();
+    assert_eq!(r.add_worker(ws[0]).unwrap().0, 0);
+    publish(&r, &ws, &[]);
+    let d = r.route(&req).unwrap();
+    assert_eq!((d.worker, d.generation.0), (ws[0], 2));
+    drop(d);
+    metrics::with_local_recorder(&recorder, || r.export_metrics());
+    let got: BTreeMap<String, u64> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| {
+            let (_, key) = key.into_parts();
+            let name = key.name();
+            if !name.starts_with("kvroute_decisions") && !name.starts_with("kvroute_worker") {
+                return None;
+            }
+            let mut labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            labels.sort();
+            let DebugValue::Counter(c) = value else {
+                panic!("{name} is a counter");
+            };
+            Some((format!("{name}{{{}}}", labels.join(",")), c))
+        })
+        .collect();
+    let want: BTreeMap<String, u64> = [
+        (
+            "kvroute_decisions_total{policy=projected_time:shadow,reason=least_load}",
+            3,
+        ),
+        (
+            "kvroute_worker_decisions_total{dp_rank=0,engine_id=1,generation=1,reason=least_load}",
+            1,
+        ),
+        (
+            "kvroute_worker_decisions_total{dp_rank=0,engine_id=2,generation=1,reason=least_load}",
+            1,
+        ),
+        (
+            "kvroute_worker_decisions_total{dp_rank=0,engine_id=1,generation=2,reason=least_load}",
+            1,
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(got, want);
 }

@@ -39,7 +39,7 @@ fn route_picks_the_cache_owner_when_idle() {
         (held.requests, held.prefill_tokens, held.decode_tokens),
         (1, 64, 256)
     );
-    assert_eq!(r.stats().with_reason("cache_hold"), 1);
+    assert_eq!(r.stats().with_reason(Reason::CacheHold), 1);
 }
 
 /// Incident A in small, 256 output tokens: worker 1 owns the prefix with 38 running and 109
@@ -82,15 +82,16 @@ fn route_spills_off_an_overloaded_owner() {
     assert!(seen.contains(&d.worker), "{d:?}");
     assert!((d.cost - 2.328).abs() < 1e-5, "{d:?}");
     assert_eq!(r.reserved(ws[0]).unwrap().requests, 0, "owner got nothing");
-    assert_eq!(r.stats().with_reason("spill"), 4);
+    assert_eq!(r.stats().with_reason(Reason::Spill), 4);
 }
 
 /// Shadow mode dispatches as `least_load` and records enforce's pick. 64 output tokens
 /// (0.064 s of decode). Worker 1 holds the prefix with 2 waiting requests and 800 queued
 /// tokens (n = 3): least_load 800/8,000 = 0.1 s, projected 0.1 + 3 × 0.008 + 5 × 0.064 =
 /// 0.444 s. Worker 2 is idle: least_load 0 s, projected 0.52 + 0.064 = 0.584 s. Dispatch:
-/// worker 2 (`LeastLoad`); counterfactual: worker 1 (`CacheHold`, 0.444 s); one
-/// disagreement.
+/// worker 2 (`LeastLoad`); counterfactual: worker 1 (`CacheHold`, 256 blocks, 0.444 s),
+/// against worker 2's 0.584 s: enforce would gain 0.14 s; one disagreement, counted under
+/// the label `projected_time:shadow`.
 #[test]
 fn shadow_records_the_counterfactual_without_changing_dispatch() {
     let (r, ws) = router(4, 2, |c| {
@@ -107,6 +108,9 @@ fn shadow_records_the_counterfactual_without_changing_dispatch() {
     let cf = d.shadow.expect("shadow mode records a counterfactual");
     assert_eq!((cf.worker, cf.reason), (Some(ws[0]), Reason::CacheHold));
     assert!((cf.cost - 0.444).abs() < 1e-6, "{cf:?}");
+    assert_eq!(cf.overlap_blocks, 256);
+    assert!((cf.dispatched_cost - 0.584).abs() < 1e-6, "{cf:?}");
+    assert!((cf.gain() - 0.14).abs() < 1e-6, "{cf:?}");
     let s = r.stats();
     assert_eq!(s.shadow_disagreements, 1);
     assert_eq!(s.decisions.len(), 1);
@@ -116,7 +120,7 @@ fn shadow_records_the_counterfactual_without_changing_dispatch() {
             s.decisions[0].reason,
             s.decisions[0].count
         ),
-        ("projected_time", "least_load", 1)
+        ("projected_time:shadow", Reason::LeastLoad, 1)
     );
 }
 

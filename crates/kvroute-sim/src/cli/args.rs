@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::builder::PossibleValuesParser;
 use clap::{Args, Parser, Subcommand};
-use kvroute_sim::report::policy::{self, PolicySpec};
+use kvroute::Policy;
 use kvroute_sim::workload::scenarios::SCENARIOS;
 
 /// kvroute's fleet simulator: runs workloads through the real kvroute Router under every
@@ -36,16 +36,26 @@ pub struct Common {
     /// No progress bar and no status lines (the tables still go to stdout).
     #[arg(long, short, global = true)]
     pub quiet: bool,
-    /// Policies to compare, comma-separated (default: all). Names: round_robin,
-    /// least_load, kv_aware, load_aware (beta 0.5) or load_aware:BETA, owner_pressure,
-    /// projected_time (enforce), projected_time:shadow, projected_time:off, dynamo_cost,
-    /// lmetric, cache_aware.
-    #[arg(long, global = true, value_delimiter = ',', value_parser = parse_policy, value_name = "LIST")]
-    pub policies: Vec<PolicySpec>,
+    /// Policies to compare, comma-separated (default: `default_policies` of the `cli`), in
+    /// the forms `kvroute::Policy` parses (the help text lists them).
+    #[arg(long, global = true, value_delimiter = ',', value_parser = parse_policy, value_name = "LIST", help = policies_help())]
+    pub policies: Vec<Policy>,
 }
 
-fn parse_policy(s: &str) -> Result<PolicySpec, String> {
-    policy::parse(s).map_err(|e| e.to_string())
+/// `--policies`' help: the default set and every accepted form.
+fn policies_help() -> String {
+    format!(
+        "Policies to compare, comma-separated (default: every policy but \
+         projected_time:off). Accepted: {}",
+        Policy::accepted_forms()
+    )
+}
+
+/// One `--policies` entry, surrounding spaces ignored (`kvroute::Policy`'s `FromStr`).
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    s.trim()
+        .parse()
+        .map_err(|e: kvroute::ParsePolicyError| e.to_string())
 }
 
 /// The commands.

@@ -6,8 +6,8 @@ pub mod runner;
 use std::fmt::Write;
 use std::process::ExitCode;
 
+use kvroute::{Policy, ProjectedMode};
 use kvroute_sim::driver::{self, RunOptions};
-use kvroute_sim::report::policy::{self, PolicySpec};
 use kvroute_sim::report::{WorkloadRuns, json, svg, table};
 use kvroute_sim::workload::Workload;
 use kvroute_sim::workload::scenarios::{self, SCENARIOS};
@@ -73,11 +73,11 @@ fn dispatch(cli: Cli) -> Result<(), String> {
 }
 
 fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String> {
-    let policies: Vec<PolicySpec> = if common.policies.is_empty() {
-        policy::all()
+    let policies: Vec<Policy> = if common.policies.is_empty() {
+        default_policies()
     } else {
         // A policy named twice runs once.
-        let mut unique: Vec<PolicySpec> = Vec::new();
+        let mut unique: Vec<Policy> = Vec::new();
         for p in &common.policies {
             if !unique.contains(p) {
                 unique.push(*p);
@@ -164,7 +164,22 @@ fn check_outputs(common: &Common) -> Result<(), String> {
     Ok(())
 }
 
-/// The `list` output: every scenario with what it reproduces, then the policy names.
+/// The policies run when `--policies` is not given: one per label
+/// ([`Policy::LABELED`]: `load_aware` with its default beta), but `projected_time:off`,
+/// which dispatches exactly as `least_load`.
+pub fn default_policies() -> Vec<Policy> {
+    Policy::LABELED
+        .into_iter()
+        .filter(|p| {
+            *p != Policy::ProjectedTime {
+                mode: ProjectedMode::Off,
+            }
+        })
+        .collect()
+}
+
+/// The `list` output: every scenario with what it reproduces, then the default policies
+/// and every accepted form.
 fn list() -> String {
     let mut out = String::from("scenarios:\n");
     for s in &SCENARIOS {
@@ -173,10 +188,13 @@ fn list() -> String {
             let _ = writeln!(out, "      {line}");
         }
     }
-    out.push_str("\npolicies (--policies a,b,c):\n");
-    for n in policy::NAMES {
-        let _ = writeln!(out, "  {n}");
+    out.push_str("\npolicies (--policies a,b,c; these by default):\n");
+    for p in default_policies() {
+        let _ = writeln!(out, "  {p}");
     }
-    out.push_str("  (also load_aware:BETA with BETA in 0..=100, projected_time:off)\n");
+    out.push_str("accepted:\n");
+    for line in table::wrap(&Policy::accepted_forms(), 76) {
+        let _ = writeln!(out, "  {line}");
+    }
     out
 }

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kvroute::Policy;
 use kvroute_sim::RunResult;
-use kvroute_sim::report::policy::PolicySpec;
 use kvroute_sim::report::{PolicyRun, WorkloadRuns};
 use kvroute_sim::workload::Workload;
 
@@ -25,7 +24,7 @@ pub type Progress<'a> = &'a (dyn Fn(f64) + Sync);
 /// results in input order. `quiet` hides the progress bar.
 pub fn run_all<F>(
     workloads: &[Workload],
-    policies: &[PolicySpec],
+    policies: &[Policy],
     quiet: bool,
     run: F,
 ) -> Vec<WorkloadRuns>
@@ -68,7 +67,7 @@ where
                         let step = (f.clamp(0.0, 1.0) * STEPS_PER_RUN as f64) as u64;
                         steps[i].store(step, Ordering::Relaxed);
                     };
-                    let r = run(&workloads[w], policies[p].policy, &progress);
+                    let r = run(&workloads[w], policies[p], &progress);
                     steps[i].store(STEPS_PER_RUN, Ordering::Relaxed);
                     results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
                 }
@@ -92,10 +91,10 @@ where
         .enumerate()
         .map(|(w, workload)| {
             let mut runs = WorkloadRuns::new(workload);
-            for (p, spec) in policies.iter().enumerate() {
+            for (p, policy) in policies.iter().enumerate() {
                 let i = w * policies.len() + p;
                 let result = results[i].take().expect("every job ran");
-                runs.runs.push(PolicyRun::new(&spec.label(), result));
+                runs.runs.push(PolicyRun::new(&policy.to_string(), result));
             }
             runs
         })

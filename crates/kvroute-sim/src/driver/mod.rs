@@ -34,7 +34,7 @@
 mod queue;
 mod sim;
 
-use kvroute::{AdmissionConfig, Policy, ProjectedMode, ScoreConfig};
+use kvroute::{AdmissionConfig, Policy, ScoreConfig};
 
 use crate::result::RunResult;
 use crate::workload::Workload;
@@ -153,7 +153,7 @@ impl std::error::Error for RunError {}
 pub fn run(workload: &Workload, policy: Policy, opts: &RunOptions<'_>) -> RunResult {
     try_run(workload, policy, opts).unwrap_or_else(|e| RunResult {
         workload: workload.name.clone(),
-        policy: policy_label(&policy),
+        policy: policy.to_string(),
         engines: workload.fleet.engines,
         error: Some(e.to_string()),
         ..RunResult::default()
@@ -173,23 +173,7 @@ pub fn try_run(
     let mut sim = sim::Sim::new(workload, policy, opts)?;
     sim.run();
     let mut result = sim.finish();
-    result.policy = policy_label(&policy);
+    result.policy = policy.to_string();
     result.wall_s = started.elapsed().as_secs_f64();
     Ok(result)
-}
-
-/// A policy's name with its parameters: `load_aware(beta=0.5)`,
-/// `projected_time(shadow)`; plain [`Policy::name`] otherwise (`projected_time` in its
-/// default enforce mode).
-pub fn policy_label(policy: &Policy) -> String {
-    match policy {
-        Policy::LoadAware { beta } => format!("load_aware(beta={beta})"),
-        Policy::ProjectedTime {
-            mode: ProjectedMode::Off,
-        } => "projected_time(off)".to_owned(),
-        Policy::ProjectedTime {
-            mode: ProjectedMode::Shadow,
-        } => "projected_time(shadow)".to_owned(),
-        p => p.name().to_owned(),
-    }
 }

@@ -2,7 +2,6 @@
 //!
 //! - [`metrics`]: what one policy did on one workload ([`Metrics`], computed from a
 //!   [`RunResult`]).
-//! - [`policy`]: policy names and labels as the command line and the table spell them.
 //! - [`series`]: per-engine time series and the TTFT distribution.
 //! - [`table`]: the plain-text table, one row per policy.
 //! - [`json`]: the `--json` document (metrics plus per-engine time series).
@@ -10,7 +9,6 @@
 
 pub mod json;
 pub mod metrics;
-pub mod policy;
 pub mod series;
 pub mod svg;
 pub mod table;
@@ -26,7 +24,8 @@ use crate::workload::Workload;
 /// One policy's run over one workload, with its metrics.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyRun {
-    /// The policy's label (`"load_aware:0.5"`, …).
+    /// The policy's label (its `Display`: `"load_aware:0.5"`, `"projected_time:shadow"`,
+    /// …).
     pub label: String,
     /// What the run recorded.
     pub result: RunResult,

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use kvroute::FallbackCause;
+
 use super::{Sim, Status, secs};
 use crate::engine::Engine;
 use crate::result::{RequestRecord, RunResult};
@@ -54,20 +56,15 @@ impl<'a> Sim<'a> {
         let stats = self.router.stats();
         let mut by_reason = BTreeMap::new();
         for d in &stats.decisions {
-            *by_reason.entry(d.reason.to_owned()).or_insert(0) += d.count;
+            *by_reason.entry(d.reason.name().to_owned()).or_insert(0) += d.count;
         }
         res.decisions_by_reason = by_reason;
-        let fb = stats.fallbacks;
-        res.fallbacks = [
-            ("missing", fb.missing),
-            ("invalid", fb.invalid),
-            ("stale", fb.stale),
-            ("partial", fb.partial),
-        ]
-        .into_iter()
-        .filter(|(_, n)| *n > 0)
-        .map(|(k, n)| (k.to_owned(), n))
-        .collect();
+        res.fallbacks = FallbackCause::ALL
+            .into_iter()
+            .map(|c| (c.name(), stats.fallbacks.get(c)))
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| (k.to_owned(), n))
+            .collect();
         let ing = self.router.ingest_stats();
         res.channel.gaps = ing.gaps + ing.gaps_cleared;
         res.channel.resets = ing.resets;
