@@ -81,6 +81,8 @@ impl Default for Policy {
 /// Every runtime knob of the scorer. Construct with [`Default`] and change fields; the
 /// scorer only accepts values that pass [`validate`](Self::validate).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct ScoreConfig {
     /// The policy.
     pub policy: Policy,

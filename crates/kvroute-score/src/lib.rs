@@ -67,6 +67,8 @@ mod policy;
 mod reason;
 mod rng;
 mod select;
+#[cfg(feature = "serde")]
+mod serde_impls;
 
 pub use config::{Policy, ProjectedMode, ScoreConfig, SharedConfig, bounds};
 pub use decide::{ScoreRequest, Scorer, TieInput};
