@@ -89,8 +89,8 @@ fn trace_arrivals(path: &Path, n: usize) -> Vec<f64> {
 /// Replays `stream` on one engine of `engine` and checks the bounds.
 fn calibrate(stream: &str, engine: EngineConfig, expected_rate: f64) {
     let (Some(stream_path), Some(trace_path)) = (
-        kvroute_tests::data_file(stream),
-        kvroute_tests::data_file("traces/mooncake_conversation_trace.jsonl"),
+        kvroute_testkit::data_file(stream),
+        kvroute_testkit::data_file("traces/mooncake_conversation_trace.jsonl"),
     ) else {
         return;
     };

@@ -2,7 +2,7 @@
 //! telemetry documents decode to the values written in them.
 
 use kvroute_load::{VllmLoadUpdate, VllmRankLoad};
-use kvroute_tests::msgpack::V;
+use kvroute_testkit::msgpack::V;
 use kvroute_wire::{
     ErrorKind, KvEvent, WireCounters, WireError, decode_load_stat, decode_payload,
     parse_sglang_loads, parse_vllm_metrics,
