@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"
 RUSTFLAGS="--cfg kvroute_loom ${RUSTFLAGS:-}" \
   CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
-  cargo test --release -p kvroute-index --lib --tests -- loom_
+  cargo test --release -p kvroute-index --lib -- loom_
 # Load snapshot publication and reservations (tests/loom_*.rs of kvroute-load).
 RUSTFLAGS="--cfg kvroute_loom ${RUSTFLAGS:-}" \
   CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \

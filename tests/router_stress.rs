@@ -53,6 +53,8 @@
 //! `router_stress_full` (ignored by default) runs `KVROUTE_STRESS_SECS` seconds (default 60),
 //! which is what `scripts/asan.sh` runs under AddressSanitizer.
 
+// kvroute-index's reference model of the index, shared with that crate's own tests.
+#[path = "../crates/kvroute-index/tests/index_common/mod.rs"]
 mod index_common;
 mod stress;
 

@@ -10,12 +10,12 @@
 
 use kvroute::ingest::{EventTally, RESET_WINDOW, SeqOutcome};
 use kvroute::parts::index::index::IndexError;
+use kvroute::parts::wire::{
+    BlockRemoved, BlockStored, EventEncoding, KvEvent, KvEventBatch, KvMessage, Medium,
+};
 use kvroute::{
     BlockStore, Channel, EngineHash, EventError, HashNamespace, IngestError, IngestReport,
     ReplayRequest, Router, SequenceHash, Slot, WorkerError, WorkerId,
-};
-use kvroute_wire::{
-    BlockRemoved, BlockStored, EventEncoding, KvEvent, KvEventBatch, KvMessage, Medium,
 };
 
 use super::{
