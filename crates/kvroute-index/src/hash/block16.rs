@@ -84,31 +84,23 @@ pub(crate) fn avalanche(mut h: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvroute_testkit::SplitMix64;
     use xxhash_rust::xxh3::xxh3_64_with_seed;
-
-    /// SplitMix64, a reference generator for test inputs.
-    fn next(state: &mut u64) -> u64 {
-        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = *state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 
     #[test]
     fn block16_matches_xxh3() {
-        let mut s = 7u64;
+        let mut s = SplitMix64::new(7);
         for round in 0..2_000 {
             let seed = match round % 4 {
                 0 => crate::hash::XXH3_SEED,
                 1 => 0,
                 2 => u64::MAX,
-                _ => next(&mut s),
+                _ => s.next_u64(),
             };
             let mut tokens = [0u32; TOKENS];
             for t in &mut tokens {
                 // Full 32-bit range, so the high half of every word is exercised.
-                *t = next(&mut s) as u32;
+                *t = s.next_u64() as u32;
             }
             let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
             assert_eq!(

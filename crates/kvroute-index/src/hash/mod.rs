@@ -296,14 +296,8 @@ mod tests {
     #[test]
     fn chain_hash_matches_xxh3() {
         // SplitMix64 inputs, plus edge values, compared with the general XXH3.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
+        let mut rng = kvroute_testkit::SplitMix64::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = || rng.next_u64();
         let random: Vec<(u64, u64)> = (0..10_000).map(|_| (next(), next())).collect();
         let edges = [(0, 0), (u64::MAX, u64::MAX), (0, u64::MAX), (1337, 1)];
         for &(p, l) in random.iter().chain(edges.iter()) {
