@@ -11,5 +11,8 @@ pub mod hash;
 pub mod index;
 pub mod registry;
 
+#[cfg(all(test, kvroute_loom))]
+mod loom_models;
+
 pub use hash::{BlockHasher, HashNamespace, LocalBlockHash, SequenceHash, XXH3_SEED};
 pub use registry::{RegistryError, RetiredSlot, Slot, SlotGeneration, WorkerId, WorkerRegistry};

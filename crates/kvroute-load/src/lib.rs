@@ -13,10 +13,12 @@
 //!
 //! Time is always the caller's ([`Nanos`]); the crate never reads a clock and does no I/O.
 //! Every atomic, lock and thread comes from `kvroute_sync`, so the lock-free protocols are
-//! modelled by loom under `RUSTFLAGS="--cfg kvroute_loom"` (see `tests/loom_*.rs`).
+//! modelled by loom under `RUSTFLAGS="--cfg kvroute_loom"` (see `src/loom_models`).
 
 mod cell;
 mod lanes;
+#[cfg(test)]
+mod loom_models;
 pub mod publish;
 mod publisher;
 pub mod reconcile;

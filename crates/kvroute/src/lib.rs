@@ -95,6 +95,8 @@ mod config;
 mod decision;
 mod error;
 pub mod ingest;
+#[cfg(test)]
+mod loom_models;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod request;

@@ -1,12 +1,12 @@
-//! loom models of reservations. Run with `RUSTFLAGS="--cfg kvroute_loom"` (see
-//! `scripts/loom.sh`); built normally, each model runs once as a smoke test.
+//! loom models of reservations.
 //!
 //! Counters are unsigned, so "never negative" is checked as: no subtraction ever needed
 //! clamping (`underflow_clamped == 0`) and every counter is back to exactly zero at the end.
 
 use kvroute_index::{Slot, SlotGeneration};
-use kvroute_load::{Nanos, ReservationTable, ReserveError, Reserved, Work};
 use kvroute_sync::{model, thread};
+
+use crate::{Nanos, ReservationTable, ReserveError, Reserved, Work};
 
 const G1: SlotGeneration = SlotGeneration(1);
 const G2: SlotGeneration = SlotGeneration(2);
@@ -74,7 +74,7 @@ fn loom_reservations_race_with_sweep_and_reconcile() {
         });
         // The control path ages the slot and reconciles requests meanwhile.
         t.sweep(Nanos(10));
-        t.reconcile(Slot(0), G1, kvroute_load::Fields::REQUESTS);
+        t.reconcile(Slot(0), G1, crate::Fields::REQUESTS);
         a.join().unwrap();
         assert_eq!(t.reserved(Slot(0)), Reserved::default());
         assert_eq!(t.stats().underflow_clamped, 0);
