@@ -7,7 +7,8 @@ use kvroute_index::index::{IndexConfig, IndexConfigError};
 use kvroute_load::{LoadConfig, Nanos, ReservationTable};
 use kvroute_score::ScoreConfig;
 
-/// Admission control coupled to the decision (incident B's follow-up).
+/// Admission control coupled to the decision: an idle peer can still get a request that a
+/// gate in front of the decision would have rejected.
 ///
 /// A worker *can take* a request while its outstanding requests, as the decision scored
 /// them (reported running + waiting + live reservations), are below
