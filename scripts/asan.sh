@@ -30,5 +30,5 @@ export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return=1:abort_on_error=1:halt_on_error=1}"
 
 echo "== router stress test under AddressSanitizer (${KVROUTE_STRESS_SECS} s)"
-cargo test --release --target "$host" -p kvroute-tests --test router_stress \
+cargo test --release --target "$host" -p kvroute-integration --test router_stress \
   -- --ignored --exact router_stress_full --nocapture

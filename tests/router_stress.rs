@@ -53,6 +53,8 @@
 //! `router_stress_full` (ignored by default) runs `KVROUTE_STRESS_SECS` seconds (default 60),
 //! which is what `scripts/asan.sh` runs under AddressSanitizer.
 
+// kvroute-index's reference model of the index, shared with that crate's own tests.
+#[path = "../crates/kvroute-index/tests/index_common/mod.rs"]
 mod index_common;
 mod stress;
 
@@ -229,7 +231,7 @@ fn check_index(router: &Router, tree: &Tree, model: &Model) {
         queries.extend((1..=DEPTH).map(|n| c[..n].to_vec()));
         queries.push(c[PREFIX..].to_vec());
     }
-    let mut rng = Rng(77);
+    let mut rng = Rng::new(77);
     queries.extend((0..32).map(|_| {
         (0..DEPTH)
             .map(|p| tree.chains[rng.below(BRANCHES as u64) as usize][p])

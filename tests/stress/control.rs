@@ -44,7 +44,7 @@ fn sample(rng: &mut Rng) -> LoadSample {
 /// Per round: checks the worker list, reports load for the registered workers (some stay
 /// silent for a while and go stale, a few reports are bad), and publishes.
 pub fn telemetry(router: &Router, clock: &Clock, run: &Run, seed: u64) -> TelemetryOut {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut out = TelemetryOut::default();
     let all = universe();
     let mut silent_until: HashMap<WorkerId, u64> = HashMap::new();
@@ -151,7 +151,7 @@ pub fn configs() -> Vec<ScoreConfig> {
 /// Changes the scorer's knobs while decisions run (through the quiet window too); a bad
 /// configuration is refused and changes nothing (this is the only thread that sets them, so the current one is known).
 pub fn knobs(router: &Router, run: &Run, seed: u64) -> u64 {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let configs = configs();
     let mut current = *router.score_config();
     let mut rounds = 0;

@@ -227,7 +227,7 @@ pub fn router_thread(
     admission: Option<AdmissionConfig>,
     seed: u64,
 ) -> RouteOut {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut out = RouteOut::default();
     let all = universe();
     let mut held: Vec<Decision> = Vec::new();

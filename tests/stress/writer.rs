@@ -10,12 +10,10 @@
 
 use kvroute::IndexError;
 use kvroute::ingest::{EventTally, RESET_WINDOW, SeqOutcome, block_store};
+use kvroute::{BlockRemoved, BlockStored, EventEncoding, KvEvent, KvEventBatch, KvMessage, Medium};
 use kvroute::{
     BlockStore, Channel, EngineHash, EventError, HashNamespace, IngestError, IngestReport,
     ReplayRequest, Router, SequenceHash, Slot, WorkerError, WorkerId,
-};
-use kvroute_wire::{
-    BlockRemoved, BlockStored, EventEncoding, KvEvent, KvEventBatch, KvMessage, Medium,
 };
 
 use super::{
@@ -140,7 +138,7 @@ pub fn writer(router: &Router, tree: &Tree, run: &Run, w: usize, seed: u64) -> W
     let mut wr = Writer {
         router,
         tree,
-        rng: Rng(seed),
+        rng: Rng::new(seed),
         model: Model::new(SLOTS, BS, CAP),
         out_history: Vec::new(),
         ingest: IngestTally::default(),

@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kvroute::{Channel, Router, RouterConfig, WorkerId};
-use kvroute_tests::msgpack::V;
-use kvroute_tests::stream::{Engine, records};
+use kvroute_testkit::msgpack::V;
+use kvroute_testkit::stream::{Engine, records};
 use kvroute_wire::{
     DecodePath, Frames, KvEvent, KvMessage, decode_message, decode_payload, decode_payload_serde,
     decode_payload_traced,
@@ -260,7 +260,7 @@ fn message_serde(frames: &[&[u8]]) -> KvMessage {
 
 fn streams(c: &mut Criterion) {
     for engine in [Engine::Vllm, Engine::Sglang] {
-        let Some(path) = kvroute_tests::data_file(engine.stream_file()) else {
+        let Some(path) = kvroute_testkit::data_file(engine.stream_file()) else {
             continue;
         };
         let batches: Vec<(u64, Vec<u8>)> = records(&path)

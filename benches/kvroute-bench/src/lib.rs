@@ -49,32 +49,8 @@ pub const REPLICAS_PER_CONVERSATION: usize = 2;
 /// Conversations each worker holds.
 pub const CONVERSATIONS_PER_WORKER: usize = 8;
 
-/// kvroute's seeded generator ([`kvroute_core::SplitMix64`]) with the draws the workloads
-/// need; deterministic across platforms.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(kvroute_core::SplitMix64);
-
-impl SplitMix64 {
-    /// A generator starting from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(kvroute_core::SplitMix64::new(seed))
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-
-    /// A value in `lo..=hi` (slightly biased for huge ranges; irrelevant here).
-    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
-    }
-
-    /// `n` synthetic token ids (below a 152k vocabulary, like recent LLM tokenizers).
-    pub fn tokens(&mut self, n: usize) -> Vec<u32> {
-        (0..n).map(|_| (self.next_u64() % 152_000) as u32).collect()
-    }
-}
+/// The seeded generator of every workload here (SplitMix64, shared with the tests).
+pub use kvroute_testkit::SplitMix64;
 
 /// The hasher every benchmark uses: [`BLOCK_SIZE`] tokens, default namespace.
 pub fn hasher() -> BlockHasher {

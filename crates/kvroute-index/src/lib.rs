@@ -11,5 +11,8 @@ pub mod hash;
 pub mod index;
 pub mod registry;
 
+#[cfg(all(test, kvroute_loom))]
+mod loom_models;
+
 pub use hash::{BlockHasher, LocalBlockHash};
 pub use registry::{RegistryError, RetiredSlot, WorkerRegistry};

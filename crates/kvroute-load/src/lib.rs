@@ -15,9 +15,11 @@
 //!
 //! Time is always the caller's (`kvroute_core::Nanos`); the crate never reads a clock and does no I/O.
 //! Every atomic, lock and thread comes from `kvroute_core::sync`, so the lock-free protocols are
-//! modelled by loom under `RUSTFLAGS="--cfg kvroute_loom"` (see `tests/loom_*.rs`).
+//! modelled by loom under `RUSTFLAGS="--cfg kvroute_loom"` (models in `src/loom_models`).
 
 mod lanes;
+#[cfg(test)]
+mod loom_models;
 pub mod publish;
 mod publisher;
 pub mod reconcile;

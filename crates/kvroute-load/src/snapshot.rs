@@ -46,8 +46,8 @@ impl EngineLoad {
     }
 
     /// Scheduler occupancy `(running + waiting) / max_running` over all ranks (a ratio; above
-    /// 1 when requests queue), or `None` unless [`is_complete`](Self::is_complete) (incident
-    /// B: caps are summed across DP ranks, and a partial sum is not used).
+    /// 1 when requests queue), or `None` unless [`is_complete`](Self::is_complete) (caps are
+    /// summed across DP ranks, and a partial sum is not used).
     pub fn occupancy(&self) -> Option<f32> {
         (self.is_complete() && self.max_running > 0)
             .then(|| ((self.running + self.waiting) as f64 / self.max_running as f64) as f32)

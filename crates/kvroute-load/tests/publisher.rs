@@ -467,7 +467,8 @@ fn dp_ranks_group_into_engines_and_partial_engines_are_flagged() {
         },
     )
     .unwrap();
-    // Incident B shape: engine 20 rank 0 is full (37 cap, 37 running, 116 waiting).
+    // An owner at its running-request cap: engine 20 rank 0 is full (37 cap, 37 running,
+    // 116 waiting).
     p.apply_sample(regs[0].1, sample(37, 116, 37), Nanos(S))
         .unwrap();
     p.apply_sample(regs[2].1, sample(0, 0, 37), Nanos(S))

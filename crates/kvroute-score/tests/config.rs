@@ -1,4 +1,5 @@
-//! Knob bounds (incident A item 9) and live updates without torn reads.
+//! Knob bounds (every knob out of range is rejected by name, never clamped silently) and
+//! live updates without torn reads.
 
 use kvroute_core::sync::Arc;
 use kvroute_core::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,6 @@
-//! Failure kind 10: replicas that see the same telemetry. One deterministic router sends a
-//! burst to the single best worker; two independently seeded routers with near-tie
-//! randomisation spread it.
+//! Router replicas that see the same telemetry. One deterministic router sends a burst to
+//! the single best worker; two independently seeded routers with near-tie randomisation
+//! spread it.
 
 use kvroute_score::{
     Fleet, NearTieRng, Policy, ScoreConfig, ScoreRequest, Scorer, SlotFigures, TieInput,

@@ -1,4 +1,4 @@
-//! Ablation of `projected_time` on the conversation trace and on the incident scenarios
+//! Ablation of `projected_time` on the conversation trace and on the hot-owner scenarios
 //! (`docs/RESULTS.md`): what its hard load escape and its telemetry change.
 //!
 //! Runs the first 3,000 requests of the trace (16 engines, arrivals 4x faster; a second
@@ -82,7 +82,7 @@ fn main() {
             result.decisions_by_reason
         );
     }
-    // The incidents' scenarios (seed 1): the escape's part in them.
+    // The hot-owner scenarios (seed 1): the escape's part in them.
     for scenario in ["hot-owner-51", "owner-canary"] {
         let Some(s) = kvroute_sim::workload::scenarios::find(scenario) else {
             continue;

@@ -1,13 +1,12 @@
 //! Scheduled faults: what can go wrong between an engine and the router.
 //!
-//! * [`FaultKind::Restart`]: the engine process restarts instantly with an empty cache
-//!   (failure kinds 4 and 5). Its batch sequence starts again at 0 with an
-//!   `AllBlocksCleared` batch, so the router, seeing the sequence go back, clears the
-//!   worker one event delay later. Every request on it is lost to the engine and handled as
-//!   a gateway handles a reset connection: its reservation is released and it is routed
-//!   again at once (pinned requests go back to their engine); its first-token time, prefix
-//!   hit and prediction are those of the new attempt. The record counts it in
-//!   [`RunResult::restarted_requests`](crate::RunResult).
+//! * [`FaultKind::Restart`]: the engine process restarts instantly with an empty cache. Its
+//!   batch sequence starts again at 0 with an `AllBlocksCleared` batch, so the router,
+//!   seeing the sequence go back, clears the worker one event delay later. Every request on
+//!   it is lost to the engine and handled as a gateway handles a reset connection: its
+//!   reservation is released and it is routed again at once (pinned requests go back to
+//!   their engine); its first-token time, prefix hit and prediction are those of the new
+//!   attempt. The record counts it in [`RunResult::restarted_requests`](crate::RunResult).
 //! * [`FaultKind::Disconnect`]: for `duration_s` every event batch and load report of the
 //!   engine is lost (the engine keeps serving); after reconnection the next batch shows the
 //!   router a sequence gap, recovered by replay or by giving it up (module [`crate::net`]);

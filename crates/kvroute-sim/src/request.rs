@@ -93,7 +93,7 @@ pub struct SimRequest {
     /// Arrive after another request finishes instead of at `arrival_s`.
     pub follows: Option<FollowUp>,
     /// Send straight to this engine, bypassing the router (a scenario's starting state,
-    /// e.g. the already-loaded owner of incident A). Pinned requests are excluded from the
+    /// e.g. the already-loaded owner of `hot-owner-51`). Pinned requests are excluded from the
     /// policy metrics.
     pub pinned: Option<u32>,
 }

@@ -26,6 +26,7 @@ use kvroute_sim::fault::Fault;
 use kvroute_sim::net::ChannelConfig;
 use kvroute_sim::workload::{FleetSpec, Workload};
 use kvroute_sim::{PromptSpec, SimRequest};
+use kvroute_testkit::stream::{Engine, Record, records};
 use serde_json::Value;
 
 /// A recorded request: its trace line and the engine's own hit (tokens).
@@ -37,37 +38,29 @@ struct Recorded {
     hit: u32,
 }
 
-/// The request records and the `end` record of an xz-compressed stream.
-fn read_stream(path: &Path) -> (Vec<Recorded>, Value) {
-    let file = std::fs::File::open(path).expect("open stream");
-    let reader = BufReader::new(xz2::read::XzDecoder::new(file));
+/// The request records (in trace order) and the `end` record of a stream (an empty record
+/// when it has none).
+fn read_stream(path: &Path) -> (Vec<Recorded>, Record) {
     let mut out = Vec::new();
-    let mut end = Value::Null;
-    for line in reader.lines() {
-        let line = line.expect("read stream");
-        let is_request = line.starts_with("{\"kind\":\"request\"");
-        if !is_request && !line.starts_with("{\"kind\":\"end\"") {
-            continue;
+    let mut end = Record::default();
+    for rec in records(path) {
+        match rec.kind.as_str() {
+            "request" => {
+                assert_eq!(
+                    rec.num_prompt_tokens.expect("num_prompt_tokens"),
+                    rec.input_length.expect("input_length")
+                );
+                out.push(Recorded {
+                    index: rec.index.expect("index") as usize,
+                    hash_ids: rec.hash_ids.expect("hash_ids"),
+                    input_length: rec.input_length.expect("input_length") as u32,
+                    output_length: rec.output_length.expect("output_length") as u32,
+                    hit: rec.engine_hit_tokens.expect("engine_hit_tokens") as u32,
+                });
+            }
+            "end" => end = rec,
+            _ => {}
         }
-        let v: Value = serde_json::from_str(&line).expect("stream record");
-        if !is_request {
-            end = v;
-            continue;
-        }
-        let u = |k: &str| v[k].as_u64().expect("integer field");
-        assert_eq!(u("num_prompt_tokens"), u("input_length"));
-        out.push(Recorded {
-            index: u("index") as usize,
-            hash_ids: v["hash_ids"]
-                .as_array()
-                .expect("hash_ids")
-                .iter()
-                .map(|h| h.as_u64().expect("hash id") as u32)
-                .collect(),
-            input_length: u("input_length") as u32,
-            output_length: u("output_length") as u32,
-            hit: u("engine_hit_tokens") as u32,
-        });
     }
     out.sort_by_key(|r| r.index);
     (out, end)
@@ -86,11 +79,12 @@ fn trace_arrivals(path: &Path, n: usize) -> Vec<f64> {
         .collect()
 }
 
-/// Replays `stream` on one engine of `engine` and checks the bounds.
-fn calibrate(stream: &str, engine: EngineConfig, expected_rate: f64) {
+/// Replays the stream `source` recorded on one engine of `engine` and checks the bounds.
+fn calibrate(source: Engine, engine: EngineConfig, expected_rate: f64) {
+    let stream = source.stream_file();
     let (Some(stream_path), Some(trace_path)) = (
-        kvroute_tests::data_file(stream),
-        kvroute_tests::data_file("traces/mooncake_conversation_trace.jsonl"),
+        kvroute_testkit::data_file(stream),
+        kvroute_testkit::data_file("traces/mooncake_conversation_trace.jsonl"),
     ) else {
         return;
     };
@@ -108,7 +102,7 @@ fn calibrate(stream: &str, engine: EngineConfig, expected_rate: f64) {
         (real_rate - expected_rate).abs() < 0.001,
         "recorded hit rate {real_rate:.4}, documented {expected_rate}"
     );
-    assert_eq!(end["engine_hit_tokens"].as_u64(), Some(real_hits));
+    assert_eq!(end.engine_hit_tokens.map(|h| h as u64), Some(real_hits));
 
     let requests = recorded
         .iter()
@@ -173,7 +167,7 @@ fn calibrate(stream: &str, engine: EngineConfig, expected_rate: f64) {
             )
         })
         .collect();
-    let clock = end["sim_clock_s"].as_f64().unwrap_or(f64::NAN);
+    let clock = end.sim_clock_s.unwrap_or(f64::NAN);
     eprintln!(
         "{stream}: {agree}/{n} requests agree ({:.1} %); hit rate simulated {:.2} %, \
          recorded {:.2} %; last token at {:.3} s (recorded clock {clock:.3} s); {} preemptions; \
@@ -196,18 +190,10 @@ fn calibrate(stream: &str, engine: EngineConfig, expected_rate: f64) {
 
 #[test]
 fn vllm_prefix_hits_match_the_recorded_stream() {
-    calibrate(
-        "kv_events/vllm_0.33_conversation_first1000.jsonl.xz",
-        EngineConfig::vllm_calibration(),
-        0.1712,
-    );
+    calibrate(Engine::Vllm, EngineConfig::vllm_calibration(), 0.1712);
 }
 
 #[test]
 fn sglang_prefix_hits_match_the_recorded_stream() {
-    calibrate(
-        "kv_events/sglang_0.5.23_conversation_first300.jsonl.xz",
-        EngineConfig::sglang_calibration(),
-        0.0504,
-    );
+    calibrate(Engine::Sglang, EngineConfig::sglang_calibration(), 0.0504);
 }

@@ -46,7 +46,7 @@ fn list_shows_every_scenario_and_policy() {
     for name in SCENARIO_NAMES.into_iter().chain(policies) {
         assert!(s.contains(name), "{name} missing from:\n{s}");
     }
-    assert!(s.contains("Incident A") && s.contains("Failure kind 6"));
+    assert!(s.contains("A hot cached owner") && s.contains("Identical requests at once"));
 }
 
 /// The default set is every policy label but `projected_time:off`, in the library's

@@ -1,6 +1,7 @@
 //! The expected results of the built-in scenarios (fixed seed), through the real driver,
-//! engines and Router. Each bound is the one the incident in `docs/FAILURE-MODES.md` sets; the
-//! figures are printed (`--nocapture`) so a failure shows how far off the model is.
+//! engines and Router. Each bound is what the scenario's failure requires of a good policy
+//! (`docs/FAILURE-MODES.md` lists the behaviours and their scenarios); the figures are
+//! printed (`--nocapture`) so a failure shows how far off the model is.
 //!
 //! Run in release: `cargo test --release -p kvroute-sim --test scenarios`.
 

@@ -49,7 +49,7 @@ fn same_seed_same_workload_other_seed_other_arrivals() {
 }
 
 #[test]
-fn hot_owner_51_starts_from_the_incident_state() {
+fn hot_owner_51_starts_with_the_owner_overloaded() {
     let w = hot_owner::build(1);
     assert_eq!(w.fleet.engines, 51);
     assert_eq!(w.fleet.engine.max_running, 38);

@@ -165,7 +165,7 @@ fn missing_file_is_an_io_error() {
 
 #[test]
 fn real_conversation_trace() {
-    let Some(path) = kvroute_tests::data_file("traces/mooncake_conversation_trace.jsonl") else {
+    let Some(path) = kvroute_testkit::data_file("traces/mooncake_conversation_trace.jsonl") else {
         return;
     };
     let (w, stats) = load_trace(&path, &opts(4.0)).unwrap();

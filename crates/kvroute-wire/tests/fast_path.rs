@@ -7,7 +7,7 @@
 mod support;
 
 use kvroute_core::EngineHash;
-use kvroute_tests::stream::{Engine, records};
+use kvroute_testkit::stream::{Engine, records};
 use kvroute_wire::{
     BlockRemoved, BlockStored, DecodePath, ErrorKind, EventEncoding, ExtraKey, KvEvent,
     KvEventBatch, Medium, WireCounters, WireError, decode_payload, decode_payload_serde,

@@ -1,7 +1,7 @@
 //! Bad input: every malformed shape is a typed error, counted, and never a panic; load
 //! telemetry documents decode to the values written in them.
 
-use kvroute_tests::msgpack::V;
+use kvroute_testkit::msgpack::V;
 use kvroute_wire::{
     ErrorKind, KvEvent, VllmLoadUpdate, VllmRankLoad, WireCounters, WireError, decode_load_stat,
     decode_payload, parse_sglang_loads, parse_vllm_metrics,

@@ -5,7 +5,7 @@
 //! engine caps it, must equal the engine's own hit; at the snapshot record, the index's
 //! residency, its engine-hash map (`PrefixIndex::engine_hashes`) and an independent
 //! engine-hash model must each give the engine's cached-hash count, copy count and SHA-256
-//! over the sorted hashes. Records are read by `kvroute_tests::stream`. Every batch must
+//! over the sorted hashes. Records are read by `kvroute_testkit::stream`. Every batch must
 //! have been read by the decoder's fast path (none handed to serde).
 //!
 //! Streams are decompressed and decoded line by line (197 MB raw for vLLM). Release-mode
@@ -17,8 +17,8 @@ use std::time::Instant;
 use kvroute_core::{HashNamespace, Slot};
 use kvroute_index::BlockHasher;
 use kvroute_index::index::{IndexConfig, PrefixIndex};
-use kvroute_tests::data_file;
-use kvroute_tests::stream::{Engine, STREAM_BLOCK_SIZE as BLOCK, records, unhex};
+use kvroute_testkit::data_file;
+use kvroute_testkit::stream::{Engine, STREAM_BLOCK_SIZE as BLOCK, records, unhex};
 use kvroute_wire::{KvEvent, Medium, WireCounters};
 
 mod support;

@@ -7,7 +7,7 @@
 
 use kvroute_core::EngineHash;
 use kvroute_core::HashNamespace;
-use kvroute_tests::msgpack::V;
+use kvroute_testkit::msgpack::V;
 use kvroute_wire::{BlockRemoved, EventEncoding, KvEvent, Medium, WireError, decode_payload};
 
 fn mp(v: &V) -> Vec<u8> {

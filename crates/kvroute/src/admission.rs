@@ -1,5 +1,6 @@
-//! Admission coupled to the decision (incident B's follow-up): a request is rejected only
-//! when no occupied worker, cached or not, can take it within the bound.
+//! Admission coupled to the decision (a gate in front of it would keep an idle peer from
+//! ever receiving a cached prefix): a request is rejected only when no occupied worker,
+//! cached or not, can take it within the bound.
 //!
 //! A worker's *outstanding* requests are the figure the decision scored: reported running +
 //! waiting plus live reservations ([`Fleet::requests`]). The scorer's pick is kept when it

@@ -15,7 +15,8 @@ pub const MAX_RESCORES: Bounds = Bounds::ints(0, 64, "");
 /// Valid [`AdmissionConfig::max_outstanding_requests`]: `1..=1_000_000` requests.
 pub const MAX_OUTSTANDING_REQUESTS: Bounds = Bounds::ints(1, 1_000_000, "requests");
 
-/// Admission control coupled to the decision.
+/// Admission control coupled to the decision: an idle peer can still get a request that a
+/// gate in front of the decision would have rejected.
 ///
 /// A worker *can take* a request while its outstanding requests, as the decision scored
 /// them (reported running + waiting + live reservations), are below

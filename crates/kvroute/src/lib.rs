@@ -95,6 +95,8 @@ mod config;
 mod decision;
 mod error;
 pub mod ingest;
+#[cfg(test)]
+mod loom_models;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod request;
@@ -148,7 +150,8 @@ pub use kvroute_score::{
 };
 // The engines' wire formats: frames, event batches and load telemetry.
 pub use kvroute_wire::{
-    END_OF_REPLAY_SEQ, ErrorCounts, ErrorKind, KvEvent, KvEventBatch, KvMessage, SglangLoadStat,
-    SglangRankLoad, VllmLoadUpdate, VllmRankLoad, WireCounters, WireError, WireStats,
-    decode_load_stat, decode_message, parse_sglang_loads, parse_vllm_metrics,
+    BlockRemoved, BlockStored, END_OF_REPLAY_SEQ, ErrorCounts, ErrorKind, EventEncoding, ExtraKey,
+    KvEvent, KvEventBatch, KvMessage, Medium, SglangLoadStat, SglangRankLoad, VllmLoadUpdate,
+    VllmRankLoad, WireCounters, WireError, WireStats, decode_load_stat, decode_message,
+    parse_sglang_loads, parse_vllm_metrics,
 };

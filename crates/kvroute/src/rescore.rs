@@ -99,6 +99,3 @@ pub(crate) fn claim_rescoring<T, E>(
     }
     Ok(Claimed::Contended)
 }
-
-#[cfg(test)]
-mod loom_models;

@@ -1,6 +1,6 @@
 //! `route` = hash → match → load snapshot → score → reserve, with the sibling check.
 //!
-//! # Concurrent siblings (incident A item 3, failure kind 6)
+//! # Concurrent siblings (simultaneous identical requests must spread)
 //! A decision fills its fleet view from the published snapshot and the live reservation
 //! counters, scores it, and then reserves on the chosen slot with
 //! [`ReservationTable::reserve_at_most`](kvroute_load::ReservationTable::reserve_at_most),
@@ -9,7 +9,7 @@
 //! held) and the decision re-reads the counters and re-scores, up to `max_rescores` times;
 //! the last attempt reserves unconditionally (counted as an unchecked reserve), or, with
 //! admission enabled, only within the admission bound. That loop is `rescore.rs`'s
-//! `claim_rescoring`, which the loom models in `rescore/loom_models.rs` run too.
+//! `claim_rescoring`, which the loom models in `src/loom_models.rs` run too.
 //!
 //! Why this spreads siblings: a checked reservation succeeds only if the slot still holds
 //! what the decision read, and counters only grow while siblings are in flight, so at the

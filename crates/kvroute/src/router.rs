@@ -282,7 +282,8 @@ impl Router {
     }
 
     /// Applies `AllBlocksCleared` of `worker` (cache reset, OOM, sleep, restart): it holds
-    /// nothing any more (failure kind 4). Returns how many engine hashes it had.
+    /// nothing any more, so `route` credits it no cache. Returns how many engine hashes it
+    /// had.
     ///
     /// # Errors
     /// [`EventError::UnknownWorker`].

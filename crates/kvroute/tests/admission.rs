@@ -1,6 +1,6 @@
-//! Admission coupled to the decision (incident B's follow-up): an idle peer gets the
-//! request while the cached owner is over the bound; rejection only when nobody can take
-//! it. Policy `kv_aware` (pure affinity) so the scorer itself always holds on the owner.
+//! Admission coupled to the decision: an idle peer gets the request while the cached owner
+//! is over the bound; rejection only when nobody can take it. Policy `kv_aware` (pure
+//! affinity) so the scorer itself always holds on the owner.
 
 mod common;
 
@@ -38,9 +38,9 @@ fn admission_moves_off_the_owner_to_the_best_worker_under_the_bound() {
     assert_eq!(r.stats().admission_redirects, 1);
 }
 
-/// The incident B follow-up itself: the only cached owner is over the bound and the peer
-/// is idle. A gate in front of selection would have rejected (429); here the idle peer
-/// gets the request, and so acquires its first copy of the prefix.
+/// Why admission is coupled to the decision: the only cached owner is over the bound and
+/// the peer is idle. A gate in front of selection would have rejected (429); here the idle
+/// peer gets the request, and so acquires its first copy of the prefix.
 #[test]
 fn idle_peer_gets_the_request_while_the_cached_owner_is_over_the_bound() {
     let (r, ws) = router(4, 2, kv_aware_with_bound);

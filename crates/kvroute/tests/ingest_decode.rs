@@ -8,7 +8,7 @@ mod common;
 use common::{BS, publish, router, tokens};
 use kvroute::ingest::SeqOutcome;
 use kvroute::{Channel, EngineHash, ReplayRequest, RouteRequest};
-use kvroute_tests::msgpack::V;
+use kvroute_testkit::msgpack::V;
 use kvroute_wire::{ErrorKind, KvMessage, WireCounters, WireError};
 
 /// A named-map `BlockStored` of `tokens` (whole blocks) with engine hashes `first..`.

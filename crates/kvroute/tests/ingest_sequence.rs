@@ -133,7 +133,7 @@ fn duplicate_and_stale_batches_are_dropped_and_counted() {
 }
 
 /// Live 0..=2, then 1: the engine restarted and its new batch 0 was lost. The worker is
-/// cleared (kind 5) and waits for a replay from 0.
+/// cleared (none of its old blocks stays indexed) and waits for a replay from 0.
 #[test]
 fn a_restart_with_lost_first_batches_clears_and_asks_for_a_replay_from_zero() {
     let (r, [w1, w2], p) = fleet();

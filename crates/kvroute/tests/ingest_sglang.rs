@@ -7,13 +7,13 @@
 //! snapshot record the worker's engine-hash map must equal the engine's radix tree (count,
 //! copies, SHA-256 over the hashes sorted as signed integers). Checks in `engine_stream`.
 //!
-//! Skips with a notice without the data (fails under `CI`), as `kvroute_tests::data_file`
+//! Skips with a notice without the data (fails under `CI`), as `kvroute_testkit::data_file`
 //! does.
 
 mod common;
 mod engine_stream;
 
-use kvroute_tests::stream::Engine;
+use kvroute_testkit::stream::Engine;
 
 #[test]
 fn sglang_stream_through_ingest_matches_the_engine_hits_and_cache() {

@@ -8,13 +8,13 @@
 //!
 //! Release builds replay the whole stream (1,000 requests; evictions, so removals, start
 //! after about 200); debug builds the first 200 requests only, without the snapshot check.
-//! Skips with a notice without the data (fails under `CI`), as `kvroute_tests::data_file`
+//! Skips with a notice without the data (fails under `CI`), as `kvroute_testkit::data_file`
 //! does. About 5 s in release.
 
 mod common;
 mod engine_stream;
 
-use kvroute_tests::stream::Engine;
+use kvroute_testkit::stream::Engine;
 
 #[test]
 fn vllm_stream_through_ingest_matches_the_engine_hits_and_cache() {

@@ -1,5 +1,5 @@
 //! The full Router path on small fleets with hand-computed expectations: cache owner when
-//! idle, spill when overloaded (incident A shape), shadow mode, fallback, request errors.
+//! idle, spill when overloaded (a hot cached owner), shadow mode, fallback, request errors.
 //! Units: prefill 8,000 tokens/s and decode 1,000 tokens/s (reported), 64 slots per
 //! worker, KV barrier 0.15 s · k/(1 − k), blocks of 16 tokens, policy `projected_time`
 //! enforce (default). Projected seconds (`kvroute_score`, module `cost`):
@@ -42,7 +42,7 @@ fn route_picks_the_cache_owner_when_idle() {
     assert_eq!(r.stats().with_reason(Reason::CacheHold), 1);
 }
 
-/// Incident A in small, 256 output tokens: worker 1 owns the prefix with 38 running and 109
+/// The hot owner in small, 256 output tokens: worker 1 owns the prefix with 38 running and 109
 /// waiting (q 147 > 64 slots: n = 64), queued 6,976 tokens, KV 0.6 → it waits for the 84th
 /// free slot, one every 0.256 s: 21.504 s (> 0.872 s of queue), + 64 × 0.008 +
 /// 127 × 0.256 + 0.225 = 54.753 s. Worker 5 is lightly loaded (2 running, n = 3, KV 0.05):

@@ -1,6 +1,6 @@
-//! Concurrent identical requests spread (incident A item 3): N simultaneous identical
-//! requests on an idle fleet of W workers put at most ceil(N/W) + 1 on any worker. Real
-//! threads released together by a barrier; no timing is asserted.
+//! Concurrent identical requests spread: N simultaneous identical requests on an idle fleet
+//! of W workers put at most ceil(N/W) + 1 on any worker. Real threads released together by
+//! a barrier; no timing is asserted.
 
 mod common;
 

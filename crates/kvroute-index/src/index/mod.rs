@@ -46,9 +46,10 @@
 //! The node, table and reclamation protocols are documented in their own modules.
 
 mod matching;
-mod node;
-mod reclaim;
-mod table;
+// `pub(crate)` for the loom models (`crate::loom_models`).
+pub(crate) mod node;
+pub(crate) mod reclaim;
+pub(crate) mod table;
 mod types;
 mod worker;
 

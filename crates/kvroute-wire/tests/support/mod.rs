@@ -1,11 +1,11 @@
 //! Helpers of kvroute-wire's data-driven tests: where the shared data lives and hex (both
-//! from the workspace's shared test helpers), an independent implementation of kvroute's
-//! block hashing to check against, and [`encode`], a msgpack encoder that writes each
-//! value in the marker form the test picks.
+//! from `kvroute-testkit`), an independent implementation of kvroute's block hashing to
+//! check against, and [`encode`], a msgpack encoder that writes each value in the marker
+//! form the test picks.
 //!
-//! Data files are found by the workspace's shared test helpers (`kvroute_tests::data_file`:
-//! `../shared/data` beside the checkout or `$KVROUTE_DATA_DIR`; a missing file skips the
-//! test with a notice, except under `CI`, where it fails).
+//! Data files are found by `kvroute_testkit::data_file` (`../shared/data` beside the
+//! checkout or `$KVROUTE_DATA_DIR`; a missing file skips the test with a notice, except
+//! under `CI`, where it fails).
 
 #![allow(dead_code, unused_imports)]
 
@@ -13,8 +13,8 @@ pub mod encode;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-pub use kvroute_tests::data_file;
-pub use kvroute_tests::stream::unhex;
+pub use kvroute_testkit::data_file;
+pub use kvroute_testkit::stream::unhex;
 
 /// The positional fields of vLLM's `BlockStored` after its tag, in order, as named-map keys
 /// (`docs/WIRE-FORMAT.md`, "Events").

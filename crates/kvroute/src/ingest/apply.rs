@@ -1,6 +1,6 @@
 //! Applying one batch's events to the prefix index, for one worker.
 //!
-//! Rules (`docs/WIRE-FORMAT.md`; failure kinds in `docs/FAILURE-MODES.md`):
+//! Rules (`docs/WIRE-FORMAT.md`; the failures they prevent in `docs/FAILURE-MODES.md`):
 //! * `BlockStored` of the device tier and the main full-attention KV group: indexed via
 //!   [`block_store`] (LoRA name / id and cache salt namespace the hashes as
 //!   the decoder gives them). Host, disk, external and unknown tiers are **counted and
@@ -14,13 +14,13 @@
 //! * Duplicate stores and removes follow the index's copy semantics: a second store of a
 //!   resident hash adds a copy, each removal drops one, a removal of an unknown hash is
 //!   counted and ignored.
-//! * `AllBlocksCleared`: the worker holds nothing any more (failure kind 4); it also clears
-//!   a block-size distrust.
+//! * `AllBlocksCleared`: the worker holds nothing any more (no traffic goes to it for a
+//!   cache it lost); it also clears a block-size distrust.
 //! * A store whose parent the worker does not hold is not indexed (the index's rule: it
 //!   could never extend a match from block 0) and is counted; it is not an error.
-//! * A block-size mismatch (failure kind 7) is returned as a [`RejectedEvent`] naming engine
-//!   and sizes, counted per engine, and marks the worker untrusted; the rest of the batch is
-//!   still applied.
+//! * A block-size mismatch is returned as a [`RejectedEvent`] naming engine and sizes
+//!   (never dropped silently), counted per engine, and marks the worker untrusted; the rest
+//!   of the batch is still applied.
 //! * Unknown event kinds are counted and skipped.
 
 use kvroute_core::{Slot, WorkerId};
@@ -54,8 +54,8 @@ pub struct EventTally {
 /// Why one event of a batch was not applied (the rest of the batch was).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EventRejection {
-    /// The engine's block size differs from the router's (failure kind 7). The worker is
-    /// untrusted until it is cleared or re-registered.
+    /// The engine's block size differs from the router's. The worker is untrusted until it
+    /// is cleared or re-registered.
     BlockSizeMismatch {
         /// The publishing worker (engine id, DP rank).
         worker: WorkerId,

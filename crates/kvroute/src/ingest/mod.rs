@@ -14,14 +14,15 @@
 //! makes the worker's residency **untrusted**: [`Router::route`](crate::Router::route)
 //! treats its overlap as zero, and live batches are held (not applied) until a replay
 //! brings the missing ones in order. Trust comes back when the replay reaches the live
-//! sequence, when the batch after the gap holds an `AllBlocksCleared` (failure kind 4),
-//! when the replay turns out truncated or short (the worker is cleared: from an empty
-//! residency, in-order application can only under-state the engine's cache), when the
-//! caller gives up with [`Router::skip_replay`], or when the worker is re-registered. A
-//! block-size mismatch (failure kind 7) also makes the worker untrusted, until an
-//! `AllBlocksCleared` or a re-registration. An engine restart (sequence back near 0, or
-//! the last live number again from a batch with another `ts`; failure kind 5) clears the
-//! worker. Rules in the module docs of `sequence` and `apply`.
+//! sequence, when the batch after the gap holds an `AllBlocksCleared` (the engine's cache
+//! is empty, so nothing the gap hid is left), when the replay turns out truncated or short
+//! (the worker is cleared: from an empty residency, in-order application can only
+//! under-state the engine's cache), when the caller gives up with [`Router::skip_replay`],
+//! or when the worker is re-registered. A block-size mismatch also makes the worker
+//! untrusted, until an `AllBlocksCleared` or a re-registration. An engine restart
+//! (sequence back near 0, or the last live number again from a batch with another `ts`)
+//! clears the worker, so none of its old blocks stays indexed. Rules in the module docs of
+//! `sequence` and `apply`.
 //!
 //! Callers without a replay socket call [`Router::skip_replay`] for every
 //! [`ReplayRequest`]: the worker is cleared and trusted at once.
@@ -63,8 +64,8 @@ pub struct IngestReport {
     pub seq: Option<u64>,
     /// What sequence tracking made of it.
     pub outcome: SeqOutcome,
-    /// When the message revealed an engine restart (failure kind 5): the last live
-    /// sequence number before it. The worker was cleared.
+    /// When the message revealed an engine restart: the last live sequence number before
+    /// it. The worker was cleared.
     pub reset_from: Option<u64>,
     /// This message completed a pending replay (trust restored).
     pub replay_completed: bool,
@@ -96,8 +97,8 @@ pub enum IngestError {
         /// The rank the batch carries.
         batch_dp_rank: u32,
     },
-    /// Some events were rejected (block-size mismatch, failure kind 7, ...); the rest of
-    /// the batch was applied and the sequence advanced. Counted.
+    /// Some events were rejected (a block-size mismatch, ...); the rest of the batch was
+    /// applied and the sequence advanced. Counted.
     Rejected(Box<RejectedBatch>),
 }
 

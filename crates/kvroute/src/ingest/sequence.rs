@@ -51,13 +51,13 @@
 //!
 //! [`Router::skip_replay`]: crate::Router::skip_replay
 
-/// A live sequence number that goes backwards to below this value is an engine restart
-/// (failure kind 5): a restarted engine starts again at 0, and its first few batches may be
-/// lost on the lossy PUB socket. A backwards step to a higher number is a stale duplicate.
-/// Ambiguous cases (a short stream going back within the window) are taken as restarts:
-/// clearing can only under-state residency, never send traffic to a wiped cache. Within
-/// the window, a repeat of the last live sequence number is a restart too unless it is an
-/// exact copy (same batch `ts`) holding no `AllBlocksCleared`.
+/// A live sequence number that goes backwards to below this value is an engine restart (its
+/// old blocks must not stay indexed): a restarted engine starts again at 0, and its first
+/// few batches may be lost on the lossy PUB socket. A backwards step to a higher number is
+/// a stale duplicate. Ambiguous cases (a short stream going back within the window) are
+/// taken as restarts: clearing can only under-state residency, never send traffic to a
+/// wiped cache. Within the window, a repeat of the last live sequence number is a restart
+/// too unless it is an exact copy (same batch `ts`) holding no `AllBlocksCleared`.
 pub const RESET_WINDOW: u64 = 64;
 
 /// What the sequence tracker made of one message.

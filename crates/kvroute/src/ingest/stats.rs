@@ -1,8 +1,7 @@
 //! Counters of the ingest path and their plain snapshot [`IngestStats`].
 //!
 //! Monotonic `Relaxed` tallies (nothing is published through them), plus the per-engine
-//! block-size mismatch table (failure kind 7), which is only written when a mismatch
-//! happens.
+//! block-size mismatch table, which is only written when a mismatch happens.
 
 use std::collections::BTreeMap;
 
@@ -57,7 +56,7 @@ macro_rules! counters {
             $($(#[doc = $doc])* pub $name: u64,)*
             /// Gauge: workers whose overlap `route` currently treats as zero.
             pub untrusted_workers: usize,
-            /// Block-size mismatches (failure kind 7) per engine worker and engine block size.
+            /// Block-size mismatches per engine worker and engine block size.
             pub block_size_mismatches: Vec<BlockSizeMismatchCount>,
         }
 
@@ -115,7 +114,7 @@ counters! {
     stored_blocks,
     /// Device-tier blocks removed (engine hashes listed).
     removed_blocks,
-    /// `AllBlocksCleared` events applied (failure kind 4).
+    /// `AllBlocksCleared` events applied.
     clears,
     /// Host, disk, external or unknown-tier blocks in stores and removes: counted, ignored.
     non_device_blocks,
@@ -135,7 +134,7 @@ counters! {
     unknown_worker_messages,
 }
 
-/// Stores of one engine rejected for a block-size mismatch (failure kind 7).
+/// Stores of one engine rejected for a block-size mismatch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockSizeMismatchCount {
     /// The publishing worker (engine id, DP rank).

@@ -16,7 +16,7 @@ use kvroute_index::index::Overlaps;
 
 /// Untrusted: a replay is pending (gap, or restart with lost batches).
 pub(crate) const SEQUENCE: u32 = 1;
-/// Untrusted: stores were rejected for a block-size mismatch (failure kind 7).
+/// Untrusted: stores were rejected for a block-size mismatch.
 pub(crate) const BLOCK_SIZE: u32 = 2;
 
 /// One flag word per slot and the count of slots with any flag.

@@ -1,4 +1,4 @@
-//! A real engine KV event stream (`kvroute_tests::stream`) replayed end to end through the
+//! A real engine KV event stream (`kvroute_testkit::stream`) replayed end to end through the
 //! Router: every batch record is framed as the engine's ZMQ message (`[topic "", seq as 8
 //! bytes big-endian, payload]`), decoded by `kvroute_wire`, and fed to `Router::ingest`
 //! (sequence tracking included) for the engine's worker. Checks, with the expected values
@@ -16,7 +16,7 @@
 #![allow(dead_code)]
 
 use kvroute::{Channel, RouteRequest, Router, RouterConfig, WorkerId};
-use kvroute_tests::stream::{Engine, STREAM_BLOCK_SIZE as BLOCK, records, unhex};
+use kvroute_testkit::stream::{Engine, STREAM_BLOCK_SIZE as BLOCK, records, unhex};
 use kvroute_wire::WireCounters;
 
 use crate::common::{NOW, idle};
@@ -27,7 +27,7 @@ type Mismatch = (u64, usize, usize, usize);
 /// Replays `engine`'s stream through a Router. With `request_limit`, stops after that many
 /// requests (the snapshot and end checks then do not run; the caller says so).
 pub fn replay_through_router(engine: Engine, request_limit: Option<usize>) {
-    let Some(path) = kvroute_tests::data_file(engine.stream_file()) else {
+    let Some(path) = kvroute_testkit::data_file(engine.stream_file()) else {
         return;
     };
     let mut cfg = RouterConfig::new(2, BLOCK);

@@ -1,4 +1,5 @@
-//! `burst-siblings`: failure kind 6 (`docs/FAILURE-MODES.md`), identical requests at once.
+//! `burst-siblings`: identical requests at once, before any engine has reported storing
+//! their prompt; reservations must spread them.
 
 use crate::engine::EngineConfig;
 use crate::workload::Workload;

@@ -1,5 +1,6 @@
-//! `restart` and `event-loss`: failure kinds 4 and 5 and incident A's list of KV-event
-//! delay, loss, disconnects and restarts (`docs/FAILURE-MODES.md`), on one steady multi-prefix load.
+//! `restart` and `event-loss`: engine restarts (cache wiped, event sequence back at 0), and
+//! KV events delayed, reordered, lost and cut off by disconnects, on one steady multi-prefix
+//! load.
 
 use crate::engine::EngineConfig;
 use crate::fault::{Fault, FaultKind};

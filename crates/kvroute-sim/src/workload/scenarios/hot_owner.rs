@@ -1,4 +1,5 @@
-//! `hot-owner-51`: incident A (`docs/FAILURE-MODES.md`), the hot cached owner in a 51-engine fleet.
+//! `hot-owner-51`: the hot cached owner in a 51-engine fleet: the one engine holding a long
+//! shared prefix is already overloaded while its 50 peers idle.
 
 use rand::Rng;
 
@@ -6,11 +7,11 @@ use crate::engine::EngineConfig;
 use crate::workload::Workload;
 use crate::workload::synth::{self, TokenSpace};
 
-/// Engines in the fleet (incident A).
+/// Engines in the fleet.
 pub const ENGINES: u32 = 51;
 /// The engine that already holds the shared prefix (index).
 pub const OWNER: u32 = 0;
-/// Running-request cap per engine: the owner ran 38 requests in the incident.
+/// Running-request cap per engine: the owner runs 38 requests at the start.
 pub const MAX_RUNNING: u32 = 38;
 /// Pinned requests that give the owner its starting load: 38 running + 109 waiting.
 pub const PINNED: u32 = 38 + 109;

@@ -1,14 +1,15 @@
-//! The built-in scenarios: each reproduces one incident or failure kind of `docs/FAILURE-MODES.md`
-//! (`docs/FAILURE-MODES.md` and the design notes), deterministically for a seed.
+//! The built-in scenarios: each reproduces one failure a router must avoid (the behaviours,
+//! their tests and scenarios are listed in `docs/FAILURE-MODES.md`), deterministically for a
+//! seed.
 //!
 //! | name | reproduces |
 //! |---|---|
-//! | `hot-owner-51` | incident A: one overloaded cached owner, 50 idle peers |
-//! | `owner-canary` | incident B: the two-engine owner-pressure canary |
-//! | `zipf-prefixes` | incident C: pure affinity on Zipf-popular prefixes |
-//! | `burst-siblings` | failure kind 6: identical requests at once |
-//! | `restart` | failure kinds 4, 5: cache wipes and sequence restarts |
-//! | `event-loss` | incident A's list: KV event delay, loss, reordering, disconnects |
+//! | `hot-owner-51` | one overloaded cached owner, 50 idle peers |
+//! | `owner-canary` | an owner at its running-request cap with low KV usage, one idle peer |
+//! | `zipf-prefixes` | pure affinity on Zipf-popular prefixes |
+//! | `burst-siblings` | identical requests at once |
+//! | `restart` | cache wipes and sequence restarts |
+//! | `event-loss` | KV event delay, loss, reordering, disconnects |
 
 pub mod burst;
 pub mod faults;
@@ -21,41 +22,41 @@ use crate::net::ChannelConfig;
 use crate::request::SimRequest;
 use crate::workload::{FleetSpec, Workload, synth};
 
-/// Name of incident A's scenario.
+/// Name of the hot cached owner scenario.
 pub const HOT_OWNER_51: &str = "hot-owner-51";
-/// Name of incident B's scenario.
+/// Name of the owner-pressure canary scenario.
 pub const OWNER_CANARY: &str = "owner-canary";
-/// Name of incident C's scenario.
+/// Name of the Zipf-popular prefixes scenario.
 pub const ZIPF_PREFIXES: &str = "zipf-prefixes";
-/// Name of failure kind 6's scenario.
+/// Name of the identical-requests burst scenario.
 pub const BURST_SIBLINGS: &str = "burst-siblings";
 /// Name of the restart scenario.
 pub const RESTART: &str = "restart";
 /// Name of the lossy-channel scenario.
 pub const EVENT_LOSS: &str = "event-loss";
 
-const HOT_OWNER_51_REPRODUCES: &str = "Incident A: 51 engines of 38 slots; engine 0 holds a \
-    6,144-token shared prefix with 38 running and 109 waiting (pinned), then 1,800 chat \
-    requests on that prefix arrive at 60/s. Pure affinity piles them onto the owner while \
-    50 engines idle; a good policy spills to the idle peers.";
-const OWNER_CANARY_REPRODUCES: &str = "Incident B: two engines of 38 slots, the owner starting \
-    with 35 running (pinned) and the cached 67,500-token context, the peer idle; 76 \
-    growing-prefix trajectories x 3 turns x 1,000 output tokens (~16.1 M prompt tokens). \
+const HOT_OWNER_51_REPRODUCES: &str = "A hot cached owner: 51 engines of 38 slots; engine 0 holds \
+    a 6,144-token shared prefix with 38 running and 109 waiting (pinned), then 1,800 chat requests \
+    on that prefix arrive at 60/s. Pure affinity piles them onto the owner while 50 engines idle; \
+    a good policy spills to the idle peers.";
+const OWNER_CANARY_REPRODUCES: &str = "Owner pressure without occupancy: two engines of 38 slots, \
+    the owner starting with 35 running (pinned) and the cached 67,500-token context, the peer \
+    idle; 76 growing-prefix trajectories x 3 turns x 1,000 output tokens (~16.1 M prompt tokens). \
     Affinity keeps a 100:0 generation share; occupancy pressure splits it.";
-const ZIPF_PREFIXES_REPRODUCES: &str = "Incident C: two engines, 128 prefixes of 2,048 tokens \
-    drawn with Zipf s = 0.9, Poisson 16 requests/s, 500 requests. Pure affinity unbalances \
-    the engines; a load term restores balance at almost the same hit rate.";
-const BURST_SIBLINGS_REPRODUCES: &str = "Failure kind 6: 64 identical 4,096-token requests \
-    arrive at once on 8 idle engines, before any engine has reported storing the prompt \
+const ZIPF_PREFIXES_REPRODUCES: &str = "Pure affinity on a Zipf workload: two engines, 128 \
+    prefixes of 2,048 tokens drawn with Zipf s = 0.9, Poisson 16 requests/s, 500 requests. Pure \
+    affinity unbalances the engines; a load term restores balance at almost the same hit rate.";
+const BURST_SIBLINGS_REPRODUCES: &str = "Identical requests at once: 64 identical 4,096-token \
+    requests arrive at once on 8 idle engines, before any engine has reported storing the prompt \
     (best-of-N, agent fan-out). Reservations must spread them.";
-const RESTART_REPRODUCES: &str = "Failure kinds 4 and 5: 8 engines under a steady load of 16 \
-    Zipf-popular prefixes (12 requests/s, 90 s); engines 0, 1, 2 and 0 again restart at \
-    20, 35, 50 and 65 s (cache wiped, event sequence back at 0). The router must stop \
-    predicting hits on wiped engines.";
-const EVENT_LOSS_REPRODUCES: &str = "Incident A's fault list: the restart load over lossy \
-    channels (KV events delayed 50 ms + up to 100 ms jitter so batches reorder, 1% of \
-    batches and 5% of load reports lost), a 5 s disconnect of engine 1 at 20 s, 50% batch \
-    loss on engine 2 for 20 s from 30 s, a 10 s telemetry blackout of engine 3 at 40 s.";
+const RESTART_REPRODUCES: &str = "Engine restarts: 8 engines under a steady load of 16 \
+    Zipf-popular prefixes (12 requests/s, 90 s); engines 0, 1, 2 and 0 again restart at 20, 35, 50 \
+    and 65 s (cache wiped, event sequence back at 0). The router must stop predicting hits on \
+    wiped engines.";
+const EVENT_LOSS_REPRODUCES: &str = "Lossy KV event and telemetry channels: the restart load over \
+    lossy channels (KV events delayed 50 ms + up to 100 ms jitter so batches reorder, 1% of \
+    batches and 5% of load reports lost), a 5 s disconnect of engine 1 at 20 s, 50% batch loss on \
+    engine 2 for 20 s from 30 s, a 10 s telemetry blackout of engine 3 at 40 s.";
 
 /// A built-in scenario: its name, what it reproduces, and its builder.
 #[derive(Clone, Copy, Debug)]

@@ -1,4 +1,5 @@
-//! `owner-canary`: incident B (`docs/FAILURE-MODES.md`), the two-engine canary of owner pressure.
+//! `owner-canary`: the two-engine canary of owner pressure: an owner at its running-request
+//! cap with a long queue but low KV usage must still shed load to its idle peer.
 
 use std::sync::Arc;
 

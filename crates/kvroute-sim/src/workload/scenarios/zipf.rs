@@ -1,4 +1,5 @@
-//! `zipf-prefixes`: incident C (`docs/FAILURE-MODES.md`), pure cache affinity on a Zipf workload.
+//! `zipf-prefixes`: pure cache affinity on a Zipf workload unbalances the engines; a load
+//! term restores the balance at almost the same hit rate.
 
 use crate::engine::EngineConfig;
 use crate::workload::Workload;

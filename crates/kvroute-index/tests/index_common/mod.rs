@@ -1,4 +1,7 @@
-//! A naive reference model of the prefix index, shared by the index test binaries.
+//! A naive reference model of the prefix index, shared by this crate's index test binaries
+//! and by the router stress test of the workspace (`tests/router_stress.rs`, which includes
+//! this module by path: the model is written against kvroute-index, so it cannot live in
+//! kvroute-testkit, which depends on no kvroute crate).
 //!
 //! The model is written from the index's documented contract, not from its code:
 //!
@@ -460,21 +463,6 @@ pub fn cases(default: u32) -> u32 {
         .unwrap_or(default)
 }
 
-/// A tiny deterministic PRNG (splitmix64) for the non-proptest tests.
-#[derive(Clone, Debug)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0; the bias is irrelevant here).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+/// The deterministic generator of the non-proptest tests (SplitMix64, `Rng::new(seed)`).
+#[allow(unused_imports)] // not every binary uses it
+pub use kvroute_testkit::SplitMix64 as Rng;

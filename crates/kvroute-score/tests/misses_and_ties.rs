@@ -1,4 +1,6 @@
-//! Regression tests for failure kinds 1–3 of `docs/FAILURE-MODES.md`.
+//! Misses and ties: a cache miss goes to the least-loaded worker (not the first or the
+//! "smallest"), ties rotate over every tied worker, and a tied conversation stays on the
+//! worker that holds its cache.
 
 mod common;
 
@@ -28,11 +30,11 @@ fn loaded(requests: f32, tokens: f32, kv: f32) -> Option<SlotFigures> {
     })
 }
 
-/// Kind 1: a miss went to the "smallest" engine regardless of load. Here no worker holds
-/// any block; slot 0 is the busiest and slot 2 the idlest by every measure, so every policy
+/// A miss must not go to the "smallest" engine regardless of load. Here no worker holds any
+/// block; slot 0 is the busiest and slot 2 the idlest by every measure, so every policy
 /// that looks at load sends the miss to slot 2, whatever the cursor.
 #[test]
-fn failure_kind_1_a_miss_goes_to_the_least_loaded_not_the_first() {
+fn a_miss_goes_to_the_least_loaded_not_the_first() {
     let f = Fleet::from_slots(&[
         loaded(50.0, 20_000.0, 0.5),
         loaded(10.0, 4_000.0, 0.2),
@@ -47,10 +49,10 @@ fn failure_kind_1_a_miss_goes_to_the_least_loaded_not_the_first() {
     }
 }
 
-/// Kind 2: a fixed tie-breaker always picked the same engine. Five identical idle workers:
-/// the rotating cursor visits each of them.
+/// A fixed tie-breaker would always pick the same engine. Five identical idle workers: the
+/// rotating cursor visits each of them.
 #[test]
-fn failure_kind_2_ties_rotate_over_every_worker() {
+fn ties_rotate_over_every_worker() {
     let f = Fleet::from_slots(&idle(5));
     for policy in cache_and_load_policies() {
         let picks: Vec<u32> = (0..5)
@@ -64,12 +66,12 @@ fn failure_kind_2_ties_rotate_over_every_worker() {
     assert_eq!(rr, vec![0, 1, 2, 3, 4, 0, 1]);
 }
 
-/// Kind 3: two engines with identical scores made selection alternate in a multi-turn chat.
-/// Two idle workers; turn 1 goes where the cursor says; from then on the worker holding
-/// the conversation's prefix keeps it, even when the cursor points at the other and even
-/// for `least_load`, whose cost ignores the cache (the overlap tie key decides).
+/// Two engines with identical scores must not make selection alternate in a multi-turn
+/// chat. Two idle workers; turn 1 goes where the cursor says; from then on the worker
+/// holding the conversation's prefix keeps it, even when the cursor points at the other and
+/// even for `least_load`, whose cost ignores the cache (the overlap tie key decides).
 #[test]
-fn failure_kind_3_a_tied_conversation_stays_on_its_cache_owner() {
+fn a_tied_conversation_stays_on_its_cache_owner() {
     for policy in cache_and_load_policies() {
         let mut owner_blocks = [0.0f32; 2];
         let mut owner = None;

@@ -87,7 +87,7 @@ fn ops_per_writer() -> usize {
 /// One writer: random ops on its two workers, each checked against its own model.
 fn writer(index: &PrefixIndex, tree: &Tree, slots: [u32; 2], seed: u64, ops: usize) -> Model {
     let mut model = Model::new(SLOTS, BS, 1 << 20);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     for i in 0..ops {
         let slot = Slot(slots[rng.below(2) as usize]);
         let b = rng.below(BRANCHES as u64) as usize;
@@ -285,7 +285,7 @@ fn concurrent_writers_and_readers_end_in_the_model_state() {
     let mut queries: Vec<Vec<SequenceHash>> = tree.chains.clone();
     queries.extend(tree.chains.iter().map(|c| c[PREFIX..].to_vec()));
     queries.extend(tree.chains.iter().map(|c| c[..PREFIX + 3].to_vec()));
-    let mut rng = Rng(77);
+    let mut rng = Rng::new(77);
     queries.extend((0..16).map(|_| {
         (0..DEPTH)
             .map(|p| tree.chains[rng.below(4) as usize][p])

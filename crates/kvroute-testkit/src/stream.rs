@@ -34,6 +34,11 @@ pub struct Record {
     pub hash_ids: Option<Vec<u32>>,
     /// `request`: prompt length (tokens).
     pub input_length: Option<usize>,
+    /// `request`: the prompt length as the engine counted it (tokens; equals
+    /// `input_length`).
+    pub num_prompt_tokens: Option<usize>,
+    /// `request`: the trace's output length (tokens).
+    pub output_length: Option<usize>,
     /// `snapshot`: distinct engine block hashes cached.
     pub num_cached_hashes: Option<usize>,
     /// `snapshot`: cached blocks (pages), copies of one hash counted each.
@@ -41,6 +46,8 @@ pub struct Record {
     /// `snapshot`: SHA-256 (hex) over the sorted distinct cached hashes, each 8 bytes
     /// big-endian ([`Engine::cached_hashes_digest`]).
     pub cached_hashes_sha256: Option<String>,
+    /// `end`: the engine run's simulated clock after its last step (seconds).
+    pub sim_clock_s: Option<f64>,
 }
 
 impl Record {

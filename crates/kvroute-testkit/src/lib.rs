@@ -1,5 +1,6 @@
-//! Helpers shared by kvroute's cross-crate tests: where the shared data lives, and what a
-//! test does when it is absent.
+//! Test support shared by kvroute's crates (a dev-dependency of each; it depends on no
+//! kvroute crate, so none of them has a dependency loop through it): where the shared data
+//! lives, and what a test does when it is absent.
 //!
 //! Data files (real traces, hash vectors, engine event streams) are not part of the
 //! repository: they are read from `../shared/data` beside the checkout, or from the folder
@@ -9,10 +10,13 @@
 //! set to anything but empty, `0` or `false`, where a missing file fails the test.
 //!
 //! [`stream`] reads the real engine KV event streams of the shared data; [`msgpack`] builds
-//! msgpack inputs.
+//! msgpack inputs; [`SplitMix64`] is the seeded generator of test and benchmark inputs.
 
 pub mod msgpack;
+pub mod rng;
 pub mod stream;
+
+pub use rng::SplitMix64;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -29,7 +33,12 @@ pub fn data_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("KVROUTE_DATA_DIR") {
         return PathBuf::from(dir);
     }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data")
+    checkout_root().join("../shared/data")
+}
+
+/// The checkout's root: this crate is `<checkout>/crates/kvroute-testkit`.
+fn checkout_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// The path of `relative` inside the data folder, or `None` (after printing a notice) when
@@ -61,4 +70,20 @@ pub fn data_file(relative: &str) -> Option<PathBuf> {
         path.display()
     );
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checkout_root;
+
+    #[test]
+    fn checkout_root_is_the_workspace_root() {
+        let manifest = std::fs::read_to_string(checkout_root().join("Cargo.toml"))
+            .expect("the checkout's Cargo.toml");
+        assert!(
+            manifest.contains("[workspace]"),
+            "{} is not the workspace root",
+            checkout_root().display()
+        );
+    }
 }

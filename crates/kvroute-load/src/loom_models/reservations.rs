@@ -1,13 +1,13 @@
-//! loom models of reservations. Run with `RUSTFLAGS="--cfg kvroute_loom"` (see
-//! `scripts/loom.sh`); built normally, each model runs once as a smoke test.
+//! loom models of reservations.
 //!
 //! Counters are unsigned, so "never negative" is checked as: no subtraction ever needed
 //! clamping (`underflow_clamped == 0`) and every counter is back to exactly zero at the end.
 
-use kvroute_core::Nanos;
 use kvroute_core::sync::{model, thread};
 use kvroute_core::{Slot, SlotGeneration};
-use kvroute_load::{ReservationTable, ReserveError, Reserved, Work};
+
+use crate::{ReservationTable, ReserveError, Reserved, Work};
+use kvroute_core::Nanos;
 
 const G1: SlotGeneration = SlotGeneration(1);
 const G2: SlotGeneration = SlotGeneration(2);

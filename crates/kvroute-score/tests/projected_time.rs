@@ -1,5 +1,9 @@
-//! Incident A's acceptance list, items 1–9 (item 3 at the scorer level: reservations are
-//! modelled by adding each pick's work to its lanes; item 10 belongs to the simulator).
+//! The `projected_time` policy: a hot cached owner loses to idle peers, affinity wins where
+//! the saved prefill outweighs the load, simultaneous identical requests spread (at the
+//! scorer level: reservations are modelled by adding each pick's work to its lanes; the
+//! whole-fleet runs are the simulator's), decode occupancy and a full batch change the
+//! winner, bad telemetry falls back to load only, `off` and `shadow` dispatch as
+//! `least_load`, `enforce` takes the hard load escape, and the knobs are bounded.
 //! Every expected value is computed by hand in the comments, with the default knobs:
 //! prefill 8,000 tokens/s and decode 1,000 tokens/s when not reported, `least_load`
 //! 2,000 tokens/s, barrier 0.15 s · k/(1−k), escape margin 2 s + 2 × the other slots' mean
@@ -37,7 +41,7 @@ fn fig(overlap: f32, requests: f32, queued: f32, decode: f32, kv: f32) -> SlotFi
     }
 }
 
-/// Item 1. 51 workers of 38 slots; slot 0 owns the 4,096-token prefix (256 blocks) of
+/// 51 workers of 38 slots; slot 0 owns the 4,096-token prefix (256 blocks) of
 /// 4,160-token prompts (256 output tokens) with 38 running and 109 waiting: q = 147,
 /// occupancy 147/38, so M = 38 = n; queued 109 × 64 = 6,976 tokens (0.872 s), KV 0.6.
 /// Its wait for the 110th free slot: 110 × 0.256 = 28.16 s; prefill 38 × 64/8,000 =
@@ -48,7 +52,7 @@ fn fig(overlap: f32, requests: f32, queued: f32, decode: f32, kv: f32) -> SlotFi
 /// hot-prefix requests go to the 49 idle peers, one each, and the 50th to a peer at
 /// 2.328 s, never to the owner or the light worker.
 #[test]
-fn incident_a_1_deterministic_51_worker_regression() {
+fn hot_owner_among_51_workers_spills_to_the_idle_peers() {
     let with_occ = |f: SlotFigures| SlotFigures {
         occupancy: Some(f.requests / 38.0),
         ..f
@@ -100,14 +104,14 @@ fn incident_a_1_deterministic_51_worker_regression() {
     );
 }
 
-/// Item 2, both sides of the crossover. 4,000-token prompts expecting 100 output tokens
-/// (0.1 s of decode at 1,000 tokens/s). Slot 0 holds the whole prompt (250 blocks) with one
-/// request in flight (n = 2) and `q` queued tokens: q/8,000 + 3 × 0.1 s. Slot 1 is idle:
-/// 4,000/8,000 + 0.1 = 0.6 s. The crossover is q = 2,400. q = 2,000: 0.55 s < 0.6 s, the
-/// owner keeps it. q = 2,800: 0.65 s > 0.6 s, the peer takes it. Neither is an escape
-/// (`least_load` gaps of 0.25 s and 0.35 s, below the 2 s margin).
+/// Both sides of the crossover between affinity and load. 4,000-token prompts expecting 100
+/// output tokens (0.1 s of decode at 1,000 tokens/s). Slot 0 holds the whole prompt (250
+/// blocks) with one request in flight (n = 2) and `q` queued tokens: q/8,000 + 3 × 0.1 s.
+/// Slot 1 is idle: 4,000/8,000 + 0.1 = 0.6 s. The crossover is q = 2,400. q = 2,000: 0.55 s
+/// < 0.6 s, the owner keeps it. q = 2,800: 0.65 s > 0.6 s, the peer takes it. Neither is an
+/// escape (`least_load` gaps of 0.25 s and 0.35 s, below the 2 s margin).
 #[test]
-fn incident_a_2_affinity_preferred_when_saved_prefill_exceeds_load_penalty() {
+fn affinity_preferred_when_saved_prefill_exceeds_load_penalty() {
     let at = |q: f32| {
         let f = Fleet::from_slots(&[
             Some(fig(250.0, 1.0, q, 0.0, 0.0)),
@@ -123,13 +127,13 @@ fn incident_a_2_affinity_preferred_when_saved_prefill_exceeds_load_penalty() {
     assert!((above.cost - 0.6).abs() < 1e-6, "{above:?}");
 }
 
-/// Item 3 at the scorer level: 8 identical requests on 4 idle workers, each pick's work
-/// added to its lanes before the next decision (what a reservation does), all with the
-/// same cursor: 2 per worker. (An idle worker costs 1,000/8,000 + 0.512 = 0.637 s with the
-/// assumed 512 output tokens; one with the first request 0.125 + 2 × 0.125 + 3 × 0.512 =
-/// 1.911 s.)
+/// Simultaneous identical requests at the scorer level: 8 identical requests on 4 idle
+/// workers, each pick's work added to its lanes before the next decision (what a
+/// reservation does), all with the same cursor: 2 per worker. (An idle worker costs
+/// 1,000/8,000 + 0.512 = 0.637 s with the assumed 512 output tokens; one with the first
+/// request 0.125 + 2 × 0.125 + 3 × 0.512 = 1.911 s.)
 #[test]
-fn incident_a_3_simultaneous_identical_requests_spread_through_reservations() {
+fn simultaneous_identical_requests_spread_through_reservations() {
     let mut slots = vec![Some(fig(0.0, 0.0, 0.0, 0.0, 0.0)); 4];
     let mut seen = [0u32; 4];
     for _ in 0..8 {
@@ -144,12 +148,12 @@ fn incident_a_3_simultaneous_identical_requests_spread_through_reservations() {
     assert_eq!(seen, [2, 2, 2, 2]);
 }
 
-/// Item 4. 2,000-token prompts expecting 100 output tokens. Slot 0 holds the prompt (125
-/// blocks), nothing queued, `r` requests decoding (occupancy r/32): (2(r + 1) − 1) × 0.1 s.
-/// Slot 1 idle: 2,000/8,000 + 0.1 = 0.35 s. r = 1: 0.3 s, the owner; r = 2: 0.5 s, the
-/// peer (at 0.35 s).
+/// Active decode occupancy. 2,000-token prompts expecting 100 output tokens. Slot 0 holds
+/// the prompt (125 blocks), nothing queued, `r` requests decoding (occupancy r/32):
+/// (2(r + 1) − 1) × 0.1 s. Slot 1 idle: 2,000/8,000 + 0.1 = 0.35 s. r = 1: 0.3 s, the
+/// owner; r = 2: 0.5 s, the peer (at 0.35 s).
 #[test]
-fn incident_a_4_active_decode_occupancy_changes_the_winner() {
+fn active_decode_occupancy_changes_the_winner() {
     let at = |r: f32| {
         let owner = SlotFigures {
             occupancy: Some(r / 32.0),
@@ -166,14 +170,14 @@ fn incident_a_4_active_decode_occupancy_changes_the_winner() {
     assert!((c.cost - 0.35).abs() < 1e-6, "{c:?}");
 }
 
-/// Item 4 for a full batch: the owner waits for a running slot. 1,600-token prompts
+/// Decode occupancy of a full batch: the owner waits for a running slot. 1,600-token prompts
 /// expecting 100 output tokens. Slot 0 holds the prompt, 32 running + 8 waiting of a 32-slot
 /// cap (occupancy 1.25, so M = n = 32): it needs the 9th slot to free, one every 0.1 s:
 /// 0.9 s; prefill 0; decode 63 × 0.1 = 6.3 s: 7.2 s. Slot 1 has room
 /// (31 running, occupancy 31/32, n = 32) but must prefill: 32 × 1,600/8,000 + 6.3 = 12.7 s;
 /// the owner keeps it. Against an idle slot 1 (0.2 + 0.1 = 0.3 s) the owner loses.
 #[test]
-fn incident_a_4_a_full_batch_waits_for_a_slot() {
+fn a_full_batch_waits_for_a_slot() {
     let owner = SlotFigures {
         occupancy: Some(1.25),
         ..fig(100.0, 40.0, 0.0, 0.0, 0.0)
@@ -192,7 +196,7 @@ fn incident_a_4_a_full_batch_waits_for_a_slot() {
     assert!((c.cost - 0.3).abs() < 1e-6, "{c:?}");
 }
 
-/// Item 5. 1,600-token prompts expecting 10 output tokens (0.01 s of decode). Slot 0 holds
+/// Bad telemetry. 1,600-token prompts expecting 10 output tokens (0.01 s of decode). Slot 0 holds
 /// the prompt with 2 requests and 1,000 queued tokens: projected 0.125 + 5 × 0.01 = 0.175 s
 /// beats the idle slot 1's 0.2 + 0.01 = 0.21 s, but `least_load` gives slot 0 1,000/8,000 =
 /// 0.125 s and slot 1 0 s. With any slot not fresh, the decision is `least_load`'s, with the reason
@@ -201,7 +205,7 @@ fn incident_a_4_a_full_batch_waits_for_a_slot() {
 /// 0.125 s; a partial slot 1 (its own figures current) wins at 0 s, as does a fresh slot 1
 /// when slot 0 is the bad one.
 #[test]
-fn incident_a_5_bad_telemetry_falls_back_to_load_only() {
+fn bad_telemetry_falls_back_to_load_only() {
     for (v, cause) in [
         (Validity::Missing, FallbackCause::Missing),
         (Validity::Stale, FallbackCause::Stale),
@@ -246,18 +250,18 @@ fn random_fleet(seed: u64, n: usize) -> Fleet {
 }
 
 proptest! {
-    /// Item 6: `off` is exactly `least_load` (slot, cost, reason).
+    /// `off` is exactly `least_load` (slot, cost, reason).
     #[test]
-    fn incident_a_6_off_preserves_least_load(seed in any::<u64>(), n in 1usize..70, cursor in any::<u32>()) {
+    fn off_preserves_least_load(seed in any::<u64>(), n in 1usize..70, cursor in any::<u32>()) {
         let f = random_fleet(seed, n);
         let off = both(&f, 200, &cfg(Policy::ProjectedTime { mode: ProjectedMode::Off }), cursor);
         let ll = both(&f, 200, &cfg(Policy::LeastLoad), cursor);
         prop_assert!(off.same_as(&ll), "{off:?} {ll:?}");
     }
 
-    /// Item 7: `shadow` dispatches exactly as `least_load` and records `enforce`'s choice.
+    /// `shadow` dispatches exactly as `least_load` and records `enforce`'s choice.
     #[test]
-    fn incident_a_7_shadow_records_counterfactual_without_changing_dispatch(seed in any::<u64>(), n in 1usize..70, cursor in any::<u32>()) {
+    fn shadow_records_counterfactual_without_changing_dispatch(seed in any::<u64>(), n in 1usize..70, cursor in any::<u32>()) {
         let f = random_fleet(seed, n);
         let sh = both(&f, 200, &cfg(Policy::ProjectedTime { mode: ProjectedMode::Shadow }), cursor);
         let ll = both(&f, 200, &cfg(Policy::LeastLoad), cursor);
@@ -268,15 +272,15 @@ proptest! {
     }
 }
 
-/// Item 8. 16,000-token prompts expecting 10 output tokens (0.01 s of decode at 1,000
-/// tokens/s). Slot 0 holds the whole prompt (1,000 blocks) but prefills at 100 tokens/s,
-/// with one request and 300 queued tokens: projected 300/100 + 3 × 0.01 = 3.03 s, against
-/// the idle slot 1's (no request) 16,000/100 + 0.01 = 160.01 s, so the projected winner is slot 0. Its
-/// `least_load` seconds are 300/100 = 3 s against slot 1's 0 s: a 3 s gap. The other
-/// slot's mean is 0, so the margin is the absolute 2 s: escape to slot 1. Margin 5 s: slot
-/// 0 keeps it.
+/// The hard load escape. 16,000-token prompts expecting 10 output tokens (0.01 s of decode
+/// at 1,000 tokens/s). Slot 0 holds the whole prompt (1,000 blocks) but prefills at 100
+/// tokens/s, with one request and 300 queued tokens: projected 300/100 + 3 × 0.01 = 3.03 s,
+/// against the idle slot 1's (no request) 16,000/100 + 0.01 = 160.01 s, so the projected
+/// winner is slot 0. Its `least_load` seconds are 300/100 = 3 s against slot 1's 0 s: a 3 s
+/// gap. The other slot's mean is 0, so the margin is the absolute 2 s: escape to slot 1.
+/// Margin 5 s: slot 0 keeps it.
 #[test]
-fn incident_a_8_enforce_takes_the_hard_load_escape() {
+fn enforce_takes_the_hard_load_escape() {
     let slow = |overlap, requests, queued| SlotFigures {
         prefill_tps: 100.0,
         ..fig(overlap, requests, queued, 0.0, 0.0)
@@ -297,15 +301,15 @@ fn incident_a_8_enforce_takes_the_hard_load_escape() {
     assert!((c.cost - 3.03).abs() < 1e-5, "{c:?}");
 }
 
-/// Item 8, the load-relative part. The fleet of item 8 plus slot 2, a worker without the
-/// prefix carrying one request and 200 queued tokens at 100 tokens/s (`least_load` 2 s; projected 2 +
-/// 2 × 160 + 3 × 0.01 = 322.03 s). The projected winner is still slot 0 (3.03 s), the
-/// load-only winner slot 1 (0 s), the gap 3 s. The others' mean `least_load` is
-/// (0 + 2)/2 = 1 s, so the default margin is 2 + 2 × 1 = 4 s > 3 s: slot 0 keeps it. With
-/// `escape_margin_rel` 0 the margin is 2 s: escape to slot 1. With rel 0.9 it is 2.9 s:
-/// escape; with rel 1.1, 3.1 s: no escape.
+/// The escape's load-relative part. The fleet of `enforce_takes_the_hard_load_escape` plus
+/// slot 2, a worker without the prefix carrying one request and 200 queued tokens at 100
+/// tokens/s (`least_load` 2 s; projected 2 + 2 × 160 + 3 × 0.01 = 322.03 s). The projected
+/// winner is still slot 0 (3.03 s), the load-only winner slot 1 (0 s), the gap 3 s. The
+/// others' mean `least_load` is (0 + 2)/2 = 1 s, so the default margin is 2 + 2 × 1 = 4 s >
+/// 3 s: slot 0 keeps it. With `escape_margin_rel` 0 the margin is 2 s: escape to slot 1.
+/// With rel 0.9 it is 2.9 s: escape; with rel 1.1, 3.1 s: no escape.
 #[test]
-fn incident_a_8_the_escape_margin_grows_with_the_fleets_load() {
+fn the_escape_margin_grows_with_the_fleets_load() {
     let slow = |overlap, requests, queued| SlotFigures {
         prefill_tps: 100.0,
         ..fig(overlap, requests, queued, 0.0, 0.0)
@@ -336,9 +340,9 @@ fn incident_a_8_the_escape_margin_grows_with_the_fleets_load() {
     }
 }
 
-/// Item 9: knobs out of range are rejected, naming the knob (more in `config.rs`).
+/// Knobs out of range are rejected, naming the knob (more in `config.rs`).
 #[test]
-fn incident_a_9_runtime_knobs_are_bounded() {
+fn runtime_knobs_are_bounded() {
     let bad = ScoreConfig {
         escape_margin_s: -1.0,
         ..cfg(ENFORCE)

@@ -1,5 +1,6 @@
-//! loom models of the re-score loop. Run with `RUSTFLAGS="--cfg kvroute_loom"` (see
-//! `scripts/loom.sh`); built normally, each model runs once as a smoke test.
+//! The loom models of kvroute's own protocol: the re-score loop (`rescore.rs`). Run with
+//! `RUSTFLAGS="--cfg kvroute_loom"` (see `scripts/loom.sh`); built normally, each model runs
+//! once as a smoke test.
 //!
 //! The `Router` is too heavy for loom, so each decision here is the loop of `route`
 //! ([`claim_rescoring`]) around a two-slot pick: read both slots' reserved requests from the
@@ -20,7 +21,7 @@ use kvroute_core::sync::{Arc, model, thread};
 use kvroute_core::{Slot, SlotGeneration};
 use kvroute_load::{Reservation, ReservationTable, Reserved, Work};
 
-use super::{Claim, Claimed, claim_rescoring};
+use crate::rescore::{Claim, Claimed, claim_rescoring};
 
 const G: SlotGeneration = SlotGeneration(1);
 const NOW: Nanos = Nanos(0);

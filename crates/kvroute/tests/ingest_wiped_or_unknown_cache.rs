@@ -1,4 +1,6 @@
-//! Failure kinds 4, 5 and 7 (`docs/FAILURE-MODES.md`) through `Router::ingest` and `route`.
+//! What `route` credits a worker whose cache was wiped (`AllBlocksCleared`, an engine
+//! restart) or is not known exactly (a block-size mismatch, a sequence gap), through
+//! `Router::ingest` and `route`.
 //!
 //! Fleet (block size 16, projected-time policy, 8,000 prefill tokens/s): worker 1 has 200
 //! queued prefill tokens (0.025 s), worker 2 is idle. Prompt `p`: 40 blocks (640 tokens).
@@ -30,9 +32,9 @@ fn fleet() -> (Router, [WorkerId; 2], Vec<u32>) {
     (r, [ws[0], ws[1]], p)
 }
 
-/// Kind 4: after `AllBlocksCleared`, traffic stops going to the wiped worker for cache.
+/// After `AllBlocksCleared`, traffic stops going to the wiped worker for cache.
 #[test]
-fn kind_4_all_blocks_cleared_stops_cache_traffic_to_the_wiped_worker() {
+fn all_blocks_cleared_stops_cache_traffic_to_the_wiped_worker() {
     let (r, [w1, w2], p) = fleet();
     let x = r
         .ingest(w1, LIVE, &batch(1, vec![KvEvent::AllBlocksCleared]))
@@ -43,10 +45,10 @@ fn kind_4_all_blocks_cleared_stops_cache_traffic_to_the_wiped_worker() {
     assert_eq!(r.ingest_stats().clears, 1);
 }
 
-/// Kind 5: the engine restarted (its sequence went from 1 back to 0): its old blocks are
-/// gone, and what the new engine stores is indexed.
+/// The engine restarted (its sequence went from 1 back to 0): its old blocks are gone, and
+/// what the new engine stores is indexed.
 #[test]
-fn kind_5_a_restarted_engine_keeps_none_of_its_old_blocks() {
+fn a_restarted_engine_keeps_none_of_its_old_blocks() {
     let (r, [w1, w2], p) = fleet();
     r.ingest(w1, LIVE, &batch(1, Vec::new())).unwrap();
     let x = r
@@ -62,11 +64,11 @@ fn kind_5_a_restarted_engine_keeps_none_of_its_old_blocks() {
     assert_eq!(r.ingest_stats().resets, 1);
 }
 
-/// Kind 5 after batch 0 only: the restarted engine's new batch 0 (sent 60 s later) is a
+/// A restart after batch 0 only: the restarted engine's new batch 0 (sent 60 s later) is a
 /// restart, not a copy of the old batch 0; a re-delivered copy of the new one (same `ts`)
 /// is stale and leaves its 1 block as it is.
 #[test]
-fn kind_5_a_restart_after_only_batch_0_drops_the_old_blocks() {
+fn a_restart_after_only_batch_0_drops_the_old_blocks() {
     let (r, [w1, w2], p) = fleet();
     let new0 = batch_at(0, 60.0, vec![store(500, None, &p[..BS])]);
     let x = r.ingest(w1, LIVE, &new0).unwrap();
@@ -83,11 +85,11 @@ fn kind_5_a_restart_after_only_batch_0_drops_the_old_blocks() {
     assert_eq!((r.ingest_stats().resets, r.ingest_stats().stale), (1, 1));
 }
 
-/// Kind 7: a store of another block size is a typed error naming engine and sizes, counted
-/// per engine; the rest of the batch is applied; the worker is untrusted (its residency is
+/// A store of another block size is a typed error naming engine and sizes, counted per
+/// engine; the rest of the batch is applied; the worker is untrusted (its residency is
 /// incomplete) until it is cleared.
 #[test]
-fn kind_7_block_size_mismatch_is_an_error_and_a_counter_not_silence() {
+fn block_size_mismatch_is_an_error_and_a_counter_not_silence() {
     let (r, [w1, w2], p) = fleet();
     let mut wrong = stored(100, None, &tokens(3, 64));
     wrong.block_size = 8;

@@ -16,7 +16,7 @@ struct Vector {
 
 #[test]
 fn every_published_vector_matches() {
-    let Some(path) = kvroute_tests::data_file("hash_vectors.json") else {
+    let Some(path) = kvroute_testkit::data_file("hash_vectors.json") else {
         return;
     };
     let vectors: Vec<Vector> =

@@ -1,6 +1,4 @@
-//! loom models of snapshot publication: a publisher and concurrent readers. Run with
-//! `RUSTFLAGS="--cfg kvroute_loom"` (see `scripts/loom.sh`); built normally, each model runs
-//! once as a smoke test.
+//! loom models of snapshot publication: a publisher and concurrent readers.
 //!
 //! What loom checks here: every buffer access goes through loom's `UnsafeCell`, and a
 //! reader's guard holds a read access for its whole life, so a publisher writing a buffer
@@ -10,9 +8,10 @@
 //! every buffer is free again (no registration leaked).
 
 use kvroute_core::sync::{model, thread};
-use kvroute_core::{LoadSample, Nanos};
 use kvroute_core::{Slot, SlotGeneration, WorkerId};
-use kvroute_load::{LoadConfig, LoadPublisher, PublishError, snapshot_cell};
+
+use crate::{LoadConfig, LoadPublisher, PublishError, snapshot_cell};
+use kvroute_core::{LoadSample, Nanos};
 
 #[test]
 fn loom_publish_vs_read_no_torn_snapshot() {

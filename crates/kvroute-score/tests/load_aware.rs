@@ -1,5 +1,5 @@
-//! Incident C's score `matched/prompt − beta·(load − mean)/max(1, mean)` on a
-//! hand-computed example.
+//! The `load_aware` score `matched/prompt − beta·(load − mean)/max(1, mean)` on a
+//! hand-computed example, against pure affinity (`kv_aware`).
 
 mod common;
 
@@ -19,7 +19,7 @@ fn w(overlap: f32, load: f32) -> Option<SlotFigures> {
 /// beta 1: A 1 − 3/3 = 0; B 0.5 + 1/3 = 0.8333; C 0 + 2/3 = 0.6667: B wins (cost −0.8333).
 /// beta 0.5: A 0.5; B 0.6667; C 0.3333: B. beta 0: A (1.0) — pure affinity.
 #[test]
-fn incident_c_load_aware_score_hand_computed() {
+fn load_aware_score_hand_computed() {
     let f = Fleet::from_slots(&[w(128.0, 6.0), w(64.0, 2.0), w(0.0, 1.0)]);
     let c = both(&f, 2_048, &cfg(Policy::LoadAware { beta: 1.0 }), 0);
     assert_eq!((slot(&c), c.reason), (1, Reason::Spill));
@@ -34,7 +34,7 @@ fn incident_c_load_aware_score_hand_computed() {
 
 /// The control: `kv_aware` sends it to A however busy.
 #[test]
-fn incident_c_kv_aware_control_chases_the_cache() {
+fn kv_aware_control_chases_the_cache() {
     let f = Fleet::from_slots(&[w(128.0, 600.0), w(64.0, 2.0), w(0.0, 1.0)]);
     let c = both(&f, 2_048, &cfg(Policy::KvAware), 2);
     assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));

@@ -1,6 +1,6 @@
-//! Incident B's rule: pressure `max(kv, util, (running + waiting)/max_running)` with DP-rank
-//! sums, 0.9 watermark, 0.1 owner slack, hold on the least-pressured owner when no safe
-//! spill exists, and the fleet-wide fallback to `max(kv, util)`.
+//! The `owner_pressure` rule: pressure `max(kv, util, (running + waiting)/max_running)`
+//! with DP-rank sums, 0.9 watermark, 0.1 owner slack, hold on the least-pressured owner
+//! when no safe spill exists, and the fleet-wide fallback to `max(kv, util)`.
 
 mod common;
 
@@ -21,11 +21,11 @@ fn w(overlap: f32, kv: f32, occupancy: Option<f32>, requests: f32) -> Option<Slo
     })
 }
 
-/// The canary's start: owner at 35 running + 40 waiting of 37 (occupancy 75/37 = 2.03) with
-/// KV usage 0.3; the old pressure (0.3) would hold it. Peer idle: pressure 0 < 0.9 and
-/// 0 + 0.1 <= 2.03: spill to the peer.
+/// The `owner-canary` scenario's start: owner at 35 running + 40 waiting of 37 (occupancy
+/// 75/37 = 2.03) with KV usage 0.3; the old pressure (0.3) would hold it. Peer idle:
+/// pressure 0 < 0.9 and 0 + 0.1 <= 2.03: spill to the peer.
 #[test]
-fn incident_b_scheduler_occupancy_makes_a_full_owner_spill() {
+fn scheduler_occupancy_makes_a_full_owner_spill() {
     let f = Fleet::from_slots(&[
         w(100.0, 0.3, Some(75.0 / 37.0), 75.0),
         w(0.0, 0.0, Some(0.0), 0.0),
@@ -37,7 +37,7 @@ fn incident_b_scheduler_occupancy_makes_a_full_owner_spill() {
 
 /// Owner below the watermark (0.85 < 0.9) keeps the request: cache hold.
 #[test]
-fn incident_b_owner_below_watermark_holds() {
+fn owner_below_watermark_holds() {
     let f = Fleet::from_slots(&[w(100.0, 0.2, Some(0.85), 30.0), w(0.0, 0.0, Some(0.0), 0.0)]);
     let c = both(&f, 1_600, &cfg(Policy::OwnerPressure), 1);
     assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
@@ -47,7 +47,7 @@ fn incident_b_owner_below_watermark_holds() {
 /// No safe spill: owners at 0.95 and 1.2, the only peer at 0.88 (below 0.9 but 0.88 + 0.1 =
 /// 0.98 > 0.95). The least-pressured owner (slot 0, 0.95) holds.
 #[test]
-fn incident_b_no_safe_spill_holds_on_least_pressured_owner() {
+fn no_safe_spill_holds_on_least_pressured_owner() {
     let f = Fleet::from_slots(&[
         w(100.0, 0.1, Some(0.95), 30.0),
         w(100.0, 0.1, Some(1.2), 40.0),
@@ -61,7 +61,7 @@ fn incident_b_no_safe_spill_holds_on_least_pressured_owner() {
 /// Fallback: one peer's caps are unknown, so every slot uses `max(kv, util)`: the owner's
 /// 0.3 is below 0.9, it holds, and the choice records the cause (the peer is `Partial`).
 #[test]
-fn incident_b_unknown_caps_fall_back_fleet_wide_to_old_pressure() {
+fn unknown_caps_fall_back_fleet_wide_to_old_pressure() {
     let mut peer = w(0.0, 0.0, None, 0.0).unwrap();
     peer.validity = Validity::Partial;
     let f = Fleet::from_slots(&[w(100.0, 0.3, Some(75.0 / 37.0), 75.0), Some(peer)]);
@@ -86,7 +86,7 @@ fn sample(running: u32, waiting: u32, cap: u32) -> LoadSample {
 /// (fewer requests than slot 0). Then engine 1's rank 1 goes stale: the old pressure
 /// (KV 0 everywhere) ties at 0 and the cause is recorded.
 #[test]
-fn incident_b_caps_and_counts_are_summed_across_dp_ranks() {
+fn caps_and_counts_are_summed_across_dp_ranks() {
     let (mut publisher, reader) = LoadPublisher::new(LoadConfig::new(4)).unwrap();
     let table = ReservationTable::new(4, ReservationTable::DEFAULT_TTL).unwrap();
     let workers = [(1, 0), (1, 1), (2, 0), (2, 1)];
