@@ -420,9 +420,10 @@ fn check_final_routing(
         router.update_load(w, idle(), now).unwrap();
     }
     router.publish(now).unwrap();
-    let kv_aware = ScoreConfig {
-        policy: Policy::KvAware,
-        ..ScoreConfig::default()
+    let kv_aware = {
+        let mut c = ScoreConfig::default();
+        c.policy = Policy::KvAware;
+        c
     };
     router.set_score_config(kv_aware).unwrap();
     for b in 0..BRANCHES {

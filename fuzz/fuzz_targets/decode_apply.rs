@@ -198,7 +198,7 @@ impl Model {
                     self.clear();
                     t.clears += 1;
                 }
-                KvEvent::Unknown { .. } => t.unknown_events += 1,
+                KvEvent::Unknown { .. } | _ => t.unknown_events += 1,
             }
         }
     }

@@ -4,9 +4,9 @@
 
 use std::collections::HashMap;
 
-use kvroute_index::index::{IndexConfig, PrefixIndex};
 use kvroute_core::EngineHash;
 use kvroute_core::{SequenceHash, Slot};
+use kvroute_index::index::{IndexConfig, PrefixIndex};
 use libfuzzer_sys::fuzz_target;
 
 const SLOTS: [u32; 4] = [0, 1, 64, 130];
@@ -19,18 +19,22 @@ fn holds(m: &HashMap<u64, (u64, u32)>, seq: u64) -> bool {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let index = PrefixIndex::new(IndexConfig {
-        worker_slots: 131,
-        block_size: 4,
-        expected_blocks: 4,
-        max_blocks_per_worker: 1 << 20,
+    let index = PrefixIndex::new({
+        let mut c = IndexConfig::default();
+        c.worker_slots = 131;
+        c.block_size = 4;
+        c.expected_blocks = 4;
+        c.max_blocks_per_worker = 1 << 20;
+        c
     })
     .unwrap();
     let mut model: Model = vec![HashMap::new(); SLOTS.len()];
     let mut out = index.new_overlaps();
     // A universe of 8 sequence hashes forming one chain; engine hashes 0..16 map onto it
     // (two engine hashes per block, so aliases happen).
-    let chain: Vec<SequenceHash> = (1..=8u64).map(|i| SequenceHash(i * 0x1234_5678_9abc)).collect();
+    let chain: Vec<SequenceHash> = (1..=8u64)
+        .map(|i| SequenceHash(i * 0x1234_5678_9abc))
+        .collect();
     for op in data.chunks_exact(3) {
         let w = (op[0] as usize >> 4) % SLOTS.len();
         let slot = Slot(SLOTS[w]);

@@ -25,13 +25,10 @@ fuzz_target!(|data: &[u8]| {
         "fast path and serde disagree"
     );
     if let Ok(batch) = decoded {
-        let index = PrefixIndex::new(IndexConfig {
-            worker_slots: 1,
-            block_size: 16,
-            expected_blocks: 64,
-            max_blocks_per_worker: 1024,
-        })
-        .unwrap();
+        let mut config = IndexConfig::new(1, 16);
+        config.expected_blocks = 64;
+        config.max_blocks_per_worker = 1024;
+        let index = PrefixIndex::new(config).unwrap();
         for ev in &batch.events {
             match ev {
                 KvEvent::BlockStored(s) => {
@@ -48,7 +45,7 @@ fuzz_target!(|data: &[u8]| {
                 KvEvent::AllBlocksCleared => {
                     let _ = index.clear(Slot(0));
                 }
-                KvEvent::Unknown { .. } => {}
+                KvEvent::Unknown { .. } | _ => {}
             }
         }
     }

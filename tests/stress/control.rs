@@ -138,10 +138,11 @@ pub fn configs() -> Vec<ScoreConfig> {
     let mut out = Vec::new();
     for policy in Policy::LABELED {
         for near_tie_band in [0.0, 0.05] {
-            out.push(ScoreConfig {
-                policy,
-                near_tie_band,
-                ..ScoreConfig::default()
+            out.push({
+                let mut c = ScoreConfig::default();
+                c.policy = policy;
+                c.near_tie_band = near_tie_band;
+                c
             });
         }
     }
@@ -158,9 +159,10 @@ pub fn knobs(router: &Router, run: &Run, seed: u64) -> u64 {
     while run.keep_going(rounds, MIN_ROUNDS) {
         let c = configs[rng.below(configs.len() as u64) as usize];
         if rng.below(10) == 0 {
-            let bad = ScoreConfig {
-                tie_epsilon: 0.9,
-                ..c
+            let bad = {
+                let mut c = c;
+                c.tie_epsilon = 0.9;
+                c
             };
             assert!(router.set_score_config(bad).is_err());
         } else {

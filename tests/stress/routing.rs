@@ -208,12 +208,7 @@ fn finish(r: Reservation, rng: &mut Rng, out: &mut RouteOut) {
 }
 
 fn cause_index(c: FallbackCause) -> usize {
-    match c {
-        FallbackCause::Missing => 0,
-        FallbackCause::Invalid => 1,
-        FallbackCause::Stale => 2,
-        FallbackCause::Partial => 3,
-    }
+    c.index()
 }
 
 /// Runs one routing thread until `run` says stop (and at least [`MIN_DECISIONS`] calls, of

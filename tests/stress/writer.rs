@@ -212,7 +212,7 @@ fn apply_model(model: &mut Model, slot: Slot, events: &[KvEvent]) -> (EventTally
                 model.clear(slot).unwrap();
                 t.clears += 1;
             }
-            KvEvent::Unknown { .. } => unreachable!("the writer sends no unknown events"),
+            _ => unreachable!("the writer sends only stores, removals and clears"),
         }
     }
     (t, unknown_parent)

@@ -19,9 +19,10 @@ fn score(c: &mut Criterion) {
     let req = SCORE_REQUEST;
     for policy in [ScoreConfig::default().policy, Policy::LeastLoad] {
         let name = policy.label();
-        let cfg = ScoreConfig {
-            policy,
-            ..ScoreConfig::default()
+        let cfg = {
+            let mut c = ScoreConfig::default();
+            c.policy = policy;
+            c
         };
         for &workers in &WORKER_COUNTS {
             let f = fleet(workers);

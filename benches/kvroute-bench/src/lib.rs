@@ -59,11 +59,12 @@ pub fn hasher() -> BlockHasher {
 
 /// An index configuration for `workers` slots sized for `expected_blocks` distinct blocks.
 pub fn config(workers: usize, expected_blocks: usize) -> IndexConfig {
-    IndexConfig {
-        worker_slots: workers,
-        block_size: BLOCK_SIZE,
-        expected_blocks,
-        ..IndexConfig::default()
+    {
+        let mut c = IndexConfig::default();
+        c.worker_slots = workers;
+        c.block_size = BLOCK_SIZE;
+        c.expected_blocks = expected_blocks;
+        c
     }
 }
 

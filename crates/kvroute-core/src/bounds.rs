@@ -9,6 +9,7 @@ use core::fmt;
 /// A setting's value as given, printed in its own type (an `f32` knob prints `0.9`, not
 /// the `f64` widening `0.8999999761581421`).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Number {
     /// An integer setting.
     Int(u64),

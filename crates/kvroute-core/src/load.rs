@@ -176,6 +176,7 @@ impl core::ops::BitOr for Fields {
 /// Why a load update was rejected. The load publisher (`kvroute-load`) also counts each
 /// rejection in its stats.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum UpdateError {
     /// The worker (or one rank of a whole update) is not registered with the publisher.
     UnknownWorker(WorkerId),

@@ -76,11 +76,13 @@ struct Outcome {
 }
 
 fn replay(requests: &[Request], workers: usize, deepest: bool) -> Outcome {
-    let index = PrefixIndex::new(IndexConfig {
-        worker_slots: workers,
-        block_size: BLOCK,
-        expected_blocks: 1 << 16,
-        max_blocks_per_worker: u32::MAX as usize,
+    let index = PrefixIndex::new({
+        let mut c = IndexConfig::default();
+        c.worker_slots = workers;
+        c.block_size = BLOCK;
+        c.expected_blocks = 1 << 16;
+        c.max_blocks_per_worker = u32::MAX as usize;
+        c
     })
     .expect("valid config");
     let hasher = BlockHasher::new(BLOCK, HashNamespace::DEFAULT);

@@ -48,6 +48,7 @@ impl RetiredSlot {
 
 /// Errors of the registry.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RegistryError {
     /// Every slot is taken (or retired and not yet released).
     Full {

@@ -242,11 +242,13 @@ fn reader(index: &PrefixIndex, tree: &Tree, stop: &AtomicBool, matches: &AtomicU
 #[test]
 fn concurrent_writers_and_readers_end_in_the_model_state() {
     // Sized for 16 blocks (64 table slots): bursts grow the table, removals shrink it.
-    let index = PrefixIndex::new(IndexConfig {
-        worker_slots: SLOTS,
-        block_size: BS,
-        expected_blocks: 16,
-        max_blocks_per_worker: 1 << 20,
+    let index = PrefixIndex::new({
+        let mut c = IndexConfig::default();
+        c.worker_slots = SLOTS;
+        c.block_size = BS;
+        c.expected_blocks = 16;
+        c.max_blocks_per_worker = 1 << 20;
+        c
     })
     .unwrap();
     let tree = Tree::new();
@@ -329,11 +331,13 @@ fn concurrent_writers_and_readers_end_in_the_model_state() {
 /// inherits.
 #[test]
 fn remove_worker_racing_stores_of_that_worker_leaves_nothing_behind() {
-    let index = PrefixIndex::new(IndexConfig {
-        worker_slots: 4,
-        block_size: BS,
-        expected_blocks: 64,
-        max_blocks_per_worker: 1 << 20,
+    let index = PrefixIndex::new({
+        let mut c = IndexConfig::default();
+        c.worker_slots = 4;
+        c.block_size = BS;
+        c.expected_blocks = 64;
+        c.max_blocks_per_worker = 1 << 20;
+        c
     })
     .unwrap();
     let tree = Tree::new();

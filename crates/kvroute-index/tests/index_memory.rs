@@ -104,14 +104,12 @@ const CONVERSATIONS_PER_WORKER: usize = 7;
 const MAX_FLUSH_ROUNDS: usize = 2000;
 
 fn config() -> IndexConfig {
-    IndexConfig {
-        worker_slots: WORKERS as usize,
-        block_size: BS,
-        // Sized for 64 blocks (256 table slots): the workload's 992 blocks must grow the
-        // node table, and letting go of them must shrink it back.
-        expected_blocks: 64,
-        max_blocks_per_worker: 1 << 20,
-    }
+    let mut c = IndexConfig::new(WORKERS as usize, BS);
+    // Sized for 64 blocks (256 table slots): the workload's 992 blocks must grow the
+    // node table, and letting go of them must shrink it back.
+    c.expected_blocks = 64;
+    c.max_blocks_per_worker = 1 << 20;
+    c
 }
 
 /// Every event and removal of a scenario, built before the baseline is taken so that the

@@ -525,15 +525,12 @@ fn run_case(
     deep: &[Vec<u8>],
     coverage: &RefCell<Coverage>,
 ) -> Result<(), TestCaseError> {
-    let index = PrefixIndex::new(IndexConfig {
-        worker_slots,
-        block_size: BLOCK_SIZE,
-        // The smallest table (16 slots): the universe's 30 blocks and deeper chained ones
-        // make it grow and shrink again and again.
-        expected_blocks: 1,
-        max_blocks_per_worker: cap,
-    })
-    .expect("valid config");
+    let mut config = IndexConfig::new(worker_slots, BLOCK_SIZE);
+    // The smallest table (16 slots): the universe's 30 blocks and deeper chained ones
+    // make it grow and shrink again and again.
+    config.expected_blocks = 1;
+    config.max_blocks_per_worker = cap;
+    let index = PrefixIndex::new(config).expect("valid config");
     let mut model = Model::new(worker_slots, BLOCK_SIZE, cap);
     let mut h = Harness::new(worker_slots, slots, deep);
     let mut out = index.new_overlaps();

@@ -26,11 +26,13 @@ fn index(worker_slots: usize) -> PrefixIndex {
 }
 
 fn index_with_cap(worker_slots: usize, cap: usize) -> PrefixIndex {
-    PrefixIndex::new(IndexConfig {
-        worker_slots,
-        block_size: BS,
-        expected_blocks: 1024,
-        max_blocks_per_worker: cap,
+    PrefixIndex::new({
+        let mut c = IndexConfig::default();
+        c.worker_slots = worker_slots;
+        c.block_size = BS;
+        c.expected_blocks = 1024;
+        c.max_blocks_per_worker = cap;
+        c
     })
     .unwrap()
 }

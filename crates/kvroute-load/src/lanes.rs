@@ -15,6 +15,10 @@ pub const fn padded_len(slots: usize) -> usize {
 ///
 /// Ordered from least to most trustworthy, so `v >= Validity::Partial` means "has
 /// current figures for this rank".
+///
+/// Deliberately exhaustive (not `#[non_exhaustive]`): the states are the trust lattice
+/// every policy's telemetry rule is written against, so a new state is a breaking change
+/// that every `match` on it must be made to handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[repr(u8)]
 pub enum Validity {

@@ -96,6 +96,7 @@ unsafe impl<T: Send + Sync> Send for Shared<T> {}
 
 /// Errors of [`SnapshotWriter::begin`] and [`snapshot_cell`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PublishError {
     /// Every buffer other than the current one is still held by a reader; nothing was
     /// published. Retry later (readers hold guards for one decision, microseconds).

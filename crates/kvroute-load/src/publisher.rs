@@ -39,6 +39,7 @@ use crate::snapshot::{EngineLoad, LoadSnapshot, LoadStats, NO_ENGINE};
 
 /// Construction parameters of a [`LoadPublisher`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LoadConfig {
     /// Number of slots (the registry's capacity), `1..=u32::MAX`.
     pub capacity: usize,
@@ -73,6 +74,7 @@ impl LoadConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct EngineConfig {
     /// DP ranks the engine runs (> 0). When set, an engine with fewer registered ranks is
     /// `Partial`; when `None`, the registered ranks are taken as the whole engine.
@@ -124,6 +126,7 @@ impl std::error::Error for TableTooSmall {}
 
 /// Errors of worker registration with the publisher.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WorkerError {
     /// The slot is beyond the capacity.
     UnknownSlot(Slot),
@@ -220,6 +223,49 @@ impl LoadConfig {
 }
 
 impl EngineConfig {
+    /// Nothing configured: every rank registered is the whole engine, no cap, throughputs
+    /// from telemetry or the scorer's defaults. Add facts with the `with_*` methods.
+    pub const fn new() -> Self {
+        Self {
+            dp_size: None,
+            max_running_per_rank: None,
+            decode_tps: None,
+            prefill_tps: None,
+        }
+    }
+
+    /// The engine runs `dp_size` DP ranks (fewer registered makes its ranks `Partial`).
+    pub const fn with_dp_size(self, dp_size: u32) -> Self {
+        Self {
+            dp_size: Some(dp_size),
+            ..self
+        }
+    }
+
+    /// Each rank's scheduler cap (requests; vLLM's `max_num_seqs`).
+    pub const fn with_max_running_per_rank(self, cap: u32) -> Self {
+        Self {
+            max_running_per_rank: Some(cap),
+            ..self
+        }
+    }
+
+    /// Each rank's decode throughput when telemetry reports none (tokens/s).
+    pub const fn with_decode_tps(self, tps: f32) -> Self {
+        Self {
+            decode_tps: Some(tps),
+            ..self
+        }
+    }
+
+    /// Each rank's prefill throughput when telemetry reports none (tokens/s).
+    pub const fn with_prefill_tps(self, tps: f32) -> Self {
+        Self {
+            prefill_tps: Some(tps),
+            ..self
+        }
+    }
+
     /// Checks every field that is set against its bounds ([`DP_SIZE`],
     /// [`MAX_RUNNING_PER_RANK`], [`ENGINE_TPS`]).
     ///

@@ -18,10 +18,12 @@ use engine_updates::EngineUpdates;
 const S: u64 = 1_000_000_000;
 
 fn publisher(capacity: usize) -> (LoadPublisher, LoadReader) {
-    LoadPublisher::new(LoadConfig {
-        capacity,
-        max_age: Nanos::from_secs(2),
-        buffers: 3,
+    LoadPublisher::new({
+        let mut c = LoadConfig::new(0);
+        c.capacity = capacity;
+        c.max_age = Nanos::from_secs(2);
+        c.buffers = 3;
+        c
     })
     .unwrap()
 }
@@ -74,60 +76,61 @@ fn config_knobs_are_rejected_not_clamped() {
     let bad = |c: LoadConfig| LoadPublisher::new(c).err().map(|e| e.to_string());
     let ok = LoadConfig::new(4);
     assert_eq!(
-        bad(LoadConfig { capacity: 0, ..ok }),
+        bad({
+            let mut c = ok;
+            c.capacity = 0;
+            c
+        }),
         Some("capacity = 0 is out of range 1..=4294967295 slots".to_string())
     );
     assert_eq!(
-        bad(LoadConfig {
-            max_age: Nanos::ZERO,
-            ..ok
+        bad({
+            let mut c = ok;
+            c.max_age = Nanos::ZERO;
+            c
         }),
         Some("max_age = 0 is out of range 1.. ns".to_string())
     );
     assert_eq!(
-        bad(LoadConfig { buffers: 1, ..ok }),
+        bad({
+            let mut c = ok;
+            c.buffers = 1;
+            c
+        }),
         Some("buffers = 1 is out of range 2..=65536".to_string())
     );
     let (mut p, _) = LoadPublisher::new(ok).unwrap();
     let cfg = EngineConfig::default();
     assert_eq!(
-        p.configure_engine_msg(
-            1,
-            EngineConfig {
-                dp_size: Some(0),
-                ..cfg
-            }
-        ),
+        p.configure_engine_msg(1, {
+            let mut c = cfg;
+            c.dp_size = Some(0);
+            c
+        }),
         Err("dp_size = 0 is out of range 1..=4294967295 ranks".to_string())
     );
     assert_eq!(
-        p.configure_engine_msg(
-            1,
-            EngineConfig {
-                max_running_per_rank: Some(0),
-                ..cfg
-            }
-        ),
+        p.configure_engine_msg(1, {
+            let mut c = cfg;
+            c.max_running_per_rank = Some(0);
+            c
+        }),
         Err("max_running_per_rank = 0 is out of range 1..=4294967295 requests".to_string())
     );
     assert_eq!(
-        p.configure_engine_msg(
-            1,
-            EngineConfig {
-                decode_tps: Some(f32::NAN),
-                ..cfg
-            }
-        ),
+        p.configure_engine_msg(1, {
+            let mut c = cfg;
+            c.decode_tps = Some(f32::NAN);
+            c
+        }),
         Err("decode_tps = NaN is out of range 0..=1000000000 tokens/s".to_string())
     );
     assert_eq!(
-        p.configure_engine_msg(
-            1,
-            EngineConfig {
-                prefill_tps: Some(-1.0),
-                ..cfg
-            }
-        ),
+        p.configure_engine_msg(1, {
+            let mut c = cfg;
+            c.prefill_tps = Some(-1.0);
+            c
+        }),
         Err("prefill_tps = -1 is out of range 0..=1000000000 tokens/s".to_string())
     );
 }
@@ -314,13 +317,11 @@ fn sglang_lanes_and_reported_fields() {
     let (mut p, r) = publisher(1);
     p.add_worker(Slot(0), WorkerId::new(9, 0), SlotGeneration(1))
         .unwrap();
-    p.configure_engine(
-        9,
-        EngineConfig {
-            prefill_tps: Some(12_000.0),
-            ..EngineConfig::default()
-        },
-    )
+    p.configure_engine(9, {
+        let mut c = EngineConfig::default();
+        c.prefill_tps = Some(12_000.0);
+        c
+    })
     .unwrap();
     p.apply_sglang(&sglang(9, 0, 1.0), Nanos(S)).unwrap();
     p.publish(Nanos(S)).unwrap();
@@ -377,14 +378,12 @@ fn vllm_whole_update_needs_a_configured_cap() {
     assert_eq!(r.load().validity()[1], Validity::Invalid);
     assert_eq!(r.load().stats().rejected_invalid, 2);
 
-    p.configure_engine(
-        5,
-        EngineConfig {
-            max_running_per_rank: Some(8),
-            decode_tps: Some(700.0),
-            ..EngineConfig::default()
-        },
-    )
+    p.configure_engine(5, {
+        let mut c = EngineConfig::default();
+        c.max_running_per_rank = Some(8);
+        c.decode_tps = Some(700.0);
+        c
+    })
     .unwrap();
     p.apply_vllm(&update, Nanos(2 * S)).unwrap();
     p.publish(Nanos(2 * S)).unwrap();
@@ -459,13 +458,11 @@ fn dp_ranks_group_into_engines_and_partial_engines_are_flagged() {
     for (slot, w) in regs {
         p.add_worker(slot, w, SlotGeneration(1)).unwrap();
     }
-    p.configure_engine(
-        10,
-        EngineConfig {
-            dp_size: Some(3),
-            ..EngineConfig::default()
-        },
-    )
+    p.configure_engine(10, {
+        let mut c = EngineConfig::default();
+        c.dp_size = Some(3);
+        c
+    })
     .unwrap();
     // An owner at its running-request cap: engine 20 rank 0 is full (37 cap, 37 running,
     // 116 waiting).
@@ -542,9 +539,10 @@ fn removal_vacates_the_slot_and_a_new_tenant_starts_missing() {
 
 #[test]
 fn pinned_readers_skip_a_publication_without_losing_updates() {
-    let (mut p, r) = LoadPublisher::new(LoadConfig {
-        buffers: 2,
-        ..LoadConfig::new(1)
+    let (mut p, r) = LoadPublisher::new({
+        let mut c = LoadConfig::new(1);
+        c.buffers = 2;
+        c
     })
     .unwrap();
     let w = WorkerId::new(1, 0);

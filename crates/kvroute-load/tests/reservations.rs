@@ -384,10 +384,7 @@ fn reconciliation_is_per_field_vllm_reports_no_tokens() {
     p.attach_reservations(t.clone()).unwrap();
     p.configure_engine(
         1,
-        kvroute_load::EngineConfig {
-            max_running_per_rank: Some(16),
-            ..Default::default()
-        },
+        kvroute_load::EngineConfig::new().with_max_running_per_rank(16),
     )
     .unwrap();
     p.add_worker(Slot(0), w, G1).unwrap();

@@ -20,6 +20,7 @@ pub(crate) const BETA_MAX: f32 = 100.0;
 /// `projected_time`'s mode: whether its projected seconds decide, or are only recorded
 /// beside a load-only dispatch. Written `enforce`, `shadow`, `off` (module `policy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum ProjectedMode {
     /// Dispatch by projected seconds, with the hard load escape.
     #[default]
@@ -34,6 +35,7 @@ pub enum ProjectedMode {
 /// A routing policy: each is one configuration of the same scoring pass. The formulas and
 /// rules are listed in the crate docs, section *Policies*.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Policy {
     /// Rotate over occupied slots; ignores cache and load (baseline).
     RoundRobin,
@@ -83,6 +85,7 @@ impl Default for Policy {
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct ScoreConfig {
     /// The policy.
     pub policy: Policy,
@@ -140,6 +143,17 @@ pub struct ScoreConfig {
     /// Dynamo-style cost: weight of the prefill blocks (dimensionless), `0.0..=100.0`,
     /// default 1.0.
     pub dynamo_overlap_weight: f32,
+}
+
+impl ScoreConfig {
+    /// Every knob at its default, with `policy`. Not validated until used
+    /// ([`validate`](Self::validate)).
+    pub fn with_policy(policy: Policy) -> Self {
+        Self {
+            policy,
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for ScoreConfig {

@@ -720,11 +720,12 @@ mod tests {
             let ranks = (1 + pick(&mut r, 3) as usize).min(cap - i);
             engine += 1;
             if pick(&mut r, 4) == 0 {
-                let cfg = EngineConfig {
-                    dp_size: Some(ranks as u32 + pick(&mut r, 2) as u32),
-                    decode_tps: opt_f32(&mut r, 2_000.0),
-                    prefill_tps: opt_f32(&mut r, 9_000.0),
-                    ..EngineConfig::default()
+                let cfg = {
+                    let mut c = EngineConfig::default();
+                    c.dp_size = Some(ranks as u32 + pick(&mut r, 2) as u32);
+                    c.decode_tps = opt_f32(&mut r, 2_000.0);
+                    c.prefill_tps = opt_f32(&mut r, 9_000.0);
+                    c
                 };
                 publisher.configure_engine(engine, cfg).unwrap();
             }

@@ -29,6 +29,7 @@ use crate::config::{BETA_MAX, BETA_MIN, Policy, ProjectedMode};
 /// [`ALL`](Self::ALL) is in declaration order and [`index`](Self::index) is the position in
 /// it, so `kind as usize` can index per-policy arrays of [`COUNT`](Self::COUNT) entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum PolicyKind {
     /// [`Policy::RoundRobin`].
     RoundRobin,
@@ -337,6 +338,7 @@ impl FromStr for Policy {
 /// Why a string is not a [`Policy`], [`PolicyKind`] or [`ProjectedMode`]. Its
 /// [`Display`](fmt::Display) names the forms accepted instead.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum ParsePolicyError {
     /// The name (the whole string, or what comes before a `:`) is not a
     /// [`PolicyKind::name`]; holds the whole string given.

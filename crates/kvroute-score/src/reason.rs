@@ -8,6 +8,7 @@ use kvroute_load::Validity;
 
 /// Which telemetry was bad when a decision fell back (the worst among occupied slots).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FallbackCause {
     /// A worker has never reported.
     Missing,
@@ -60,6 +61,7 @@ impl FallbackCause {
 
 /// Why a worker was chosen (or none was). Every decision carries exactly one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Reason {
     /// `round_robin`'s rotation.
     RoundRobin,

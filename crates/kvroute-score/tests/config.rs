@@ -11,132 +11,96 @@ fn every_knob_out_of_range_is_rejected_by_name() {
     let d = ScoreConfig::default();
     assert_eq!(d.validate(), Ok(()));
     let cases: Vec<(&str, ScoreConfig)> = vec![
-        (
-            "beta",
-            ScoreConfig {
-                policy: Policy::LoadAware { beta: -0.1 },
-                ..d
-            },
-        ),
-        (
-            "beta",
-            ScoreConfig {
-                policy: Policy::LoadAware { beta: f32::NAN },
-                ..d
-            },
-        ),
-        (
-            "tie_epsilon",
-            ScoreConfig {
-                tie_epsilon: 0.6,
-                ..d
-            },
-        ),
-        (
-            "near_tie_band",
-            ScoreConfig {
-                near_tie_band: -1.0,
-                ..d
-            },
-        ),
-        (
-            "least_load_tps",
-            ScoreConfig {
-                least_load_tps: 0.0,
-                ..d
-            },
-        ),
-        (
-            "default_prefill_tps",
-            ScoreConfig {
-                default_prefill_tps: f32::INFINITY,
-                ..d
-            },
-        ),
-        (
-            "default_decode_tps",
-            ScoreConfig {
-                default_decode_tps: 0.5,
-                ..d
-            },
-        ),
-        (
-            "kv_barrier_s",
-            ScoreConfig {
-                kv_barrier_s: 61.0,
-                ..d
-            },
-        ),
-        (
-            "tokens_per_request",
-            ScoreConfig {
-                tokens_per_request: 0,
-                ..d
-            },
-        ),
-        (
-            "watermark",
-            ScoreConfig {
-                watermark: 2.5,
-                ..d
-            },
-        ),
-        (
-            "owner_slack",
-            ScoreConfig {
-                owner_slack: 1.5,
-                ..d
-            },
-        ),
-        (
-            "escape_margin_s",
-            ScoreConfig {
-                escape_margin_s: f32::NAN,
-                ..d
-            },
-        ),
-        (
-            "escape_margin_rel",
-            ScoreConfig {
-                escape_margin_rel: 100.5,
-                ..d
-            },
-        ),
-        (
-            "escape_margin_rel",
-            ScoreConfig {
-                escape_margin_rel: -0.1,
-                ..d
-            },
-        ),
-        (
-            "imbalance_abs",
-            ScoreConfig {
-                imbalance_abs: -1.0,
-                ..d
-            },
-        ),
-        (
-            "imbalance_rel",
-            ScoreConfig {
-                imbalance_rel: 0.5,
-                ..d
-            },
-        ),
-        (
-            "cache_threshold",
-            ScoreConfig {
-                cache_threshold: 1.1,
-                ..d
-            },
-        ),
-        (
-            "dynamo_overlap_weight",
-            ScoreConfig {
-                dynamo_overlap_weight: -2.0,
-                ..d
-            },
-        ),
+        ("beta", {
+            let mut c = d;
+            c.policy = Policy::LoadAware { beta: -0.1 };
+            c
+        }),
+        ("beta", {
+            let mut c = d;
+            c.policy = Policy::LoadAware { beta: f32::NAN };
+            c
+        }),
+        ("tie_epsilon", {
+            let mut c = d;
+            c.tie_epsilon = 0.6;
+            c
+        }),
+        ("near_tie_band", {
+            let mut c = d;
+            c.near_tie_band = -1.0;
+            c
+        }),
+        ("least_load_tps", {
+            let mut c = d;
+            c.least_load_tps = 0.0;
+            c
+        }),
+        ("default_prefill_tps", {
+            let mut c = d;
+            c.default_prefill_tps = f32::INFINITY;
+            c
+        }),
+        ("default_decode_tps", {
+            let mut c = d;
+            c.default_decode_tps = 0.5;
+            c
+        }),
+        ("kv_barrier_s", {
+            let mut c = d;
+            c.kv_barrier_s = 61.0;
+            c
+        }),
+        ("tokens_per_request", {
+            let mut c = d;
+            c.tokens_per_request = 0;
+            c
+        }),
+        ("watermark", {
+            let mut c = d;
+            c.watermark = 2.5;
+            c
+        }),
+        ("owner_slack", {
+            let mut c = d;
+            c.owner_slack = 1.5;
+            c
+        }),
+        ("escape_margin_s", {
+            let mut c = d;
+            c.escape_margin_s = f32::NAN;
+            c
+        }),
+        ("escape_margin_rel", {
+            let mut c = d;
+            c.escape_margin_rel = 100.5;
+            c
+        }),
+        ("escape_margin_rel", {
+            let mut c = d;
+            c.escape_margin_rel = -0.1;
+            c
+        }),
+        ("imbalance_abs", {
+            let mut c = d;
+            c.imbalance_abs = -1.0;
+            c
+        }),
+        ("imbalance_rel", {
+            let mut c = d;
+            c.imbalance_rel = 0.5;
+            c
+        }),
+        ("cache_threshold", {
+            let mut c = d;
+            c.cache_threshold = 1.1;
+            c
+        }),
+        ("dynamo_overlap_weight", {
+            let mut c = d;
+            c.dynamo_overlap_weight = -2.0;
+            c
+        }),
     ];
     for (knob, c) in cases {
         let e = c.validate().unwrap_err();
@@ -154,9 +118,10 @@ fn shared_config_refuses_bad_values_and_keeps_the_old_one() {
     cell.update(|c| c.watermark = 0.8).unwrap();
     assert_eq!(cell.load().watermark, 0.8);
     assert!(
-        SharedConfig::new(ScoreConfig {
-            owner_slack: 9.0,
-            ..ScoreConfig::default()
+        SharedConfig::new({
+            let mut c = ScoreConfig::default();
+            c.owner_slack = 9.0;
+            c
         })
         .is_err()
     );
@@ -196,15 +161,17 @@ fn concurrent_updates_of_different_knobs_all_land() {
 /// ever see one of the two whole values.
 #[test]
 fn readers_never_see_half_an_update() {
-    let a = ScoreConfig {
-        watermark: 0.9,
-        owner_slack: 0.1,
-        ..ScoreConfig::default()
+    let a = {
+        let mut c = ScoreConfig::default();
+        c.watermark = 0.9;
+        c.owner_slack = 0.1;
+        c
     };
-    let b = ScoreConfig {
-        watermark: 0.5,
-        owner_slack: 0.3,
-        ..ScoreConfig::default()
+    let b = {
+        let mut c = ScoreConfig::default();
+        c.watermark = 0.5;
+        c.owner_slack = 0.3;
+        c
     };
     let cell = Arc::new(SharedConfig::new(a).unwrap());
     let stop = Arc::new(AtomicBool::new(false));

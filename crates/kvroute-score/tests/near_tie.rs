@@ -27,9 +27,10 @@ fn seeded_routers_spread_a_burst_one_deterministic_router_sends_to_one_worker() 
     };
     let mut s = Scorer::new();
 
-    let det = ScoreConfig {
-        policy: Policy::LeastLoad,
-        ..ScoreConfig::default()
+    let det = {
+        let mut c = ScoreConfig::default();
+        c.policy = Policy::LeastLoad;
+        c
     };
     let mut counts = [0u32; 4];
     for cursor in 0..16 {
@@ -46,9 +47,10 @@ fn seeded_routers_spread_a_burst_one_deterministic_router_sends_to_one_worker() 
     }
     assert_eq!(counts, [16, 0, 0, 0]);
 
-    let rnd = ScoreConfig {
-        near_tie_band: 0.05,
-        ..det
+    let rnd = {
+        let mut c = det;
+        c.near_tie_band = 0.05;
+        c
     };
     let mut counts = [0u32; 4];
     for seed in [0x5EED_0001u64, 0x5EED_0002] {

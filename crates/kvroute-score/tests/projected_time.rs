@@ -19,8 +19,8 @@ mod common;
 use common::{both, both_out, cfg, slot};
 use kvroute_load::Validity;
 use kvroute_score::{
-    FallbackCause, Fleet, Policy, ProjectedMode, Reason, ScoreConfig, ScoreRequest, Scorer,
-    SlotFigures, TieInput,
+    FallbackCause, Fleet, Policy, ProjectedMode, Reason, ScoreRequest, Scorer, SlotFigures,
+    TieInput,
 };
 use proptest::prelude::*;
 
@@ -292,9 +292,10 @@ fn enforce_takes_the_hard_load_escape() {
         (c.cost - 160.01).abs() < 1e-3,
         "the chosen slot's projected seconds: {c:?}"
     );
-    let wide_margin = ScoreConfig {
-        escape_margin_s: 5.0,
-        ..cfg(ENFORCE)
+    let wide_margin = {
+        let mut c = cfg(ENFORCE);
+        c.escape_margin_s = 5.0;
+        c
     };
     let c = both_out(&f, 16_000, 10, &wide_margin, 0);
     assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
@@ -324,9 +325,10 @@ fn the_escape_margin_grows_with_the_fleets_load() {
             &f,
             16_000,
             10,
-            &ScoreConfig {
-                escape_margin_rel: rel,
-                ..cfg(ENFORCE)
+            &{
+                let mut c = cfg(ENFORCE);
+                c.escape_margin_rel = rel;
+                c
             },
             0,
         );
@@ -343,9 +345,10 @@ fn the_escape_margin_grows_with_the_fleets_load() {
 /// Knobs out of range are rejected, naming the knob (more in `config.rs`).
 #[test]
 fn runtime_knobs_are_bounded() {
-    let bad = ScoreConfig {
-        escape_margin_s: -1.0,
-        ..cfg(ENFORCE)
+    let bad = {
+        let mut c = cfg(ENFORCE);
+        c.escape_margin_s = -1.0;
+        c
     };
     let e = bad.validate().unwrap_err();
     assert_eq!(e.field, "escape_margin_s");

@@ -94,13 +94,7 @@ proptest! {
         let tie = TieInput { cursor, random: draw };
         let mut s = Scorer::new();
         for policy in policies() {
-            let cfg = ScoreConfig {
-                policy,
-                near_tie_band: near,
-                tie_epsilon: eps,
-                escape_margin_rel: rel,
-                ..ScoreConfig::default()
-            };
+            let cfg = { let mut c = ScoreConfig::default(); c.policy = policy; c.near_tie_band = near; c.tie_epsilon = eps; c.escape_margin_rel = rel; c };
             let a = s.score(&f, req, &cfg, tie);
             let b = s.score_reference(&f, req, &cfg, tie);
             prop_assert!(a.same_as(&b), "{policy:?}: simd {a:?} scalar {b:?}");
@@ -110,7 +104,7 @@ proptest! {
             }
             prop_assert_eq!(a.shadow.is_some(), policy == SHADOW, "{:?}", policy);
             if let Some(cf) = a.shadow {
-                let enforce = ScoreConfig { policy: ENFORCE, ..cfg };
+                let enforce = { let mut c = cfg; c.policy = ENFORCE; c };
                 check_counterfactual(&mut s, &figures, &f, req, &enforce, tie, &a, &cf)?;
             }
         }

@@ -113,11 +113,12 @@ fn run_projected(
         mode: ProjectedMode::Enforce,
     };
     let run_opts = RunOptions {
-        score: Some(ScoreConfig {
-            policy,
-            escape_margin_s,
-            escape_margin_rel,
-            ..ScoreConfig::default()
+        score: Some({
+            let mut c = ScoreConfig::default();
+            c.policy = policy;
+            c.escape_margin_s = escape_margin_s;
+            c.escape_margin_rel = escape_margin_rel;
+            c
         }),
         ..RunOptions::default()
     };

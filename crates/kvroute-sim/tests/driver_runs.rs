@@ -71,9 +71,10 @@ fn same_seed_same_result() {
         conversations(30, 4, 0.1, 0.4),
         faults,
     );
-    let score = ScoreConfig {
-        near_tie_band: 0.2,
-        ..ScoreConfig::default()
+    let score = {
+        let mut c = ScoreConfig::default();
+        c.near_tie_band = 0.2;
+        c
     };
     let go = |seed| {
         let opts = RunOptions {

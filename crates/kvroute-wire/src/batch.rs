@@ -51,6 +51,7 @@ pub fn decode_payload(bytes: &[u8]) -> Result<KvEventBatch, WireError> {
 
 /// Which reader turned a payload's msgpack into raw records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DecodePath {
     /// The fast path's hand-written reader recognised the whole payload.
     Fast,

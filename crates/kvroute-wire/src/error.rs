@@ -6,6 +6,7 @@ use core::fmt;
 /// events at all (never a partial batch). Every variant has an [`ErrorKind`] that
 /// [`WireCounters`](crate::WireCounters) counts.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WireError {
     /// A ZMQ message with a number of frames other than 2 (`[seq, payload]`, older replay)
     /// or 3 (`[topic, seq, payload]`).
@@ -132,6 +133,7 @@ pub enum WireError {
 /// The kind of a [`WireError`], without its details: the index of its counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(usize)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// [`WireError::FrameCount`].
     FrameCount,

@@ -20,6 +20,7 @@ pub struct KvEventBatch {
 
 /// One KV event.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum KvEvent {
     /// Blocks became cached.
     BlockStored(BlockStored),
@@ -37,6 +38,7 @@ pub enum KvEvent {
 
 /// Where a block lives (`medium` on the wire; nil or absent means GPU).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Medium {
     /// `"GPU"` (or nil): device memory, the tier that saves prefill outright.
     Gpu,
@@ -71,6 +73,7 @@ impl Medium {
 /// One element of vLLM's per-block `extra_keys` tuple (LoRA name, multimodal hashes,
 /// cache salt, prompt-embeds hash), kept as sent: vLLM does not label them.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum ExtraKey {
     /// A string (LoRA name, multimodal identifier, cache salt).
     Str(String),
@@ -88,6 +91,7 @@ pub enum ExtraKey {
 
 /// How an event was encoded: the generation it came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EventEncoding {
     /// A positional array of this many elements, tag included (vLLM before mid-2026, older
     /// SGLang).

@@ -57,6 +57,10 @@ impl<'a> Frames<'a> {
 }
 
 /// A decoded KV event message.
+///
+/// Deliberately exhaustive (not `#[non_exhaustive]`): the engines' protocol has exactly
+/// these two messages, and a consumer must handle both (a new one would be a breaking
+/// change of the wire format, not an addition).
 #[derive(Clone, Debug, PartialEq)]
 pub enum KvMessage {
     /// One event batch.

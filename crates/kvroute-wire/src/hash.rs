@@ -24,6 +24,7 @@ use crate::error::WireError;
 
 /// A block hash as it came off the wire, before [`WireHash::to_engine_hash`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WireHash {
     /// An unsigned integer.
     Unsigned(u64),

@@ -214,10 +214,11 @@ fn check_hashes(batch: &KvEventBatch) {
         let mut seq = Vec::new();
         hasher.sequence_hashes_into(&s.token_ids, None, &mut seq);
         assert_eq!(seq.iter().map(|h| h.0).collect::<Vec<_>>(), want);
-        let idx = PrefixIndex::new(IndexConfig {
-            worker_slots: 1,
-            block_size: bs,
-            ..IndexConfig::default()
+        let idx = PrefixIndex::new({
+            let mut c = IndexConfig::default();
+            c.worker_slots = 1;
+            c.block_size = bs;
+            c
         })
         .unwrap();
         idx.store(Slot(0), &block_store(s)).unwrap();

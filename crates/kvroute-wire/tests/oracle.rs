@@ -40,11 +40,13 @@ fn replay(engine: Engine) {
         return;
     };
     let start = Instant::now();
-    let index = PrefixIndex::new(IndexConfig {
-        worker_slots: 1,
-        block_size: BLOCK,
-        expected_blocks: 1 << 19,
-        max_blocks_per_worker: 1 << 22,
+    let index = PrefixIndex::new({
+        let mut c = IndexConfig::default();
+        c.worker_slots = 1;
+        c.block_size = BLOCK;
+        c.expected_blocks = 1 << 19;
+        c.max_blocks_per_worker = 1 << 22;
+        c
     })
     .unwrap();
     let counters = WireCounters::new();
@@ -97,6 +99,7 @@ fn replay(engine: Engine) {
                             index.clear(SLOT).unwrap();
                         }
                         KvEvent::Unknown { tag } => panic!("unknown event {tag}"),
+                        other => panic!("unexpected event {other:?}"),
                     }
                 }
             }

@@ -273,13 +273,11 @@ pub fn run(out: &mut dyn Write) -> Result<Summary, Box<dyn Error>> {
     let (a, b) = (WorkerId::new(1, 0), WorkerId::new(2, 0));
     for w in [a, b] {
         router.add_worker(w)?;
-        router.configure_engine(
-            w.engine(),
-            EngineConfig {
-                max_running_per_rank: Some(MAX_NUM_SEQS),
-                ..EngineConfig::default()
-            },
-        )?;
+        router.configure_engine(w.engine(), {
+            let mut c = EngineConfig::default();
+            c.max_running_per_rank = Some(MAX_NUM_SEQS);
+            c
+        })?;
     }
     let gw = Gateway {
         router: &router,

@@ -116,20 +116,24 @@ impl RouterConfig {
 
     /// The prefix index's configuration these settings describe.
     pub fn index_config(&self) -> IndexConfig {
-        IndexConfig {
-            worker_slots: self.worker_slots,
-            block_size: self.block_size,
-            expected_blocks: self.expected_blocks,
-            max_blocks_per_worker: self.max_blocks_per_worker,
+        {
+            let mut c = IndexConfig::default();
+            c.worker_slots = self.worker_slots;
+            c.block_size = self.block_size;
+            c.expected_blocks = self.expected_blocks;
+            c.max_blocks_per_worker = self.max_blocks_per_worker;
+            c
         }
     }
 
     /// The load publisher's configuration these settings describe.
     pub fn load_config(&self) -> LoadConfig {
-        LoadConfig {
-            capacity: self.worker_slots,
-            max_age: self.max_load_age,
-            buffers: self.snapshot_buffers,
+        {
+            let mut c = LoadConfig::new(0);
+            c.capacity = self.worker_slots;
+            c.max_age = self.max_load_age;
+            c.buffers = self.snapshot_buffers;
+            c
         }
     }
 

@@ -7,6 +7,7 @@ use kvroute_index::index::IndexError;
 
 /// Why `route` produced no decision. Nothing is reserved after any of these.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum RouteError {
     /// [`Prompt::Tokens`](crate::Prompt::Tokens) whose length differs from
     /// `prompt_tokens`.
@@ -100,6 +101,7 @@ impl std::error::Error for RouteError {}
 
 /// Errors of adding and removing workers.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WorkerError {
     /// Every slot is taken (or retired and not yet released).
     Full {
@@ -130,6 +132,7 @@ impl std::error::Error for WorkerError {}
 
 /// Errors of applying a KV event.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EventError {
     /// The event's worker is not registered (the event is dropped).
     UnknownWorker(WorkerId),

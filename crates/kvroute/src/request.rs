@@ -14,6 +14,7 @@ use kvroute_core::{HashNamespace, SequenceHash};
 /// The request's prompt as the router receives it: the engine's token ids after the chat
 /// template (see the module docs), or their chained hashes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Prompt<'a> {
     /// The prompt's token ids; the router hashes its full blocks (a trailing partial block
     /// is not hashed). Its length must equal [`RouteRequest::prompt_tokens`].

@@ -93,7 +93,8 @@ pub(crate) fn claim_rescoring<T, E>(
             Err(
                 ReserveError::Contended { .. }
                 | ReserveError::StaleSlot { .. }
-                | ReserveError::UnknownSlot(_),
+                | ReserveError::UnknownSlot(_)
+                | _,
             ) => {}
         }
     }

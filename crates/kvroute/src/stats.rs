@@ -96,12 +96,9 @@ pub struct FallbackCounts {
 impl FallbackCounts {
     /// The count of `cause`.
     pub fn get(&self, cause: FallbackCause) -> u64 {
-        match cause {
-            FallbackCause::Missing => self.missing,
-            FallbackCause::Invalid => self.invalid,
-            FallbackCause::Stale => self.stale,
-            FallbackCause::Partial => self.partial,
-        }
+        // In `FallbackCause::ALL` order.
+        let all = [self.missing, self.invalid, self.stale, self.partial];
+        all.get(cause.index()).copied().unwrap_or(0)
     }
 }
 

@@ -8,7 +8,10 @@ use kvroute::{AdmissionConfig, Nanos, Router, RouterConfig, RouterConfigError};
 fn refused(tweak: impl FnOnce(&mut RouterConfig)) -> RouterConfigError {
     let mut c = RouterConfig::new(8, 16);
     tweak(&mut c);
-    Router::new(c).err().expect("the config is out of range")
+    match Router::new(c) {
+        Err(e) => e,
+        Ok(_) => panic!("the config is out of range"),
+    }
 }
 
 #[test]

@@ -8,6 +8,7 @@ use kvroute_core::{Bounds, EngineHash, HashNamespace, OutOfRange, Slot};
 
 /// Construction-time settings of a [`PrefixIndex`](super::PrefixIndex).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct IndexConfig {
     /// Worker slots (lanes) the index can hold: 1 to [`MAX_WORKER_SLOTS`]. Default 1,024.
     pub worker_slots: usize,
@@ -27,6 +28,18 @@ pub struct IndexConfig {
 
 /// Largest supported `worker_slots` (64 bit words of 64 workers each on every node).
 pub const MAX_WORKER_SLOTS: usize = 4096;
+
+impl IndexConfig {
+    /// `worker_slots` slots of `block_size`-token blocks, the other settings at their
+    /// defaults. Not validated until [`PrefixIndex::new`](super::PrefixIndex::new).
+    pub fn new(worker_slots: usize, block_size: usize) -> Self {
+        Self {
+            worker_slots,
+            block_size,
+            ..Self::default()
+        }
+    }
+}
 
 impl Default for IndexConfig {
     fn default() -> Self {
@@ -109,6 +122,7 @@ pub struct RemoveOutcome {
 /// Typed errors of index operations. Each is also counted in [`IndexCounters`], and none
 /// changes the index.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum IndexError {
     /// The slot is outside `0..worker_slots`.
     SlotOutOfRange {

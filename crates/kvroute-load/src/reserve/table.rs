@@ -137,6 +137,7 @@ impl Reserved {
 
 /// Why a reservation was not made (nothing is held after any of these).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReserveError {
     /// The slot is beyond the table's capacity.
     UnknownSlot(Slot),
@@ -193,6 +194,7 @@ impl std::error::Error for ReserveError {}
 
 /// Errors of the table's control-path operations.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum TableError {
     /// The slot is beyond the table's capacity.
     UnknownSlot(Slot),

@@ -8,9 +8,10 @@ use kvroute_score::{
 
 /// A config with `policy` and every other knob at its default.
 pub fn cfg(policy: Policy) -> ScoreConfig {
-    ScoreConfig {
-        policy,
-        ..ScoreConfig::default()
+    {
+        let mut c = ScoreConfig::default();
+        c.policy = policy;
+        c
     }
 }
 

@@ -53,6 +53,7 @@ pub struct EventTally {
 
 /// Why one event of a batch was not applied (the rest of the batch was).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EventRejection {
     /// The engine's block size differs from the router's. The worker is untrusted until it
     /// is cleared or re-registered.
@@ -135,7 +136,8 @@ impl Applier<'_> {
                     self.clear(out);
                     out.tally.clears += 1;
                 }
-                KvEvent::Unknown { .. } => out.tally.unknown_events += 1,
+                // An event of a kind this version does not know is counted as unknown.
+                KvEvent::Unknown { .. } | _ => out.tally.unknown_events += 1,
             }
         }
     }

@@ -49,6 +49,9 @@ use trust::{SEQUENCE, TrustFlags};
 use crate::router::Router;
 
 /// Which socket a message came from.
+///
+/// Deliberately exhaustive (not `#[non_exhaustive]`): an engine DP rank has exactly these
+/// two sockets, and the sequence rules differ for each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Channel {
     /// The engine's PUB socket (live stream).
@@ -86,6 +89,7 @@ pub struct RejectedBatch {
 
 /// Why [`Router::ingest`] did not apply a message wholly.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum IngestError {
     /// The publisher is not a registered worker: the message is dropped (counted).
     UnknownWorker(WorkerId),

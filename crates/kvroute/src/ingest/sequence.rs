@@ -62,6 +62,7 @@ pub const RESET_WINDOW: u64 = 64;
 
 /// What the sequence tracker made of one message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SeqOutcome {
     /// Live batch with the next expected sequence number: applied.
     Contiguous,

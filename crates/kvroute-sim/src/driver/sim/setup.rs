@@ -135,12 +135,11 @@ impl<'a> Sim<'a> {
             router
                 .configure_engine(
                     kvroute::EngineId(e as u64),
-                    kvroute::EngineConfig {
-                        dp_size: Some(1),
-                        max_running_per_rank: Some(fleet.engine.max_running),
-                        decode_tps: Some(fleet.engine.decode_tps(fleet.engine.max_running) as f32),
-                        prefill_tps: Some(fleet.engine.prefill_tps as f32),
-                    },
+                    kvroute::EngineConfig::new()
+                        .with_dp_size(1)
+                        .with_max_running_per_rank(fleet.engine.max_running)
+                        .with_decode_tps(fleet.engine.decode_tps(fleet.engine.max_running) as f32)
+                        .with_prefill_tps(fleet.engine.prefill_tps as f32),
                 )
                 .map_err(|e| RunError::Router(e.to_string()))?;
             workers.push(wid);
