@@ -80,3 +80,23 @@ fn unknown_keys_and_policies_are_errors_that_name_them() {
         "max_rescores = 99 is out of range 0..=64"
     );
 }
+
+/// The configuration file shown in the README parses to what it says.
+#[test]
+fn the_readme_config_example_parses() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("the workspace README");
+    let start = readme.find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let end = start + readme[start..].find("```").expect("its end");
+    let c: RouterConfig = toml::from_str(&readme[start..end]).unwrap();
+    assert_eq!((c.worker_slots, c.block_size), (64, 16));
+    assert_eq!(c.max_load_age, Nanos::from_secs(2));
+    assert_eq!(c.admission, Some(AdmissionConfig::new(64)));
+    assert_eq!(
+        c.score.policy,
+        Policy::ProjectedTime {
+            mode: ProjectedMode::Shadow
+        }
+    );
+    assert!(kvroute::Router::new(c).is_ok());
+}
