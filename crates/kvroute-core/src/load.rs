@@ -311,16 +311,7 @@ impl std::error::Error for UpdateError {}
 /// [`UpdateError::NotFinite`], [`UpdateError::Negative`], [`UpdateError::NotInteger`] or
 /// [`UpdateError::TooLarge`] (above `u32::MAX`); `-0.0` is a valid zero.
 pub fn gauge_count(w: WorkerId, field: &'static str, v: f64) -> Result<u32, UpdateError> {
-    if !v.is_finite() {
-        return Err(UpdateError::NotFinite { worker: w, field });
-    }
-    if v < 0.0 {
-        return Err(UpdateError::Negative {
-            worker: w,
-            field,
-            value: v,
-        });
-    }
+    let v = finite_non_negative(w, field, v)?;
     if v.fract() != 0.0 {
         return Err(UpdateError::NotInteger {
             worker: w,
@@ -336,6 +327,21 @@ pub fn gauge_count(w: WorkerId, field: &'static str, v: f64) -> Result<u32, Upda
         });
     }
     Ok(v as u32)
+}
+
+/// `v` when it is finite and not below zero (`-0.0` passes).
+fn finite_non_negative(w: WorkerId, field: &'static str, v: f64) -> Result<f64, UpdateError> {
+    if !v.is_finite() {
+        return Err(UpdateError::NotFinite { worker: w, field });
+    }
+    if v < 0.0 {
+        return Err(UpdateError::Negative {
+            worker: w,
+            field,
+            value: v,
+        });
+    }
+    Ok(v)
 }
 
 /// An SGLang rank's token and request capacity, as its reports give them.
@@ -422,16 +428,7 @@ pub fn unit_interval(w: WorkerId, field: &'static str, v: f64) -> Result<f32, Up
 /// [`UpdateError::NotFinite`], [`UpdateError::Negative`], or [`UpdateError::TooLarge`]
 /// above `f32::MAX`.
 pub fn rate(w: WorkerId, field: &'static str, v: f64) -> Result<f32, UpdateError> {
-    if !v.is_finite() {
-        return Err(UpdateError::NotFinite { worker: w, field });
-    }
-    if v < 0.0 {
-        return Err(UpdateError::Negative {
-            worker: w,
-            field,
-            value: v,
-        });
-    }
+    let v = finite_non_negative(w, field, v)?;
     if v > f64::from(f32::MAX) {
         return Err(UpdateError::TooLarge {
             worker: w,
