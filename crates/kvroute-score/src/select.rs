@@ -10,7 +10,9 @@
 //! 3. with a random draw `r`: the `(r mod |band|)`-th band slot in slot order;
 //! 4. otherwise: keep band slots whose requests are not above the band's least (when
 //!    `load`), then whose overlap is not below the rest's deepest (when `overlap`); NaN
-//!    keys never exclude; then the first kept slot at or after `cursor mod len`, wrapping.
+//!    keys never exclude; then the `(cursor mod |kept|)`-th kept slot in slot order, so
+//!    consecutive cursors rotate evenly over the tied workers whatever the slot capacity
+//!    and wherever vacant or ineligible slots sit.
 //!
 //! Every step is a comparison of exact values, so the two agree bit for bit.
 //!
@@ -87,8 +89,11 @@ fn band_limit(m: f32, band: f32) -> f32 {
 }
 
 fn pick_rotating(len: usize, cursor: u32, mut kept: impl FnMut(usize) -> bool) -> Option<usize> {
-    let start = cursor as usize % len.max(1);
-    (start..len).chain(0..start).find(|&i| kept(i))
+    let n = (0..len).filter(|&i| kept(i)).count();
+    if n == 0 {
+        return None;
+    }
+    (0..len).filter(|&i| kept(i)).nth(cursor as usize % n)
 }
 
 impl Engine for Scalar {
@@ -463,31 +468,25 @@ impl Simd {
             });
             retain_bits(bits, |i| f.overlap[i] < max_ovl);
         }
-        // First kept slot at or after `start`, else the first kept slot (wrap).
-        let start = rule.cursor as usize % f.len.max(1);
-        let mut first = None;
-        let mut after = None;
+        // The `(cursor mod |kept|)`-th kept slot in slot order.
+        let n: usize = bits.iter().map(|w| w.count_ones() as usize).sum();
+        if n == 0 {
+            return None;
+        }
+        let mut k = rule.cursor as usize % n;
         for (w, &word) in bits.iter().enumerate() {
-            if word == 0 {
+            let ones = word.count_ones() as usize;
+            if k >= ones {
+                k -= ones;
                 continue;
             }
-            if first.is_none() {
-                first = Some(w * 64 + word.trailing_zeros() as usize);
+            let mut b = word;
+            for _ in 0..k {
+                b &= b - 1;
             }
-            let lo = w * 64;
-            let masked = if start <= lo {
-                word
-            } else if start >= lo + 64 {
-                0
-            } else {
-                word & !((1u64 << (start - lo)) - 1)
-            };
-            if masked != 0 {
-                after = Some(lo + masked.trailing_zeros() as usize);
-                break;
-            }
+            return Some(w * 64 + b.trailing_zeros() as usize);
         }
-        after.or(first)
+        None
     }
 }
 

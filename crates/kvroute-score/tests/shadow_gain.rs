@@ -103,8 +103,9 @@ fn a_fallback_counterfactual_is_costed_by_the_fallback() {
         worker(0.0, 0.0, 0.0, 0.0),
         Some(missing),
     ]);
-    // Cursor 2: among the two 0 s slots (1 and 2) the rotation starts at slot 2.
-    let c = both_out(&f, 2_048, 200, &cfg(SHADOW), 2);
+    // Cursor 1: the two 0 s slots (1 and 2) tie; the rotation takes the (1 mod 2)-th of
+    // them in slot order, slot 2.
+    let c = both_out(&f, 2_048, 200, &cfg(SHADOW), 1);
     assert_eq!(
         (c.slot.map(|s| s.0), c.reason),
         (Some(2), Reason::LeastLoad)
