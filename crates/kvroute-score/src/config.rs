@@ -94,9 +94,10 @@ pub struct ScoreConfig {
     pub tie_epsilon: f32,
     /// Optional near-tie randomisation, so that router replicas reading the same telemetry
     /// do not all pick the same worker: when positive and the decision is
-    /// given a random draw, the pick is uniform among costs within
-    /// `max(tie_epsilon, near_tie_band)·|min|` of the minimum (dimensionless), `0.0..=1.0`,
-    /// default 0 (off).
+    /// given a random draw, the pick is uniform among the workers with costs within
+    /// `max(tie_epsilon, near_tie_band)·|min|` of the minimum that hold the deepest overlap
+    /// among those (so a conversation stays on its cache owner) (dimensionless),
+    /// `0.0..=1.0`, default 0 (off).
     pub near_tie_band: f32,
     /// Throughput `least_load` divides tokens by when the lane reports no prefill
     /// throughput (tokens/s), `1.0..=1e9`, default 2,000 (the gateway's constant).

@@ -7,7 +7,9 @@
 //!    `min_overlap`, when given) and its cost is finite (NaN and ±inf fail);
 //! 2. `m` = the smallest eligible cost; the *band* is the eligible slots with
 //!    `cost <= m + band·|m|`;
-//! 3. with a random draw `r`: the `(r mod |band|)`-th band slot in slot order;
+//! 3. with a random draw `r`: keep the band slots whose overlap is not below the band's
+//!    deepest (when `overlap`: a near-tie draw never moves a conversation off the worker
+//!    holding its cache), then the `(r mod |kept|)`-th of them in slot order;
 //! 4. otherwise: keep band slots whose requests are not above the band's least (when
 //!    `load`), then whose overlap is not below the rest's deepest (when `overlap`); NaN
 //!    keys never exclude; then the `(cursor mod |kept|)`-th kept slot in slot order, so
@@ -138,9 +140,18 @@ impl Engine for Scalar {
         let t = band_limit(m, rule.band);
         let in_band = |i: usize| eligible(i) && costs[i] <= t;
         if let Some(r) = rule.random {
-            let n = (0..f.len).filter(|&i| in_band(i)).count() as u64;
-            let k = (r % n) as usize;
-            return (0..f.len).filter(|&i| in_band(i)).nth(k);
+            let mut deepest = f32::NEG_INFINITY;
+            if rule.overlap {
+                for i in (0..f.len).filter(|&i| in_band(i)) {
+                    if f.overlap[i] > deepest {
+                        deepest = f.overlap[i];
+                    }
+                }
+            }
+            let kept = |i: usize| in_band(i) && !(rule.overlap && f.overlap[i] < deepest);
+            let n = (0..f.len).filter(|&i| kept(i)).count() as u64;
+            let k = (r % n.max(1)) as usize;
+            return (0..f.len).filter(|&i| kept(i)).nth(k);
         }
         let mut min_req = f32::INFINITY;
         if rule.load {
@@ -438,7 +449,16 @@ impl Simd {
             *w = u64::from_le_bytes(b.try_into().expect("8 bytes"));
         }
         if let Some(r) = rule.random {
-            // The band's size, counted only here (the SSE2 baseline has no `popcnt`).
+            if rule.overlap {
+                let mut deepest = f32::NEG_INFINITY;
+                for_each_bit(bits, |i| {
+                    if f.overlap[i] > deepest {
+                        deepest = f.overlap[i];
+                    }
+                });
+                retain_bits(bits, |i| f.overlap[i] < deepest);
+            }
+            // The kept slots' count, counted only here (the SSE2 baseline has no `popcnt`).
             let n: u64 = bits.iter().map(|w| u64::from(w.count_ones())).sum();
             let mut k = r % n.max(1);
             let mut pick = None;

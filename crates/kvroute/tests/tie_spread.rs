@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{BS, NOW, publish, router, tokens};
+use common::{BS, NOW, publish, router, store, tokens};
 use kvroute::{Policy, PolicyKind, RouteRequest, Router, WorkerId};
 
 /// `n` decisions of one identical request on an idle fleet, each dropped at once (so every
@@ -72,5 +72,37 @@ fn ties_from_many_threads_spread_over_every_worker() {
     for w in &ws {
         let n = total.get(w).copied().unwrap_or(0);
         assert!((200..=600).contains(&n), "{w}: {n} of 1600 ({total:?})");
+    }
+}
+
+/// A near-tie band spreads replicas over near-equal workers, but never moves a
+/// conversation off the worker holding its cache: 12 turns of one chat (one block more
+/// each turn) on 2 idle workers with a 10 % band stay on the first turn's worker. The band
+/// holds both workers on every turn: the owner costs 16/8,000 + 256/1,000 = 0.258 s, the
+/// other at most 192/8,000 + 0.256 = 0.28 s by turn 12, within 0.258 · 1.1 = 0.2838 s.
+#[test]
+fn a_near_tie_band_keeps_a_conversation_on_its_cache_owner() {
+    for seed in [1u64, 2, 3, 4] {
+        let (r, ws) = router(16, 2, |c| {
+            c.score.near_tie_band = 0.1;
+            c.near_tie_seed = seed;
+        });
+        let mut prompt = Vec::new();
+        let mut chosen = Vec::new();
+        for turn in 0..12u32 {
+            publish(&r, &ws, &[]);
+            prompt.extend(tokens(100 + turn, BS));
+            let d = r
+                .route(&RouteRequest::tokens(&prompt, 256, NOW))
+                .expect("a worker");
+            // The engine caches the prompt it served (each event restates the whole prompt
+            // under fresh engine hashes).
+            store(&r, d.worker, &prompt, u64::from(turn) << 32);
+            chosen.push(d.worker);
+        }
+        assert!(
+            chosen.iter().all(|w| *w == chosen[0]),
+            "seed {seed}: the conversation moved: {chosen:?}"
+        );
     }
 }
