@@ -3,10 +3,12 @@
 //! bytes big-endian, payload]`), decoded by `kvroute_wire`, and fed to `Router::ingest`
 //! (sequence tracking included) for the engine's worker. Checks, with the expected values
 //! taken from the engine's own records:
-//! * each `request`: the overlap `route` credits the engine's worker, capped as the engine
-//!   caps a hit (`Engine::cap_tokens`), equals the engine's hit (tokens). A second, idle
-//!   worker makes `route` choose; the overlap is read only when it picked the engine's
-//!   worker, which it must whenever the engine reports a hit;
+//! * each `request`: the engine worker's overlap in the index (the prompt hashed with the
+//!   router's scheme and matched, read for that worker whatever `route` decides), capped as
+//!   the engine caps a hit (`Engine::cap_tokens`), equals the engine's hit (tokens), so an
+//!   over-prediction is seen on every request. A second, idle worker makes `route` choose:
+//!   it must pick the engine's worker, crediting it that same overlap, whenever the engine
+//!   reports a hit;
 //! * the `snapshot` (after the last batch before the final `AllBlocksCleared`): the
 //!   worker's engine-hash map in the index (`PrefixIndex::engine_hashes`) has the engine's
 //!   cached-hash count, copy count and SHA-256 over the sorted distinct hashes, and the
@@ -15,7 +17,9 @@
 //!   hit total equals the sum of the request records' hits.
 #![allow(dead_code)]
 
-use kvroute::{Channel, RouteRequest, Router, RouterConfig, WorkerId};
+use kvroute::{
+    BlockHasher, Channel, HashNamespace, RouteRequest, Router, RouterConfig, SequenceHash, WorkerId,
+};
 use kvroute_testkit::stream::{Engine, STREAM_BLOCK_SIZE as BLOCK, records, unhex};
 use kvroute_wire::WireCounters;
 
@@ -42,6 +46,9 @@ pub fn replay_through_router(engine: Engine, request_limit: Option<usize>) {
     }
     r.publish(NOW).unwrap();
 
+    let hasher = BlockHasher::new(BLOCK, HashNamespace::DEFAULT);
+    let mut keys: Vec<SequenceHash> = Vec::new();
+    let mut overlaps = r.index().new_overlaps();
     let wire = WireCounters::new();
     let (mut requests, mut batches, mut hit_sum) = (0usize, 0u64, 0usize);
     let (mut snapshots, mut ends, mut after_snapshot_batches) = (0usize, 0usize, 0u64);
@@ -63,19 +70,25 @@ pub fn replay_through_router(engine: Engine, request_limit: Option<usize>) {
             }
             "request" => {
                 let n = rec.input_length.unwrap();
-                let d = r
-                    .route(&RouteRequest::tokens(&rec.prompt(), 64, NOW))
-                    .unwrap();
-                let blocks = if d.worker == worker {
-                    d.overlap_blocks
-                } else {
-                    0
-                };
+                let prompt = rec.prompt();
+                keys.clear();
+                hasher.sequence_hashes_into(&prompt, None, &mut keys);
+                r.index().match_prefix(&keys, &mut overlaps);
+                let blocks = overlaps.get(slot);
                 let predicted = (blocks as usize * BLOCK).min(engine.cap_tokens(n));
                 let hit = rec.engine_hit_tokens.unwrap();
                 hit_sum += hit;
                 if predicted != hit {
                     mismatches.push((rec.index.unwrap(), n, hit, predicted));
+                }
+                let d = r.route(&RouteRequest::tokens(&prompt, 64, NOW)).unwrap();
+                if hit > 0 {
+                    assert_eq!(
+                        (d.worker, d.overlap_blocks),
+                        (worker, blocks),
+                        "request {}: an engine hit must route to its worker with the index's overlap",
+                        rec.index.unwrap()
+                    );
                 }
                 drop(d);
                 requests += 1;
