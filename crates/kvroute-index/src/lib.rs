@@ -1,7 +1,7 @@
 //! kvroute's view of which worker holds which KV-cache blocks.
 //!
 //! * [`hash`]: block hashing (XXH3-64, seed 1337, chained), the router's own block keys.
-//! * [`registry`]: `(worker_id, dp_rank)` interned to dense slots with generations.
+//! * [`registry`]: `WorkerId`s (engine id, DP rank) interned to dense slots with generations.
 //! * [`index`]: the concurrent block-hash prefix index: per-worker residency bitsets on
 //!   nodes addressed by chained hash, lock-free matching, epoch-based reclamation.
 //!

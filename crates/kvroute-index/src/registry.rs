@@ -1,4 +1,4 @@
-//! Worker registry: interns `(worker_id, dp_rank)` pairs into dense slots.
+//! Worker registry: interns `WorkerId`s (engine id, DP rank) into dense slots.
 //!
 //! Every data-parallel rank of an engine is its own KV cache, so it is its own worker and
 //! its own scoring lane. The registry hands out slots `0..capacity` (capacity fixed at

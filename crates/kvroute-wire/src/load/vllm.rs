@@ -36,8 +36,8 @@ impl VllmRankLoad {
     /// # Errors
     /// [`UpdateError::MissingCap`] / [`UpdateError::ZeroCap`] without a positive cap; a
     /// count that is not a finite non-negative integer; a usage outside `0.0..=1.0`.
-    pub fn to_sample(&self, worker_id: u64, cap: Option<u32>) -> Result<LoadSample, UpdateError> {
-        let w = WorkerId::new(worker_id, self.dp_rank);
+    pub fn to_sample(&self, engine_id: u64, cap: Option<u32>) -> Result<LoadSample, UpdateError> {
+        let w = WorkerId::new(engine_id, self.dp_rank);
         let running = gauge_count(w, "num_requests_running", self.num_requests_running)?;
         let waiting = gauge_count(w, "num_requests_waiting", self.num_requests_waiting)?;
         let kv_usage = unit_interval(w, "kv_cache_usage", self.kv_cache_usage)?;
