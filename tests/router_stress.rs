@@ -111,12 +111,13 @@ fn config(admission: Option<AdmissionConfig>) -> RouterConfig {
 }
 
 fn idle() -> LoadSample {
-    LoadSample {
-        prefill_tps: Some(8_000.0),
-        decode_tps: Some(1_000.0),
-        waiting_prefill_tokens: Some(0),
-        active_decode_tokens: Some(0),
-        ..LoadSample::idle(32)
+    {
+        let mut c = LoadSample::idle(32);
+        c.prefill_tps = Some(8_000.0);
+        c.decode_tps = Some(1_000.0);
+        c.waiting_prefill_tokens = Some(0);
+        c.active_decode_tokens = Some(0);
+        c
     }
 }
 

@@ -28,16 +28,18 @@ pub struct TelemetryOut {
 /// A random report: requests, tokens and throughputs, sometimes without token figures.
 fn sample(rng: &mut Rng) -> LoadSample {
     let tokens = rng.below(10) > 0;
-    LoadSample {
-        running: rng.below(32) as u32,
-        waiting: rng.below(8) as u32,
-        max_running: 32,
-        kv_usage: rng.below(101) as f32 / 100.0,
-        waiting_prefill_tokens: tokens.then(|| rng.below(4_096) as u32),
-        active_decode_tokens: tokens.then(|| rng.below(8_192) as u32),
-        decode_tps: Some(500.0 + rng.below(1_500) as f32),
-        prefill_tps: Some(4_000.0 + rng.below(8_000) as f32),
-        utilization: None,
+    {
+        let mut c = LoadSample::new(
+            rng.below(32) as u32,
+            rng.below(8) as u32,
+            32,
+            rng.below(101) as f32 / 100.0,
+        );
+        c.waiting_prefill_tokens = tokens.then(|| rng.below(4_096) as u32);
+        c.active_decode_tokens = tokens.then(|| rng.below(8_192) as u32);
+        c.decode_tps = Some(500.0 + rng.below(1_500) as f32);
+        c.prefill_tps = Some(4_000.0 + rng.below(8_000) as f32);
+        c
     }
 }
 

@@ -27,16 +27,14 @@ const WORK: Work = Work {
 };
 
 fn sample(i: u32) -> LoadSample {
-    LoadSample {
-        running: i % 32,
-        waiting: i % 7,
-        max_running: 32,
-        kv_usage: 0.5,
-        waiting_prefill_tokens: Some(i * 10),
-        active_decode_tokens: Some(i * 100),
-        decode_tps: Some(1500.0),
-        prefill_tps: Some(12_000.0),
-        utilization: Some(0.5),
+    {
+        let mut c = LoadSample::new(i % 32, i % 7, 32, 0.5);
+        c.waiting_prefill_tokens = Some(i * 10);
+        c.active_decode_tokens = Some(i * 100);
+        c.decode_tps = Some(1500.0);
+        c.prefill_tps = Some(12_000.0);
+        c.utilization = Some(0.5);
+        c
     }
 }
 

@@ -19,16 +19,13 @@ pub const OUTPUT_TOKENS: u32 = 256;
 pub fn load_sample(w: usize) -> LoadSample {
     let running = (w % 7) as u32;
     let waiting = (w % 3) as u32;
-    LoadSample {
-        running,
-        waiting,
-        max_running: 64,
-        kv_usage: (w % 10) as f32 / 20.0,
-        waiting_prefill_tokens: Some(waiting * 1_000),
-        active_decode_tokens: Some(running * 2_300),
-        decode_tps: Some(1_000.0),
-        prefill_tps: Some(8_000.0),
-        utilization: None,
+    {
+        let mut c = LoadSample::new(running, waiting, 64, (w % 10) as f32 / 20.0);
+        c.waiting_prefill_tokens = Some(waiting * 1_000);
+        c.active_decode_tokens = Some(running * 2_300);
+        c.decode_tps = Some(1_000.0);
+        c.prefill_tps = Some(8_000.0);
+        c
     }
 }
 

@@ -53,17 +53,7 @@ impl WorkerLoad {
 
     /// The load as kvroute's telemetry sample (the same sample its `route` bench uses).
     pub fn kvroute_sample(&self) -> LoadSample {
-        LoadSample {
-            running: self.running,
-            waiting: self.waiting,
-            max_running: MAX_RUNNING,
-            kv_usage: self.kv_usage,
-            waiting_prefill_tokens: Some(self.prefill_tokens()),
-            active_decode_tokens: Some(self.decode_tokens()),
-            decode_tps: Some(DECODE_TPS),
-            prefill_tps: Some(PREFILL_TPS),
-            utilization: None,
-        }
+        { let mut c = LoadSample::new(self.running, self.waiting, MAX_RUNNING, self.kv_usage); c.waiting_prefill_tokens = Some(self.prefill_tokens()); c.active_decode_tokens = Some(self.decode_tokens()); c.decode_tps = Some(DECODE_TPS); c.prefill_tps = Some(PREFILL_TPS); c.utilization = None; c }
     }
 
     /// The load as the peer's projection: queued prefill tokens, decode KV in blocks

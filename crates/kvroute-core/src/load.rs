@@ -19,6 +19,7 @@ use crate::worker::WorkerId;
 /// the engine's configured default (throughputs), and the slot's
 /// `reported` bits in the load snapshot say which ([`LoadSample::reported`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct LoadSample {
     /// Requests in the running batch (requests).
     pub running: u32,
@@ -42,6 +43,18 @@ pub struct LoadSample {
 }
 
 impl LoadSample {
+    /// A rank's request counts, scheduler cap and KV usage, nothing else reported (set the
+    /// optional figures on the returned value). Not validated until
+    /// [`validate`](Self::validate).
+    pub fn new(running: u32, waiting: u32, max_running: u32, kv_usage: f32) -> Self {
+        Self {
+            running,
+            waiting,
+            kv_usage,
+            ..Self::idle(max_running)
+        }
+    }
+
     /// An idle rank with cap `max_running` and nothing else reported.
     pub fn idle(max_running: u32) -> Self {
         Self {

@@ -1,7 +1,7 @@
 //! The published load snapshot: one immutable structure of arrays per publication.
 //!
 //! Every lane has one element per slot (`0..len()`), padded with zeros to
-//! [`lane_len()`](LoadSnapshot::lane_len) (a multiple of [`LANE_PAD`](crate::LANE_PAD)) so a
+//! [`lane_len()`](LoadSnapshot::lane_len) (a multiple of `LANE_PAD` (16)) so a
 //! SIMD pass runs over whole vectors. All lanes of one snapshot come from the same
 //! publication: a reader that loaded it sees no figure from any other.
 //!
@@ -189,7 +189,7 @@ impl LoadSnapshot {
     pub fn is_empty(&self) -> bool {
         self.slots == 0
     }
-    /// Length of every lane (slots rounded up to [`LANE_PAD`](crate::LANE_PAD)).
+    /// Length of every lane (slots rounded up to `LANE_PAD` (16)).
     pub fn lane_len(&self) -> usize {
         self.running.len()
     }

@@ -29,16 +29,14 @@ fn publisher(capacity: usize) -> (LoadPublisher, LoadReader) {
 }
 
 fn sample(running: u32, waiting: u32, cap: u32) -> LoadSample {
-    LoadSample {
-        running,
-        waiting,
-        max_running: cap,
-        kv_usage: 0.5,
-        waiting_prefill_tokens: Some(100),
-        active_decode_tokens: Some(2000),
-        decode_tps: Some(900.0),
-        prefill_tps: Some(9000.0),
-        utilization: Some(0.75),
+    {
+        let mut c = LoadSample::new(running, waiting, cap, 0.5);
+        c.waiting_prefill_tokens = Some(100);
+        c.active_decode_tokens = Some(2000);
+        c.decode_tps = Some(900.0);
+        c.prefill_tps = Some(9000.0);
+        c.utilization = Some(0.75);
+        c
     }
 }
 
@@ -227,9 +225,10 @@ fn validity_missing_stale_invalid_fresh() {
         assert_eq!(s.validity()[2], Validity::Missing);
     }
     // A bad report for b: rejected, counted, b's figures stay but b is Invalid.
-    let bad = LoadSample {
-        kv_usage: 1.5,
-        ..sample(99, 99, 8)
+    let bad = {
+        let mut c = sample(99, 99, 8);
+        c.kv_usage = 1.5;
+        c
     };
     assert!(matches!(
         p.apply_sample(b, bad, Nanos(3 * S)),

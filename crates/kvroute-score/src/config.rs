@@ -113,7 +113,7 @@ pub struct ScoreConfig {
     pub kv_barrier_s: f32,
     /// Tokens assumed per request when telemetry reports request counts but no token
     /// figures, and the output assumed for a request that gives none
-    /// ([`ScoreRequest::expected_output_tokens`](crate::ScoreRequest) 0) (tokens),
+    /// (`ScoreRequest::expected_output_tokens` 0) (tokens),
     /// `1..=1_048_576`, default 512.
     pub tokens_per_request: u32,
     /// `owner_pressure`'s high watermark (ratio), `0.0..=2.0`, default 0.9.

@@ -743,16 +743,19 @@ mod tests {
                 tenants.push((slot, w, table_generation));
                 let big = pick(&mut r, 10) == 0;
                 let max = if big { u32::MAX } else { 64 };
-                let sample = LoadSample {
-                    running: pick(&mut r, u64::from(max) + 1) as u32,
-                    waiting: pick(&mut r, u64::from(max) + 1) as u32,
-                    max_running: pick(&mut r, 65) as u32,
-                    kv_usage: pick(&mut r, 1_001) as f32 / 1_000.0,
-                    waiting_prefill_tokens: opt_u32(&mut r, if big { u32::MAX } else { 50_000 }),
-                    active_decode_tokens: opt_u32(&mut r, if big { u32::MAX } else { 90_000 }),
-                    decode_tps: opt_f32(&mut r, 2_000.0),
-                    prefill_tps: opt_f32(&mut r, 9_000.0),
-                    utilization: opt_f32(&mut r, 1.2),
+                let sample = {
+                    let mut c = LoadSample::new(
+                        pick(&mut r, u64::from(max) + 1) as u32,
+                        pick(&mut r, u64::from(max) + 1) as u32,
+                        pick(&mut r, 65) as u32,
+                        pick(&mut r, 1_001) as f32 / 1_000.0,
+                    );
+                    c.waiting_prefill_tokens = opt_u32(&mut r, if big { u32::MAX } else { 50_000 });
+                    c.active_decode_tokens = opt_u32(&mut r, if big { u32::MAX } else { 90_000 });
+                    c.decode_tps = opt_f32(&mut r, 2_000.0);
+                    c.prefill_tps = opt_f32(&mut r, 9_000.0);
+                    c.utilization = opt_f32(&mut r, 1.2);
+                    c
                 };
                 let at = match pick(&mut r, 6) {
                     0 => None,

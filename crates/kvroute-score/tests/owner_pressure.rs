@@ -72,10 +72,11 @@ fn unknown_caps_fall_back_fleet_wide_to_old_pressure() {
 }
 
 fn sample(running: u32, waiting: u32, cap: u32) -> LoadSample {
-    LoadSample {
-        running,
-        waiting,
-        ..LoadSample::idle(cap)
+    {
+        let mut c = LoadSample::idle(cap);
+        c.running = running;
+        c.waiting = waiting;
+        c
     }
 }
 

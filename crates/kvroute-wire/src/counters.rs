@@ -159,10 +159,10 @@ impl WireCounters {
         r
     }
 
-    /// [`decode_payload`](crate::decode_payload), counted.
+    /// `decode_payload`, counted.
     ///
     /// # Errors
-    /// As [`decode_payload`](crate::decode_payload).
+    /// As `decode_payload`.
     pub fn decode_payload(&self, payload: &[u8]) -> Result<KvEventBatch, WireError> {
         let (r, path) = decode_payload_traced(payload);
         self.record_path(path);

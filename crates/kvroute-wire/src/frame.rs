@@ -79,7 +79,7 @@ pub enum KvMessage {
 /// # Errors
 /// The errors of [`Frames::split`]; [`WireError::EmptyPayload`] for an empty payload that
 /// is not the end marker; [`WireError::EndMarkerWithPayload`]; those of
-/// [`decode_payload`](crate::decode_payload).
+/// `decode_payload`.
 pub fn decode_message(frames: &[&[u8]]) -> Result<KvMessage, WireError> {
     decode_message_traced(frames).0
 }

@@ -11,7 +11,7 @@ use kvroute_score::{FallbackCause, Policy, Reason};
 /// seconds (the latency the request adds to the worker), or, when enforce itself fell back
 /// on telemetry ([`Reason::Fallback`] as its reason), the fallback's `least_load` seconds
 /// over the workers with trusted telemetry (+inf for the others). See
-/// [`Counterfactual`](kvroute_score::Counterfactual).
+/// `kvroute_score::Counterfactual`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Shadow {
     /// The worker it would have chosen (`None` when it found none).

@@ -75,8 +75,9 @@ impl fmt::Display for RouteError {
                  (and on a timer)",
             ),
             Self::NoEligibleWorker => f.write_str(
-                "no eligible worker: no worker was registered at the last Router::publish, or \
-                 every worker's figures are unusable",
+                "no eligible worker: no registered worker has usable figures in the last \
+                 published snapshot (none added or all removed since, or every cost is \
+                 non-finite)",
             ),
             Self::Rejected {
                 bound,

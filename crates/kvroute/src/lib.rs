@@ -130,18 +130,18 @@ pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats, Wor
 // The vocabulary (kvroute-core).
 pub use kvroute_core::{
     Bounds, EngineHash, EngineId, Fields, HashNamespace, LoadSample, Nanos, Number, OutOfRange,
-    SequenceHash, Slot, SlotGeneration, UpdateError, WorkerId,
+    RankReport, SequenceHash, Slot, SlotGeneration, UpdateError, WorkerId,
 };
 // The prefix index, as `Router::index` exposes it for inspection (gauges, direct matching).
-pub use kvroute_index::BlockHasher;
 pub use kvroute_index::index::{
     BlockStore, IndexConfig, IndexError, IndexStats, Overlaps, PrefixIndex, RemoveOutcome,
     StoreOutcome,
 };
+pub use kvroute_index::{BlockHasher, LocalBlockHash};
 // The load view: what `Router::load_reader` reads and `configure_engine` takes.
 pub use kvroute_load::{
     EngineConfig, EngineLoad, LoadConfig, LoadReader, LoadSnapshot, LoadStats, PublishError,
-    Reservation, ReservationStats, Reserved, SnapshotGuard, SweepReport, Validity, Work,
+    Reservation, ReservationStats, Reserved, SlotLoad, SnapshotGuard, SweepReport, Validity, Work,
 };
 // The scorer's configuration and what a decision reports.
 pub use kvroute_score::{
@@ -150,8 +150,8 @@ pub use kvroute_score::{
 };
 // The engines' wire formats: frames, event batches and load telemetry.
 pub use kvroute_wire::{
-    BlockRemoved, BlockStored, END_OF_REPLAY_SEQ, ErrorCounts, ErrorKind, EventEncoding, ExtraKey,
-    KvEvent, KvEventBatch, KvMessage, Medium, SglangLoadStat, SglangRankLoad, VllmLoadUpdate,
-    VllmRankLoad, WireCounters, WireError, WireStats, decode_load_stat, decode_message,
-    parse_sglang_loads, parse_vllm_metrics,
+    BlockRemoved, BlockStored, DecodePath, END_OF_REPLAY_SEQ, ErrorCounts, ErrorKind,
+    EventEncoding, ExtraKey, KvEvent, KvEventBatch, KvMessage, Medium, SglangLoadStat,
+    SglangRankLoad, VllmLoadUpdate, VllmRankLoad, WireCounters, WireError, WireStats,
+    decode_load_stat, decode_message, parse_sglang_loads, parse_vllm_metrics,
 };

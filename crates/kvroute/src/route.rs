@@ -292,12 +292,13 @@ mod tests {
         .unwrap();
         let now = Nanos::from_secs(1);
         for w in ws {
-            let s = LoadSample {
-                prefill_tps: Some(8_000.0),
-                decode_tps: Some(1_000.0),
-                waiting_prefill_tokens: Some(0),
-                active_decode_tokens: Some(0),
-                ..LoadSample::idle(64)
+            let s = {
+                let mut c = LoadSample::idle(64);
+                c.prefill_tps = Some(8_000.0);
+                c.decode_tps = Some(1_000.0);
+                c.waiting_prefill_tokens = Some(0);
+                c.active_decode_tokens = Some(0);
+                c
             };
             r.update_load(w, s, now).unwrap();
         }

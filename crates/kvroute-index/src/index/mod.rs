@@ -459,7 +459,7 @@ impl PrefixIndex {
 
     /// Forgets the worker in `slot` entirely (residency, maps, store clock), so the slot can
     /// be handed to a new tenant that inherits nothing. Call it before releasing the slot in
-    /// the [`WorkerRegistry`](crate::WorkerRegistry). Returns how many engine hashes it had.
+    /// the `WorkerRegistry`. Returns how many engine hashes it had.
     /// Clearing and resetting happen under one hold of the worker's lock, so a racing store
     /// of the same worker lands either wholly before (and is cleared) or wholly after.
     ///

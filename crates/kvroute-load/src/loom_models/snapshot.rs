@@ -91,10 +91,11 @@ fn loom_load_snapshot_lanes_come_from_one_publication() {
         p.add_worker(Slot(0), w, SlotGeneration(1)).unwrap();
         let publisher = thread::spawn(move || {
             for k in 1..=2u32 {
-                let s = LoadSample {
-                    running: k,
-                    waiting: 10 * k,
-                    ..LoadSample::idle(64)
+                let s = {
+                    let mut c = LoadSample::idle(64);
+                    c.running = k;
+                    c.waiting = 10 * k;
+                    c
                 };
                 p.apply_sample(w, s, Nanos(u64::from(k))).unwrap();
                 let _ = p.publish(Nanos(u64::from(k)));

@@ -144,16 +144,15 @@ impl SglangLoadStat {
                 overflow: "num_tokens exceeds max_total_num_tokens",
             },
         )?;
-        let sample = LoadSample {
-            running,
-            waiting,
-            max_running,
-            kv_usage: (f64::from(used) / f64::from(total)) as f32,
-            waiting_prefill_tokens: None,
-            active_decode_tokens: Some(used),
-            decode_tps: None,
-            prefill_tps: None,
-            utilization: None,
+        let sample = {
+            let mut c = LoadSample::new(
+                running,
+                waiting,
+                max_running,
+                (f64::from(used) / f64::from(total)) as f32,
+            );
+            c.active_decode_tokens = Some(used);
+            c
         };
         sample.validate(w)?;
         Ok(sample)

@@ -74,16 +74,13 @@ impl SglangRankLoad {
         let decode_tps = rate(w, "gen_throughput", self.gen_throughput)?;
         let utilization = rate(w, "utilization", self.utilization)?;
         rate(w, "timestamp", self.timestamp)?;
-        Ok(LoadSample {
-            running,
-            waiting,
-            max_running: cap,
-            kv_usage,
-            waiting_prefill_tokens: Some(uncached),
-            active_decode_tokens: Some(used),
-            decode_tps: Some(decode_tps),
-            prefill_tps: None,
-            utilization: Some(utilization),
+        Ok({
+            let mut c = LoadSample::new(running, waiting, cap, kv_usage);
+            c.waiting_prefill_tokens = Some(uncached);
+            c.active_decode_tokens = Some(used);
+            c.decode_tps = Some(decode_tps);
+            c.utilization = Some(utilization);
+            c
         })
     }
 

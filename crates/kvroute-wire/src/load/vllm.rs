@@ -51,17 +51,7 @@ impl VllmRankLoad {
             }
             Some(c) => c,
         };
-        Ok(LoadSample {
-            running,
-            waiting,
-            max_running,
-            kv_usage,
-            waiting_prefill_tokens: None,
-            active_decode_tokens: None,
-            decode_tps: None,
-            prefill_tps: None,
-            utilization: None,
-        })
+        Ok(LoadSample::new(running, waiting, max_running, kv_usage))
     }
 }
 

@@ -59,16 +59,13 @@ pub fn store(r: &Router, w: WorkerId, prompt: &[u32], base: u64) {
 
 /// A fresh report: cap 64, prefill 8,000 and decode 1,000 tokens/s reported.
 pub fn sample(running: u32, waiting: u32, queued: u32, decode: u32, kv: f32) -> LoadSample {
-    LoadSample {
-        running,
-        waiting,
-        max_running: 64,
-        kv_usage: kv,
-        waiting_prefill_tokens: Some(queued),
-        active_decode_tokens: Some(decode),
-        decode_tps: Some(1_000.0),
-        prefill_tps: Some(8_000.0),
-        utilization: None,
+    {
+        let mut c = LoadSample::new(running, waiting, 64, kv);
+        c.waiting_prefill_tokens = Some(queued);
+        c.active_decode_tokens = Some(decode);
+        c.decode_tps = Some(1_000.0);
+        c.prefill_tps = Some(8_000.0);
+        c
     }
 }
 

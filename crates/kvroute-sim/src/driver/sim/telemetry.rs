@@ -14,16 +14,18 @@ impl<'a> Sim<'a> {
         let cfg = self.engines[e].config();
         let f = self.engines[e].load();
         let sat = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-        LoadSample {
-            running: f.running,
-            waiting: f.waiting,
-            max_running: cfg.max_running,
-            kv_usage: f.kv_usage.clamp(0.0, 1.0),
-            waiting_prefill_tokens: Some(sat(f.waiting_prefill_tokens)),
-            active_decode_tokens: Some(sat(f.active_decode_tokens)),
-            decode_tps: Some(cfg.decode_tps(f.running) as f32),
-            prefill_tps: Some(cfg.prefill_tps as f32),
-            utilization: None,
+        {
+            let mut c = LoadSample::new(
+                f.running,
+                f.waiting,
+                cfg.max_running,
+                f.kv_usage.clamp(0.0, 1.0),
+            );
+            c.waiting_prefill_tokens = Some(sat(f.waiting_prefill_tokens));
+            c.active_decode_tokens = Some(sat(f.active_decode_tokens));
+            c.decode_tps = Some(cfg.decode_tps(f.running) as f32);
+            c.prefill_tps = Some(cfg.prefill_tps as f32);
+            c
         }
     }
 
