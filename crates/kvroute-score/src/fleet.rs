@@ -293,16 +293,33 @@ impl Fleet {
         overlaps: &Overlaps,
         tokens_per_request: u32,
     ) {
+        self.fill_as_of(snapshot, table, overlaps, tokens_per_request, false);
+    }
+
+    /// [`fill`](Self::fill), with every occupied slot's validity capped at
+    /// [`Validity::Stale`] when `snapshot_stale`: the caller judged the whole snapshot too
+    /// old to trust (the telemetry thread stopped publishing), so no slot's figures count
+    /// as current, whatever the snapshot says. The cap is part of what the kept lanes were
+    /// computed from, so a fill with the other value recomputes them.
+    pub fn fill_as_of(
+        &mut self,
+        snapshot: &LoadSnapshot,
+        table: &ReservationTable,
+        overlaps: &Overlaps,
+        tokens_per_request: u32,
+        snapshot_stale: bool,
+    ) {
         let len = snapshot.len();
         let key = BaseKey {
             stamp: snapshot.stamp(),
             slots: len,
             tokens_per_request,
+            stale: snapshot_stale,
         };
         if key.stamp != 0 && self.base == Some(key) && self.lane_len() == padded_len(len) {
             self.restore_reserved(snapshot, tokens_per_request);
         } else {
-            self.fill_base(snapshot, tokens_per_request);
+            self.fill_base(snapshot, tokens_per_request, snapshot_stale);
             self.base = (key.stamp != 0).then_some(key);
         }
         let n = self.lane_len();
@@ -378,7 +395,7 @@ impl Fleet {
     /// The lanes and aggregates that depend only on `snapshot` and `tokens_per_request`
     /// (every lane but `overlap`; requests, queued, decode and occupancy without
     /// reservations), in one lane-wise pass.
-    fn fill_base(&mut self, snapshot: &LoadSnapshot, tokens_per_request: u32) {
+    fn fill_base(&mut self, snapshot: &LoadSnapshot, tokens_per_request: u32, stale: bool) {
         let len = snapshot.len();
         self.size(len);
         let n = self.lane_len();
@@ -393,6 +410,11 @@ impl Fleet {
         // Per-slot masks as all-ones / all-zero `u32`s, so every lane below is a branch-free
         // select: a vacant slot (and padding) reads 0.0 (+0) in every `f32` lane.
         self.validity[..n].copy_from_slice(validity);
+        if stale {
+            for v in &mut self.validity[..n] {
+                *v = (*v).min(Validity::Stale);
+            }
+        }
         let mask = &mut self.mask[..n];
         for (m, v) in mask.iter_mut().zip(validity) {
             *m = 0u32.wrapping_sub(u32::from(*v != Validity::Vacant));
@@ -568,6 +590,8 @@ struct BaseKey {
     slots: usize,
     /// Tokens per request of the estimates (tokens).
     tokens_per_request: u32,
+    /// Whether every occupied slot's validity was capped at `Stale`.
+    stale: bool,
 }
 
 /// Aggregates of the snapshot-only lanes (requests without reservations).

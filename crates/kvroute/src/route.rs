@@ -131,7 +131,12 @@ impl Router {
             current = attempt;
             // The snapshot is loaded before the counters are read (reconciliation rule).
             let snap = self.reader.load();
-            fleet.fill(&snap, &self.table, overlaps, cfg.tokens_per_request);
+            // A snapshot older than the staleness bound at the request's time means the
+            // telemetry thread stopped publishing: no slot's figures are current then,
+            // whatever the snapshot said when it was published.
+            let stale = snap.seq() != 0
+                && req.now.saturating_since(snap.published_at()) > self.max_load_age;
+            fleet.fill_as_of(&snap, &self.table, overlaps, cfg.tokens_per_request, stale);
             let tie = TieInput {
                 cursor: cursor.wrapping_add(attempt),
                 random,

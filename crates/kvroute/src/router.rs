@@ -47,6 +47,8 @@ pub struct Router {
     pub(crate) max_rescores: u32,
     pub(crate) admission: Option<AdmissionConfig>,
     near_tie_seed: u64,
+    /// A snapshot older than this at a decision's time is not trusted (see `route`).
+    pub(crate) max_load_age: Nanos,
     registry: WorkerRegistry,
     pub(crate) index: PrefixIndex,
     membership: RwLock<()>,
@@ -109,6 +111,7 @@ impl Router {
             hasher: BlockHasher::new(config.block_size, config.namespace),
             block_size: config.block_size,
             max_rescores: config.max_rescores,
+            max_load_age: config.max_load_age,
             admission: config.admission,
             near_tie_seed: config.near_tie_seed,
             registry: WorkerRegistry::new(config.worker_slots),

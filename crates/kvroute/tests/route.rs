@@ -9,7 +9,9 @@
 mod common;
 
 use common::{BS, NOW, idle, publish, router, sample, store, tokens};
-use kvroute::{FallbackCause, Policy, ProjectedMode, Prompt, Reason, RouteError, RouteRequest};
+use kvroute::{
+    FallbackCause, Nanos, Policy, ProjectedMode, Prompt, Reason, RouteError, RouteRequest,
+};
 
 /// 4,096-token shared prefix (256 blocks) + 64 new tokens = 4,160-token prompts.
 fn hot_request(prefix: &[u32], tail_seed: u32) -> Vec<u32> {
@@ -198,4 +200,27 @@ fn no_eligible_worker_before_publication() {
         RouteError::NoEligibleWorker
     );
     assert_eq!(r.stats().rejections.no_eligible_worker, 1);
+}
+
+/// A telemetry thread that stops publishing does not keep its last snapshot fresh: a
+/// decision judges the snapshot's age at its own time. Published at 10 s with the default
+/// 2 s staleness bound: at 11.9 s the cache owner holds the request; past 12 s no figure is
+/// current, so the policy falls back to load only and says why.
+#[test]
+fn a_snapshot_older_than_the_staleness_bound_is_stale_at_decision_time() {
+    let (r, ws) = router(4, 2, |_| {});
+    let prompt = tokens(9, 8 * BS);
+    store(&r, ws[0], &prompt, 1);
+    publish(&r, &ws, &[]);
+    let at = |t: Nanos| r.route(&RouteRequest::tokens(&prompt, 16, t)).unwrap();
+    let fresh = at(NOW + Nanos::from_millis(1_900));
+    assert_eq!((fresh.worker, fresh.reason), (ws[0], Reason::CacheHold));
+    drop(fresh);
+    let late = at(NOW + Nanos::from_secs(2) + Nanos(1));
+    assert_eq!(late.reason, Reason::Fallback(FallbackCause::Stale));
+    drop(late);
+    // A new publication makes the figures current again.
+    publish(&r, &ws, &[]);
+    let again = at(NOW + Nanos::from_millis(100));
+    assert_eq!(again.reason, Reason::CacheHold);
 }
