@@ -264,6 +264,17 @@ pub enum UpdateError {
     /// Older than the figures already held (by the router's clock, or by the engine's own
     /// timestamp); dropped, the newer figures stay. Does not mark the slot invalid.
     Superseded(WorkerId),
+    /// Observed at a time further ahead of the publisher's clock (the latest time
+    /// published) than its configured lead: refused, the held figures stay. Does not mark
+    /// the slot invalid.
+    FromTheFuture {
+        /// The rank.
+        worker: WorkerId,
+        /// The time given (caller's clock).
+        now: crate::Nanos,
+        /// The publisher's clock.
+        clock: crate::Nanos,
+    },
 }
 
 impl UpdateError {
@@ -272,7 +283,10 @@ impl UpdateError {
     pub fn marks_invalid(&self) -> bool {
         !matches!(
             self,
-            Self::UnknownWorker(_) | Self::EmptyUpdate { .. } | Self::Superseded(_)
+            Self::UnknownWorker(_)
+                | Self::EmptyUpdate { .. }
+                | Self::Superseded(_)
+                | Self::FromTheFuture { .. }
         )
     }
 }
@@ -311,6 +325,10 @@ impl fmt::Display for UpdateError {
             Self::ZeroCap { worker, field } => write!(f, "{worker}: {field} is zero"),
             Self::Inconsistent { worker, detail } => write!(f, "{worker}: {detail}"),
             Self::Superseded(w) => write!(f, "{w}: report older than the figures held"),
+            Self::FromTheFuture { worker, now, clock } => write!(
+                f,
+                "{worker}: report at {now} is too far ahead of the clock ({clock}); check the caller's clock"
+            ),
         }
     }
 }

@@ -52,7 +52,9 @@
 //! * `UnsafeCell` accesses are checked by loom under `--cfg kvroute_loom`.
 
 use core::fmt;
+
 use core::ops::Deref;
+use kvroute_core::Nanos;
 
 use kvroute_core::sync::Arc;
 use kvroute_core::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -103,6 +105,14 @@ pub enum PublishError {
     AllBuffersPinned,
     /// [`snapshot_cell`] was asked for fewer than 2 or more than [`MAX_BUFFERS`] buffers.
     BadBufferCount(usize),
+    /// The publication's time is further ahead of the publisher's clock (the latest time
+    /// published) than `LoadConfig::max_clock_lead`: nothing was published.
+    FromTheFuture {
+        /// The time given (caller's clock).
+        now: Nanos,
+        /// The publisher's clock.
+        clock: Nanos,
+    },
 }
 
 impl fmt::Display for PublishError {
@@ -112,6 +122,10 @@ impl fmt::Display for PublishError {
             Self::BadBufferCount(n) => {
                 write!(f, "{n} buffers requested; need 2..={MAX_BUFFERS}")
             }
+            Self::FromTheFuture { now, clock } => write!(
+                f,
+                "publication at {now} is too far ahead of the clock ({clock}); check the caller's clock"
+            ),
         }
     }
 }

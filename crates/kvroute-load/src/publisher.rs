@@ -48,6 +48,16 @@ pub struct LoadConfig {
     /// Snapshot buffers, `2..=65536`: one is current, the rest let publication proceed while
     /// readers still hold older snapshots. Memory is `buffers` snapshots.
     pub buffers: usize,
+    /// How far ahead of the publisher's clock (the latest time published) a report or a
+    /// publication may be (caller's clock, > 0): one further ahead is refused with
+    /// [`UpdateError::FromTheFuture`] / [`PublishError::FromTheFuture`] and counted, so one
+    /// wrong time cannot make every later report look superseded or stop staleness. A
+    /// publication refused so is accepted when the next attempt confirms it (no earlier,
+    /// within this lead of it): a real jump of the caller's clock costs one tick. Before
+    /// the first publication there is no clock yet: that publication's time sets it, and
+    /// figures it finds observed more than this after it are dropped (the slot reads
+    /// `Missing` again, counted).
+    pub max_clock_lead: Nanos,
 }
 
 impl LoadConfig {
@@ -55,13 +65,16 @@ impl LoadConfig {
     pub const DEFAULT_MAX_AGE: Nanos = Nanos::from_secs(2);
     /// Default buffer count: 4.
     pub const DEFAULT_BUFFERS: usize = 4;
+    /// Default clock lead: 60 s.
+    pub const DEFAULT_MAX_CLOCK_LEAD: Nanos = Nanos::from_secs(60);
 
-    /// `capacity` slots with the default age and buffer count.
+    /// `capacity` slots with the default age, buffer count and clock lead.
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
             max_age: Self::DEFAULT_MAX_AGE,
             buffers: Self::DEFAULT_BUFFERS,
+            max_clock_lead: Self::DEFAULT_MAX_CLOCK_LEAD,
         }
     }
 }
@@ -92,6 +105,8 @@ pub struct EngineConfig {
 pub const CAPACITY: Bounds = Bounds::ints(1, u32::MAX as u64, "slots");
 /// Valid [`LoadConfig::max_age`]: any positive age (ns of the caller's clock).
 pub const MAX_AGE: Bounds = Bounds::ints(1, u64::MAX, "ns");
+/// Valid [`LoadConfig::max_clock_lead`]: any positive lead (ns of the caller's clock).
+pub const MAX_CLOCK_LEAD: Bounds = Bounds::ints(1, u64::MAX, "ns");
 /// Valid [`LoadConfig::buffers`]: `2..=65536`.
 pub const BUFFERS: Bounds = Bounds::ints(2, 65_536, "");
 /// Valid [`EngineConfig::dp_size`]: `1..=2^32 - 1` ranks.
@@ -192,6 +207,11 @@ pub struct LoadPublisher {
     writer: SnapshotWriter<LoadSnapshot>,
     reservations: Option<ReservationTable>,
     stats: LoadStats,
+    /// The latest time published (`None` before the first publication).
+    clock: Option<Nanos>,
+    /// The time of the last publication refused as too far ahead, if the next attempt may
+    /// confirm it.
+    refused_jump: Option<Nanos>,
     // Scratch reused by every publication.
     own: Vec<Validity>,
     order: Vec<(u64, u32)>,
@@ -217,6 +237,7 @@ impl LoadConfig {
     pub fn validate(&self) -> Result<(), OutOfRange> {
         CAPACITY.check_usize("capacity", self.capacity)?;
         MAX_AGE.check_int("max_age", self.max_age.0)?;
+        MAX_CLOCK_LEAD.check_int("max_clock_lead", self.max_clock_lead.0)?;
         BUFFERS.check_usize("buffers", self.buffers)?;
         Ok(())
     }
@@ -314,6 +335,8 @@ impl LoadPublisher {
                 writer,
                 reservations: None,
                 stats: LoadStats::default(),
+                clock: None,
+                refused_jump: None,
                 own: vec![Validity::Vacant; n],
                 order: Vec::with_capacity(n),
                 engine_of: vec![NO_ENGINE; n],
@@ -428,6 +451,17 @@ impl LoadPublisher {
         })
     }
 
+    /// Refuses (and counts) a report further ahead of the clock than `max_clock_lead`.
+    fn check_clock(&mut self, worker: WorkerId, now: Nanos) -> Result<(), UpdateError> {
+        match self.clock {
+            Some(clock) if now > clock.saturating_add(self.config.max_clock_lead) => {
+                self.stats.rejected_future += 1;
+                Err(UpdateError::FromTheFuture { worker, now, clock })
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn reject(&mut self, slot: Slot, err: UpdateError) -> UpdateError {
         if err.marks_invalid() {
             self.stats.rejected_invalid += 1;
@@ -495,6 +529,7 @@ impl LoadPublisher {
         now: Nanos,
     ) -> Result<(), UpdateError> {
         let slot = self.lookup(worker)?;
+        self.check_clock(worker, now)?;
         self.check_current(slot, worker, now, None)?;
         if let Err(e) = sample.validate(worker) {
             return Err(self.reject(slot, e));
@@ -549,6 +584,7 @@ impl LoadPublisher {
         for r in ranks {
             let w = WorkerId::new(engine_id, r.dp_rank);
             let result = self.lookup(w).and_then(|slot| {
+                self.check_clock(w, now)?;
                 self.check_current(slot, w, now, r.engine_time)?;
                 match &r.sample {
                     Ok(sample) => self.accept(slot, w, *sample, now, r.engine_time),
@@ -565,10 +601,52 @@ impl LoadPublisher {
     /// Computes validity as of `now`, reconciles the reservations of fields reported since
     /// the last publication, and publishes a new snapshot. Returns its publication number.
     ///
+    /// The first publication's time sets the publisher's clock; a later one moves it
+    /// forward (never back).
+    ///
     /// # Errors
     /// [`PublishError::AllBuffersPinned`] (counted): readers still hold every spare buffer;
     /// nothing changed (no reconciliation either), retry at the next tick.
+    /// [`PublishError::FromTheFuture`] (counted): `now` is more than `max_clock_lead` ahead
+    /// of the clock, and not a confirmation of the previous such attempt (one no earlier
+    /// than it and within the lead of it, which is accepted: the caller's clock really
+    /// jumped); nothing changed.
     pub fn publish(&mut self, now: Nanos) -> Result<u64, PublishError> {
+        let lead = self.config.max_clock_lead;
+        if let Some(clock) = self.clock {
+            if now > clock.saturating_add(lead) {
+                // A real jump of the caller's clock (a stalled process, a suspended host) is
+                // confirmed by the next attempt, no earlier and within the lead of this one;
+                // one wild time is not.
+                let confirmed = self
+                    .refused_jump
+                    .is_some_and(|first| now >= first && now <= first.saturating_add(lead));
+                if !confirmed {
+                    self.refused_jump = Some(now);
+                    self.stats.publish_future += 1;
+                    return Err(PublishError::FromTheFuture { now, clock });
+                }
+            }
+        }
+        self.refused_jump = None;
+        if self.clock.is_none() {
+            // The clock starts now: figures reported before it for a time too far ahead of
+            // it would read current forever and make every later report superseded.
+            let limit = now.saturating_add(self.config.max_clock_lead);
+            for st in &mut self.slots {
+                if st.good.is_some_and(|g| g.observed_at > limit) {
+                    st.good = None;
+                    st.engine_ts = None;
+                    self.stats.rejected_future += 1;
+                }
+            }
+        }
+        let seq = self.publish_at(now)?;
+        self.clock = Some(self.clock.map_or(now, |c| c.max(now)));
+        Ok(seq)
+    }
+
+    fn publish_at(&mut self, now: Nanos) -> Result<u64, PublishError> {
         let Self {
             config,
             slots,

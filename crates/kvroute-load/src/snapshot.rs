@@ -69,6 +69,11 @@ pub struct LoadStats {
     pub publications: u64,
     /// Publications skipped because every spare buffer was pinned by readers.
     pub publish_pinned: u64,
+    /// Reports refused, or figures dropped at the first publication, for a time too far
+    /// ahead of the publisher's clock (`LoadConfig::max_clock_lead`).
+    pub rejected_future: u64,
+    /// Publications refused for a time too far ahead of the publisher's clock.
+    pub publish_future: u64,
 }
 
 /// One slot's figures gathered from the lanes (a scalar view for tests and slow paths).

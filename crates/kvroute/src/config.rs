@@ -73,6 +73,11 @@ pub struct RouterConfig {
     /// Load snapshot buffers (one current, the rest let publication proceed while readers
     /// hold older snapshots), [`BUFFERS`](crate::bounds::BUFFERS). Default 4.
     pub snapshot_buffers: usize,
+    /// How far ahead of the router's clock (the latest `publish` time) a load report or a
+    /// publication may be, [`MAX_CLOCK_LEAD`](crate::bounds::MAX_CLOCK_LEAD): one further
+    /// ahead is refused and counted, never taken as the new time (caller's clock). The
+    /// first `publish` sets the clock. Default 60 s.
+    pub max_clock_lead: Nanos,
     /// The scorer's knobs at start; change them later with
     /// [`Router::update_score_config`](crate::Router::update_score_config).
     pub score: ScoreConfig,
@@ -106,6 +111,7 @@ impl RouterConfig {
             max_blocks_per_worker: index.max_blocks_per_worker,
             max_load_age: LoadConfig::DEFAULT_MAX_AGE,
             snapshot_buffers: LoadConfig::DEFAULT_BUFFERS,
+            max_clock_lead: LoadConfig::DEFAULT_MAX_CLOCK_LEAD,
             score: ScoreConfig::default(),
             reservation_ttl: ReservationTable::DEFAULT_TTL,
             max_rescores: Self::DEFAULT_MAX_RESCORES,
@@ -116,25 +122,19 @@ impl RouterConfig {
 
     /// The prefix index's configuration these settings describe.
     pub fn index_config(&self) -> IndexConfig {
-        {
-            let mut c = IndexConfig::default();
-            c.worker_slots = self.worker_slots;
-            c.block_size = self.block_size;
-            c.expected_blocks = self.expected_blocks;
-            c.max_blocks_per_worker = self.max_blocks_per_worker;
-            c
-        }
+        let mut c = IndexConfig::new(self.worker_slots, self.block_size);
+        c.expected_blocks = self.expected_blocks;
+        c.max_blocks_per_worker = self.max_blocks_per_worker;
+        c
     }
 
     /// The load publisher's configuration these settings describe.
     pub fn load_config(&self) -> LoadConfig {
-        {
-            let mut c = LoadConfig::new(0);
-            c.capacity = self.worker_slots;
-            c.max_age = self.max_load_age;
-            c.buffers = self.snapshot_buffers;
-            c
-        }
+        let mut c = LoadConfig::new(self.worker_slots);
+        c.max_age = self.max_load_age;
+        c.buffers = self.snapshot_buffers;
+        c.max_clock_lead = self.max_clock_lead;
+        c
     }
 
     /// Checks every setting against its bounds.
@@ -161,6 +161,9 @@ impl RouterConfig {
             .map_err(range)?;
         BUFFERS
             .check_usize("snapshot_buffers", self.snapshot_buffers)
+            .map_err(range)?;
+        kvroute_load::MAX_CLOCK_LEAD
+            .check_int("max_clock_lead", self.max_clock_lead.0)
             .map_err(range)?;
         kvroute_load::reserve::TTL
             .check_int("reservation_ttl", self.reservation_ttl.0)

@@ -116,7 +116,9 @@ pub mod bounds {
         BLOCK_SIZE, EXPECTED_BLOCKS, MAX_BLOCKS_PER_WORKER, WORKER_SLOTS,
     };
     pub use kvroute_load::reserve::TTL as RESERVATION_TTL;
-    pub use kvroute_load::{BUFFERS, DP_SIZE, ENGINE_TPS, MAX_AGE, MAX_RUNNING_PER_RANK};
+    pub use kvroute_load::{
+        BUFFERS, DP_SIZE, ENGINE_TPS, MAX_AGE, MAX_CLOCK_LEAD, MAX_RUNNING_PER_RANK,
+    };
     /// The scorer's knobs ([`ScoreConfig`](crate::ScoreConfig)).
     pub use kvroute_score::bounds as score;
 }

@@ -365,13 +365,18 @@ impl Router {
     /// validity (stale after the configured age), reconciles reservations with the new
     /// reports, and makes the snapshot visible to decisions. Returns the publication number.
     ///
+    /// The first publication's time sets the router's clock, against which later load
+    /// reports and publications are checked (`RouterConfig::max_clock_lead`).
+    ///
     /// # Errors
     /// [`PublishError::AllBuffersPinned`]: readers hold every spare buffer; nothing changed,
-    /// retry at the next tick.
+    /// retry at the next tick. [`PublishError::FromTheFuture`]: `now` is further ahead of
+    /// the clock than `max_clock_lead`; nothing changed (counted in `LoadStats`).
     pub fn publish(&self, now: Nanos) -> Result<u64, PublishError> {
         let mut load = lock(&self.load);
+        let seq = load.publisher.publish(now)?;
         load.last_now = load.last_now.max(now);
-        load.publisher.publish(now)
+        Ok(seq)
     }
 
     /// The TTL sweeper of reservations (call it at least every reservation TTL): drops
