@@ -210,7 +210,10 @@ impl Model {
             // The last live number again is a copy only with the same `ts` bits and no clear.
             let repeat =
                 s == l && (last_clear(events).is_some() || ts.to_bits() != self.last_live_ts);
-            if (s < l || repeat) && s < RESET_WINDOW {
+            // Backwards with a later clock: a restart at any number; with an earlier one, a
+            // late batch (dropped below).
+            let restarted = s < l && ts > f64::from_bits(self.last_live_ts);
+            if restarted || (repeat && s < RESET_WINDOW) {
                 // Engine restart: cleared, the stream starts again from 0.
                 self.clear();
                 (self.next, self.last_live, self.pending) = (0, None, false);

@@ -11,10 +11,10 @@ mod common;
 mod ingest_support;
 
 use common::{BS, publish, router, tokens};
-use ingest_support::{batch, empty, route, store};
+use ingest_support::{batch, batch_at, empty, route, store};
 use kvroute::ingest::SeqOutcome;
 use kvroute::{Channel, IngestError, ReplayRequest, Router, WorkerId};
-use kvroute_wire::KvMessage;
+use kvroute_wire::{KvEvent, KvMessage};
 
 const LIVE: Channel = Channel::Live;
 const REPLAY: Channel = Channel::Replay;
@@ -132,8 +132,9 @@ fn duplicate_and_stale_batches_are_dropped_and_counted() {
     assert_eq!(r.is_trusted(w1), Some(true));
 }
 
-/// Live 0..=2, then 1: the engine restarted and its new batch 0 was lost. The worker is
-/// cleared (none of its old blocks stays indexed) and waits for a replay from 0.
+/// Live 0..=2, then 1 with a clock 60 s later: the engine restarted and its new batch 0 was
+/// lost. The worker is cleared (none of its old blocks stays indexed) and waits for a
+/// replay from 0.
 #[test]
 fn a_restart_with_lost_first_batches_clears_and_asks_for_a_replay_from_zero() {
     let (r, [w1, w2], p) = fleet();
@@ -142,7 +143,11 @@ fn a_restart_with_lost_first_batches_clears_and_asks_for_a_replay_from_zero() {
     r.ingest(w1, LIVE, &empty(1)).unwrap();
     r.ingest(w1, LIVE, &empty(2)).unwrap();
     let x = r
-        .ingest(w1, LIVE, &batch(1, vec![store(50, None, &p[..BS])]))
+        .ingest(
+            w1,
+            LIVE,
+            &batch_at(1, 60.0, vec![store(50, None, &p[..BS])]),
+        )
         .unwrap();
     assert_eq!(
         (x.outcome, x.reset_from),
@@ -258,4 +263,58 @@ fn wiring_errors_are_typed_and_counted() {
     );
     let s = r.ingest_stats();
     assert_eq!((s.unknown_worker_messages, s.dp_rank_mismatches), (1, 1));
+}
+
+/// A restarted engine first seen past the window (the old stream reached 100; the new one's
+/// batches 0..64 were all lost): its later clock says restart, so the old prompt is no
+/// longer credited, and the worker waits for a replay from 0.
+#[test]
+fn a_restart_first_seen_past_the_window_drops_the_old_blocks() {
+    let (r, [w1, w2], p) = fleet();
+    r.ingest(
+        w1,
+        LIVE,
+        &batch_at(0, 1.0, vec![store(1, None, &p[..2 * BS])]),
+    )
+    .unwrap();
+    for s in 1..=100 {
+        r.ingest(w1, LIVE, &batch_at(s, 1.0 + s as f64 * 0.01, Vec::new()))
+            .unwrap();
+    }
+    assert_eq!(route(&r, &p), (w1, 2));
+    let x = r
+        .ingest(w1, LIVE, &batch_at(64, 3_000.0, Vec::new()))
+        .unwrap();
+    assert_eq!(
+        (x.outcome, x.reset_from, x.trusted),
+        (SeqOutcome::Gap { missed: 64 }, Some(100), false)
+    );
+    assert_eq!(blocks(&r, w1), 0, "the old incarnation's blocks are gone");
+    // Only the other worker's one block (`fleet`) is credited now.
+    assert_eq!(route(&r, &p), (w2, 1));
+    assert_eq!(r.replay_requests()[0].from_seq, 0);
+}
+
+/// A store overtaken by the clear that followed it: the clear (batch 1) arrives first and
+/// is applied; the late store (batch 0, an earlier clock) is stale, so nothing the engine
+/// cleared is credited.
+#[test]
+fn a_store_overtaken_by_a_later_clear_is_never_credited() {
+    let (r, [w1, w2], p) = fleet();
+    let x = r
+        .ingest(w1, LIVE, &batch_at(1, 2.0, vec![KvEvent::AllBlocksCleared]))
+        .unwrap();
+    assert_eq!(x.outcome, SeqOutcome::GapCleared { missed: 1 });
+    let x = r
+        .ingest(
+            w1,
+            LIVE,
+            &batch_at(0, 1.0, vec![store(1, None, &p[..2 * BS])]),
+        )
+        .unwrap();
+    assert_eq!((x.outcome, x.reset_from), (SeqOutcome::Stale, None));
+    assert_eq!(blocks(&r, w1), 0);
+    // Only the other worker's one block (`fleet`) is credited.
+    assert_eq!(route(&r, &p), (w2, 1));
+    assert_eq!(r.is_trusted(w1), Some(true));
 }

@@ -45,14 +45,18 @@ fn all_blocks_cleared_stops_cache_traffic_to_the_wiped_worker() {
     assert_eq!(r.ingest_stats().clears, 1);
 }
 
-/// The engine restarted (its sequence went from 1 back to 0): its old blocks are gone, and
-/// what the new engine stores is indexed.
+/// The engine restarted (its sequence went from 1 back to 0, its clock on by 60 s): its old
+/// blocks are gone, and what the new engine stores is indexed.
 #[test]
 fn a_restarted_engine_keeps_none_of_its_old_blocks() {
     let (r, [w1, w2], p) = fleet();
     r.ingest(w1, LIVE, &batch(1, Vec::new())).unwrap();
     let x = r
-        .ingest(w1, LIVE, &batch(0, vec![store(500, None, &p[..BS])]))
+        .ingest(
+            w1,
+            LIVE,
+            &batch_at(0, 60.0, vec![store(500, None, &p[..BS])]),
+        )
         .unwrap();
     assert_eq!(
         (x.outcome, x.reset_from, x.trusted),

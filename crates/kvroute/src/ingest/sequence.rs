@@ -7,9 +7,9 @@
 //!
 //! | live batch `s`                                   | outcome                          |
 //! |--------------------------------------------------|----------------------------------|
-//! | `s < last live` and `s <` [`RESET_WINDOW`]       | reset: clear the worker, frontier 0, then as below |
+//! | `s < last live`, `ts` later than the last live `ts` | reset: clear the worker, frontier 0, then as below |
 //! | `s == last live` and `s <` [`RESET_WINDOW`], batch holds `AllBlocksCleared` or its `ts` differs | reset, as above |
-//! | `s <= last live` otherwise                       | stale: dropped                   |
+//! | `s <= last live` otherwise (a late or re-delivered batch) | stale: dropped          |
 //! | `s < next` (a replay applied it already)         | stale: dropped                   |
 //! | `s == next`                                      | contiguous: applied              |
 //! | `s > next`, batch holds `AllBlocksCleared`       | gap made moot: applied from the clear |
@@ -51,13 +51,13 @@
 //!
 //! [`Router::skip_replay`]: crate::Router::skip_replay
 
-/// A live sequence number that goes backwards to below this value is an engine restart (its
-/// old blocks must not stay indexed): a restarted engine starts again at 0, and its first
-/// few batches may be lost on the lossy PUB socket. A backwards step to a higher number is
-/// a stale duplicate. Ambiguous cases (a short stream going back within the window) are
-/// taken as restarts: clearing can only under-state residency, never send traffic to a
-/// wiped cache. Within the window, a repeat of the last live sequence number is a restart
-/// too unless it is an exact copy (same batch `ts`) holding no `AllBlocksCleared`.
+/// Within this many batches of the stream's start, a repeat of the last live sequence
+/// number is an engine restart unless it is an exact copy (same batch `ts`) holding no
+/// `AllBlocksCleared` (a restarted engine starts again at 0 and may lose its first batches
+/// up to the old last one). A live number that goes backwards is told apart by the batch
+/// timestamp alone, at any distance: the engine's clock moved on (a new incarnation, whose
+/// first batches may all be lost: cleared, a gap from 0) or did not (a late batch: dropped,
+/// so a store reordered behind a later clear never comes back).
 pub const RESET_WINDOW: u64 = 64;
 
 /// What the sequence tracker made of one message.
@@ -170,7 +170,11 @@ impl Sequencer {
         let mut reset_from = None;
         if let Some(l) = self.last_live {
             let new_incarnation = s == l && (last_clear.is_some() || ts != self.last_live_ts);
-            if (s < l || new_incarnation) && s < RESET_WINDOW {
+            // Backwards with a later engine clock: a new incarnation, whatever the number
+            // (its first batches may all have been lost). Backwards with an earlier or equal
+            // one: a late batch, which must not undo what later batches did.
+            let restarted = s < l && f64::from_bits(ts) > f64::from_bits(self.last_live_ts);
+            if restarted || (new_incarnation && s < RESET_WINDOW) {
                 reset_from = Some(l);
                 *self = Self::default();
             } else if s <= l {
@@ -354,11 +358,11 @@ mod tests {
         for i in 0..100 {
             s.live(i, at(i), None);
         }
-        let v = s.live(0, at(0), None);
+        let v = s.live(0, restarted(0), None);
         assert_eq!(outcome(v), (SeqOutcome::Contiguous, Some(0), true));
         assert_eq!(v.reset_from, Some(99));
         assert_eq!(
-            s.live(3, at(3), None).outcome,
+            s.live(3, restarted(3), None).outcome,
             SeqOutcome::Gap { missed: 2 }
         );
         // Restarted with its first batches lost: cleared, then a gap from 0.
@@ -366,9 +370,49 @@ mod tests {
         for i in 0..100 {
             t.live(i, at(i), None);
         }
-        let v = t.live(2, at(2), None);
+        let v = t.live(2, restarted(2), None);
         assert_eq!(outcome(v), (SeqOutcome::Gap { missed: 2 }, None, true));
         assert!(t.pending && t.next == 0);
+    }
+
+    /// A new incarnation whose first batches were all lost, past the window too: the old
+    /// stream reached 1,000, the new one is first seen at 64, 100 or 500. Its later clock
+    /// says restart: cleared, a gap from 0 (untrusted until replayed or skipped), never
+    /// stale with the old blocks still trusted.
+    #[test]
+    fn a_restart_first_seen_past_the_window_is_a_restart() {
+        for first in [RESET_WINDOW, 100, 500] {
+            let mut s = Sequencer::default();
+            for i in 0..=1_000 {
+                s.live(i, at(i), None);
+            }
+            let v = s.live(first, restarted(first), None);
+            assert_eq!(
+                outcome(v),
+                (SeqOutcome::Gap { missed: first }, None, true),
+                "first seen {first}"
+            );
+            assert_eq!(v.reset_from, Some(1_000));
+            assert!(s.pending && s.next == 0);
+        }
+    }
+
+    /// A batch delivered after the one that followed it (which cleared the cache) carries
+    /// its earlier clock: a late batch, dropped; it is not a restart that would clear and
+    /// then apply it, crediting blocks the clear removed.
+    #[test]
+    fn a_late_batch_behind_a_clear_is_stale() {
+        let mut s = Sequencer::default();
+        // Batch 0 (a store, sent first) is overtaken by batch 1 (a clear).
+        let v = s.live(1, at(1), Some(0));
+        assert_eq!(
+            outcome(v),
+            (SeqOutcome::GapCleared { missed: 1 }, Some(0), false)
+        );
+        let v = s.live(0, at(0), None);
+        assert_eq!(outcome(v), (SeqOutcome::Stale, None, false));
+        assert_eq!(v.reset_from, None);
+        assert_eq!((s.next, s.last_live, s.pending), (2, Some(1), false));
     }
 
     #[test]
