@@ -250,6 +250,22 @@ weird{label=\"unterminated\n";
             .kind(),
         ErrorKind::Prometheus
     );
+    // An `engine` label that is a number but not a rank, and one that is no number (which
+    // must not be reported as some made-up number).
+    assert_eq!(
+        parse_vllm_metrics(1, "vllm:num_requests_running{engine=\"-3\"} 1\n"),
+        Err(WireError::OutOfRange {
+            field: "engine",
+            value: -3
+        })
+    );
+    assert_eq!(
+        parse_vllm_metrics(1, "vllm:num_requests_running{engine=\"a\"} 1\n"),
+        Err(WireError::Prometheus {
+            line: 1,
+            detail: "the `engine` label is not a DP rank number"
+        })
+    );
 }
 
 #[test]

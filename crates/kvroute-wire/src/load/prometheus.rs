@@ -37,7 +37,8 @@ const METRICS: [&str; 4] = [RUNNING, WAITING, USAGE, USAGE_OLD];
 ///
 /// # Errors
 /// [`WireError::Prometheus`] for a malformed line of a used metric;
-/// [`WireError::OutOfRange`] for an `engine` label that is not a `u32`;
+/// [`WireError::OutOfRange`] for an `engine` label that is a number but not a `u32`, and
+/// [`WireError::Prometheus`] for one that is not a number;
 /// [`WireError::ConflictingSamples`]; [`WireError::MissingMetric`] for a rank without
 /// running, waiting or usage; [`WireError::NoRanks`] when no used metric appears.
 pub fn parse_vllm_metrics(engine_id: u64, text: &str) -> Result<VllmLoadUpdate, WireError> {
@@ -62,9 +63,14 @@ pub fn parse_vllm_metrics(engine_id: u64, text: &str) -> Result<VllmLoadUpdate, 
         let value = parse_value(rest).map_err(bad)?;
         let rank = match labels.iter().find(|(k, _)| *k == "engine") {
             None => 0,
-            Some((_, v)) => v.parse::<u32>().map_err(|_| WireError::OutOfRange {
-                field: "engine",
-                value: v.parse::<i64>().unwrap_or(-1),
+            Some((_, v)) => v.parse::<u32>().map_err(|_| match v.parse::<i64>() {
+                // A number, but not a DP rank.
+                Ok(value) => WireError::OutOfRange {
+                    field: "engine",
+                    value,
+                },
+                // Not a number at all (`-1` would have been a guess).
+                Err(_) => bad("the `engine` label is not a DP rank number"),
             })?,
         };
         let slot = &mut ranks.entry(rank).or_default()[m];
