@@ -602,7 +602,8 @@ impl LoadPublisher {
     /// the last publication, and publishes a new snapshot. Returns its publication number.
     ///
     /// The first publication's time sets the publisher's clock; a later one moves it
-    /// forward (never back).
+    /// forward, never back: one given an earlier time than the clock is computed as of the
+    /// clock (a worker found stale does not read fresh again without a new report).
     ///
     /// # Errors
     /// [`PublishError::AllBuffersPinned`] (counted): readers still hold every spare buffer;
@@ -641,8 +642,11 @@ impl LoadPublisher {
                 }
             }
         }
+        // The clock never goes back: a publication given an earlier time is evaluated at
+        // the clock, so a worker found stale never reads fresh again without a new report.
+        let now = self.clock.map_or(now, |c| c.max(now));
         let seq = self.publish_at(now)?;
-        self.clock = Some(self.clock.map_or(now, |c| c.max(now)));
+        self.clock = Some(now);
         Ok(seq)
     }
 

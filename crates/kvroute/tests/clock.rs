@@ -113,3 +113,21 @@ fn a_real_clock_jump_is_accepted_when_the_next_tick_confirms_it() {
     r.publish(woke + Nanos::from_secs(2)).unwrap();
     assert_eq!(running(&r, ws[0]), (3, kvroute::Validity::Fresh));
 }
+
+#[test]
+fn a_publication_with_an_earlier_time_does_not_make_a_stale_worker_fresh() {
+    let (r, ws) = router(4, 1, |_| {});
+    let w = ws[0];
+    r.update_load(w, sample(1, 0, 0, 0, 0.0), NOW).unwrap();
+    r.publish(NOW).unwrap();
+    // 3 s later, past the 2 s staleness bound, with no new report: stale.
+    r.publish(NOW + Nanos::from_secs(3)).unwrap();
+    assert_eq!(running(&r, w).1, kvroute::Validity::Stale);
+    // A tick that went back to 1 s after the report is evaluated at the clock: still stale.
+    r.publish(NOW + Nanos::from_secs(1)).unwrap();
+    assert_eq!(running(&r, w).1, kvroute::Validity::Stale);
+    assert_eq!(
+        r.load_reader().load().published_at(),
+        NOW + Nanos::from_secs(3)
+    );
+}
