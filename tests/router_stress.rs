@@ -421,11 +421,7 @@ fn check_final_routing(
         router.update_load(w, idle(), now).unwrap();
     }
     router.publish(now).unwrap();
-    let kv_aware = {
-        let mut c = ScoreConfig::default();
-        c.policy = Policy::KvAware;
-        c
-    };
+    let kv_aware = ScoreConfig::with_policy(Policy::KvAware);
     router.set_score_config(kv_aware).unwrap();
     for b in 0..BRANCHES {
         for n in 1..=DEPTH {

@@ -19,11 +19,7 @@ fn score(c: &mut Criterion) {
     let req = SCORE_REQUEST;
     for policy in [ScoreConfig::default().policy, Policy::LeastLoad] {
         let name = policy.label();
-        let cfg = {
-            let mut c = ScoreConfig::default();
-            c.policy = policy;
-            c
-        };
+        let cfg = ScoreConfig::with_policy(policy);
         for &workers in &WORKER_COUNTS {
             let f = fleet(workers);
             let mut scorer = Scorer::new();

@@ -27,11 +27,7 @@ fn seeded_routers_spread_a_burst_one_deterministic_router_sends_to_one_worker() 
     };
     let mut s = Scorer::new();
 
-    let det = {
-        let mut c = ScoreConfig::default();
-        c.policy = Policy::LeastLoad;
-        c
-    };
+    let det = ScoreConfig::with_policy(Policy::LeastLoad);
     let mut counts = [0u32; 4];
     for cursor in 0..16 {
         let c = s.score(

@@ -8,11 +8,7 @@ use kvroute_score::{
 
 /// A config with `policy` and every other knob at its default.
 pub fn cfg(policy: Policy) -> ScoreConfig {
-    {
-        let mut c = ScoreConfig::default();
-        c.policy = policy;
-        c
-    }
+    ScoreConfig::with_policy(policy)
 }
 
 /// Scores with both paths, asserts they agree, returns the SIMD choice. The request gives
