@@ -329,6 +329,37 @@ fn malformed_payloads_get_the_serde_error() {
     assert_eq!(e.kind(), ErrorKind::Malformed, "{e}");
 }
 
+/// A binary block hash whose declared length runs past the end of the payload is malformed
+/// for both readers, whatever follows its header: here the header `bin 16` of length
+/// 0xcd30 swallows a `uint 16` hash's marker, and the bytes after it (`0x30 0x39`, the rest
+/// of that hash) would read as a valid positive fixint hash and a valid event if the fast
+/// path resumed at the length instead of giving up.
+#[test]
+fn a_binary_hash_longer_than_the_payload_is_malformed_for_both_readers() {
+    for named in [false, true] {
+        let hashes = a(vec![M::U(0x3039, Width::W16)]);
+        let ev = if named {
+            map(vec![("type", s("BlockRemoved")), ("block_hashes", hashes)])
+        } else {
+            a(vec![s("BlockRemoved"), hashes])
+        };
+        let good = a(vec![M::F64(1.0), a(vec![ev]), u(0)]).encode();
+        let at = good
+            .windows(3)
+            .position(|w| w == [0xcd, 0x30, 0x39])
+            .expect("the hash's uint 16 form");
+        let mut bad = good.clone();
+        bad.insert(at, 0xc5);
+        let (got, path) = both(&bad);
+        assert_eq!(path, DecodePath::Serde, "named {named}");
+        assert_eq!(
+            got.unwrap_err().kind(),
+            ErrorKind::Malformed,
+            "named {named}"
+        );
+    }
+}
+
 /// A NaN or infinite batch timestamp is rejected by both readers, with its bits in the error
 /// and the counter of its kind raised; the largest finite value still decodes.
 #[test]
@@ -375,6 +406,47 @@ fn shared_examples_take_the_fast_path() {
             assert_eq!(path, DecodePath::Fast, "{file} {name}");
         }
     }
+}
+
+/// Every single-byte edit of every encoded example of the shared data (each byte replaced
+/// by each other value, deleted, or preceded by each value): both readers give the same
+/// result or the same error. Exhaustive where random mutation only samples: a header whose
+/// declared length runs past the end, an integer marker turned into a string marker, a
+/// container count off by one, at every position of every real shape.
+#[test]
+fn every_single_byte_edit_of_the_shared_examples_decodes_alike() {
+    let mut edits = 0u64;
+    for file in ["engine_examples.json", "examples.json"] {
+        let Some(path) = data_file(&format!("kv_events/{file}")) else {
+            return;
+        };
+        let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        for ex in all.as_object().unwrap().values() {
+            let payload = unhex(ex["payload_hex"].as_str().unwrap());
+            let mut edited = Vec::with_capacity(payload.len() + 1);
+            for i in 0..payload.len() {
+                for v in 0..=u8::MAX {
+                    for insert in [false, true] {
+                        if !insert && v == payload[i] {
+                            continue;
+                        }
+                        edited.clear();
+                        edited.extend_from_slice(&payload[..i]);
+                        edited.push(v);
+                        edited.extend_from_slice(&payload[i + usize::from(!insert)..]);
+                        both(&edited);
+                        edits += 1;
+                    }
+                }
+                edited.clear();
+                edited.extend_from_slice(&payload[..i]);
+                edited.extend_from_slice(&payload[i + 1..]);
+                both(&edited);
+                edits += 1;
+            }
+        }
+    }
+    assert!(edits > 100_000, "{edits} edits");
 }
 
 /// Every batch of a real engine stream: the fast path reads it, with serde's result.

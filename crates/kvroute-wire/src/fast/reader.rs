@@ -2,7 +2,9 @@
 //! it names (msgpack specification, "Formats") and returns `None` for anything else: another
 //! marker, truncated data, invalid UTF-8, an integer out of the target's range, nesting past
 //! [`MAX_NESTING`]. `None` never means "absent": it means "not recognised, let serde read
-//! it", so a `None` anywhere abandons the whole payload.
+//! it", so a `None` anywhere abandons the whole payload. A read that returns `None` may
+//! have moved the cursor (past a header whose data is short), so no caller tries another
+//! read at the same place after one: each read is chosen by peeking at the marker first.
 
 use crate::event::{ExtraKey, Medium};
 use crate::hash::WireHash;
@@ -251,7 +253,10 @@ impl<'a> Reader<'a> {
     /// A block hash: an integer (a non-negative signed one is [`WireHash::Unsigned`], as
     /// the serde visitor makes it) or a binary string.
     pub fn hash(&mut self) -> Option<WireHash> {
-        if let Some(b) = self.bin() {
+        // A bin marker commits to a binary hash: `bin` may have consumed its header before
+        // finding the data short, so its `None` is final, never a cue to read an integer.
+        if matches!(self.peek()?, 0xc4..=0xc6) {
+            let b = self.bin()?;
             return Some(match <[u8; 32]>::try_from(b) {
                 Ok(d) => WireHash::Binary(d),
                 Err(_) => WireHash::BadLength(b.len()),
