@@ -39,9 +39,10 @@
 //! quiescent (every decision ended):
 //! * the index equals the merged models: every overlap of a set of queries, per-worker
 //!   block counts, nodes, residencies and every index counter;
-//! * no reservation is left on any worker (a guard that failed to return its amounts in the
-//!   quiet window would leave them there), every reserved amount came back (returned live,
-//!   swept, reconciled or dropped with its worker), nothing was clamped;
+//! * no reservation is left on any worker once the router ends the work it carried into
+//!   re-added workers (a guard that failed to return its amounts in the quiet window would
+//!   leave them there), every reserved amount, the carried ones included, came back
+//!   (returned live, swept, reconciled or dropped with its worker), nothing was clamped;
 //! * the router's decision, fallback, redirect, shadow, unchecked, re-score, rejection,
 //!   sweep and ingest counters equal what the threads tallied;
 //! * with fresh telemetry and the `kv_aware` policy, every tree prompt goes to a worker with
@@ -276,9 +277,15 @@ fn add(a: &mut Reserved, b: &Reserved) {
 /// tokens; a contended one: its tokens) and taken back after a drop, and `first_token` grows
 /// the decode counter by at most the prefill it held, which bounds the excess.
 fn check_reservations(router: &Router, registered: &[(WorkerId, Slot)], outs: &Outs) {
+    // Work carried into a re-added worker stays reserved until its own telemetry reports,
+    // and the quiet window has none: the router ends it here, and it counts as made by the
+    // router (`stats().carried.reserved`) and came back by its own return
+    // (`stats().carried.returned`) when not reconciled, swept or removed first.
     for &(w, _) in registered {
+        let _ = router.end_carried(w);
         assert_eq!(router.reserved(w), Some(Reserved::default()), "{w}");
     }
+    let carry = router.stats().carried;
     let r = router.stats().reservations;
     assert_eq!(r.underflow_clamped, 0);
     assert_eq!(r.rejected_saturated, 0);
@@ -296,6 +303,8 @@ fn check_reservations(router: &Router, registered: &[(WorkerId, Slot)], outs: &O
         made.requests,
         outs.routes.iter().map(RouteOut::decisions).sum::<u64>()
     );
+    add(&mut made, &carry.reserved);
+    add(&mut back, &carry.returned);
     let ctx = format!("made {made:?}, returned or dropped {back:?}, table {r:?}");
     assert!(made.requests <= back.requests, "{ctx}");
     assert!(back.requests <= made.requests + r.rejected_stale, "{ctx}");
@@ -448,7 +457,8 @@ fn summary(router: &Router, outs: &Outs, admission: Option<AdmissionConfig>) {
     println!(
         "admission {:?}: {ops} writer ops ({adds} registrations), {decisions} decisions, \
          {} re-scores, {} unchecked, {} redirects, rejections {:?}, {} publications \
-         ({} pinned), {} sweeps, {} knob changes; reservations {:?}; index: {} table resizes",
+         ({} pinned), {} sweeps, {} knob changes; reservations {:?}; carried {:?}; index: {} \
+         table resizes",
         admission.map(|a| a.max_outstanding_requests),
         st.rescores,
         st.unchecked_reserves,
@@ -459,6 +469,7 @@ fn summary(router: &Router, outs: &Outs, admission: Option<AdmissionConfig>) {
         outs.sweeps,
         outs.knob_rounds,
         st.reservations,
+        router.stats().carried,
         router.index_stats().table_resizes,
     );
 }

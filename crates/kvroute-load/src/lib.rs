@@ -29,8 +29,8 @@ mod snapshot;
 pub use lanes::{LANE_PAD, Validity, padded_len};
 pub use publish::{PublishError, SnapshotGuard, SnapshotReader, SnapshotWriter, snapshot_cell};
 pub use publisher::{
-    BUFFERS, CAPACITY, DP_SIZE, ENGINE_TPS, EngineConfig, LoadConfig, LoadPublisher, LoadReader,
-    MAX_AGE, MAX_CLOCK_LEAD, MAX_RUNNING_PER_RANK, TableTooSmall, WorkerError,
+    BUFFERS, CAPACITY, DP_SIZE, ENGINE_TPS, EngineConfig, LastReport, LoadConfig, LoadPublisher,
+    LoadReader, MAX_AGE, MAX_CLOCK_LEAD, MAX_RUNNING_PER_RANK, TableTooSmall, WorkerError,
 };
 pub use reconcile::{EffectiveLoad, effective_load};
 pub use reserve::{

@@ -186,6 +186,24 @@ struct Good {
     observed_at: Nanos,
 }
 
+/// A worker's last good report as the publisher held it (its figures, the time they were
+/// observed, and the engine's own timestamp), taken with
+/// [`LoadPublisher::last_report`] before the worker is removed and given to
+/// [`LoadPublisher::carry_report`] when the same worker is added back: an engine that
+/// did not restart still has the work it reported. Opaque: its figures are the report's.
+#[derive(Clone, Copy, Debug)]
+pub struct LastReport {
+    good: Good,
+    engine_ts: Option<f64>,
+}
+
+impl LastReport {
+    /// When the report's figures were observed (caller's clock).
+    pub fn observed_at(&self) -> Nanos {
+        self.good.observed_at
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct SlotState {
     tenant: Option<(WorkerId, SlotGeneration)>,
@@ -442,6 +460,48 @@ impl LoadPublisher {
         let generation = st.tenant.map_or(SlotGeneration(0), |t| t.1);
         *st = SlotState::default();
         Ok((slot, generation))
+    }
+
+    /// The last good report held for `worker`, or `None` when it has none (or is not
+    /// registered).
+    pub fn last_report(&self, worker: WorkerId) -> Option<LastReport> {
+        let st = &self.slots[self.by_worker.get(&worker)?.index()];
+        Some(LastReport {
+            good: st.good?,
+            engine_ts: st.engine_ts,
+        })
+    }
+
+    /// Gives a re-added `worker` the last report of its previous tenancy, as if it had
+    /// arrived then: the same figures, observed at the same time (so the lane ages, and
+    /// turns `Stale`, from that time), and the same engine timestamp (so a late report of
+    /// the previous tenancy is still superseded). Held only until the worker's own next
+    /// report replaces it. Not counted as an applied sample and not reconciled (its
+    /// figures were reconciled when they first arrived). Returns `false`, changing nothing,
+    /// when the lane already holds a report, or one of its own rejected for bad values.
+    ///
+    /// # Errors
+    /// [`UpdateError::UnknownWorker`] (counted) when `worker` is not registered.
+    pub fn carry_report(
+        &mut self,
+        worker: WorkerId,
+        report: LastReport,
+    ) -> Result<bool, UpdateError> {
+        let slot = self.lookup(worker)?;
+        let st = &mut self.slots[slot.index()];
+        if st.good.is_some() || st.invalid {
+            return Ok(false);
+        }
+        st.good = Some(report.good);
+        st.engine_ts = report.engine_ts;
+        Ok(true)
+    }
+
+    /// When the figures held for `worker` were observed (caller's clock), or `None` when it
+    /// has no report (or is not registered).
+    pub fn report_time(&self, worker: WorkerId) -> Option<Nanos> {
+        let st = &self.slots[self.by_worker.get(&worker)?.index()];
+        st.good.map(|g| g.observed_at)
     }
 
     fn lookup(&mut self, worker: WorkerId) -> Result<Slot, UpdateError> {

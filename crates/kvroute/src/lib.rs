@@ -91,6 +91,7 @@
 //!   evaluated when a snapshot is published.
 
 mod admission;
+mod carry;
 mod config;
 mod decision;
 mod error;
@@ -106,6 +107,7 @@ mod router;
 mod scratch;
 mod stats;
 
+pub use carry::{CarryStats, MAX_CARRIED};
 pub use config::{AdmissionConfig, RouterConfig, RouterConfigError};
 
 /// The valid range of every bounded setting, as the validation checks it (and as

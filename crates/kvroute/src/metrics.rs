@@ -33,6 +33,11 @@
 //! | `kvroute_reservations_reconciled_total` | counter | `field` as above | `reservations.reconciled` |
 //! | `kvroute_reservations_removed_total` | counter | `field` as above | `reservations.removed` |
 //! | `kvroute_reservation_underflow_clamped_total` | counter | | `reservations.underflow_clamped` |
+//! | `kvroute_carried_readditions_total` | counter | | [`CarryStats::readditions`](crate::CarryStats::readditions): workers added back that carried work |
+//! | `kvroute_carried_reports_total` | counter | | [`CarryStats::reports`](crate::CarryStats::reports) |
+//! | `kvroute_carried_total` | counter | `field` as above | [`CarryStats::reserved`](crate::CarryStats::reserved): work reserved again under the new tenancies |
+//! | `kvroute_carried_returned_total` | counter | `field` as above | [`CarryStats::returned`](crate::CarryStats::returned) |
+//! | `kvroute_carried_dropped_requests_total` | counter | | [`CarryStats::dropped_requests`](crate::CarryStats::dropped_requests) |
 //! | `kvroute_ingest_<counter>_total` | counter | | each `u64` counter of [`IngestStats`], by field name (`kvroute_ingest_gaps_total`, `kvroute_ingest_stored_blocks_total`, …) |
 //! | `kvroute_ingest_untrusted_workers` | gauge | | [`IngestStats::untrusted_workers`] (workers) |
 //! | `kvroute_ingest_block_size_mismatches_total` | counter | `engine_id`, `dp_rank`, `engine_block_size`, `router_block_size` | [`IngestStats::block_size_mismatches`] (rejected stores) |
@@ -106,6 +111,12 @@ impl RouterStats {
         reserved("kvroute_reservations_reconciled_total", &t.reconciled);
         reserved("kvroute_reservations_removed_total", &t.removed);
         counter!("kvroute_reservation_underflow_clamped_total").absolute(t.underflow_clamped);
+        let c = &self.carried;
+        counter!("kvroute_carried_readditions_total").absolute(c.readditions);
+        counter!("kvroute_carried_reports_total").absolute(c.reports);
+        reserved("kvroute_carried_total", &c.reserved);
+        reserved("kvroute_carried_returned_total", &c.returned);
+        counter!("kvroute_carried_dropped_requests_total").absolute(c.dropped_requests);
     }
 }
 
@@ -214,6 +225,31 @@ pub fn describe_metrics() {
         "kvroute_reservation_underflow_clamped_total",
         Unit::Count,
         "Reservation subtractions clamped at zero.",
+    );
+    c(
+        "kvroute_carried_readditions_total",
+        Unit::Count,
+        "Workers added back soon after their removal that carried their in-flight work.",
+    );
+    c(
+        "kvroute_carried_reports_total",
+        Unit::Count,
+        "Last load reports given to workers added back soon after their removal.",
+    );
+    c(
+        "kvroute_carried_total",
+        Unit::Count,
+        "Requests or tokens reserved again under a re-added worker's new tenancy.",
+    );
+    c(
+        "kvroute_carried_returned_total",
+        Unit::Count,
+        "Carried requests or tokens the router returned itself, still reserved then.",
+    );
+    c(
+        "kvroute_carried_dropped_requests_total",
+        Unit::Count,
+        "Requests of a removed worker not carried into its re-addition (over the limit).",
     );
     c(
         "kvroute_ingest_block_size_mismatches_total",

@@ -25,6 +25,7 @@ use kvroute_load::{
 use kvroute_score::{NearTieRng, ScoreConfig, SharedConfig};
 use kvroute_wire::{SglangRankLoad, VllmLoadUpdate};
 
+use crate::carry::CarryState;
 use crate::config::{AdmissionConfig, RouterConfig, RouterConfigError};
 use crate::error::{EventError, WorkerError};
 use crate::scratch::ScratchPool;
@@ -36,6 +37,9 @@ pub(crate) struct LoadState {
     /// The `now` of the latest [`Router::publish`] (caller's clock); used when the router
     /// must republish on its own (worker removal) and to start a new worker's sweep clock.
     pub last_now: Nanos,
+    /// Departures of removed workers and the reservations carried into re-added ones
+    /// (`carry.rs`).
+    pub carry: CarryState,
 }
 
 /// The routing core a gateway embeds; see the crate docs for the flow. `Send + Sync`:
@@ -120,6 +124,7 @@ impl Router {
             load: Mutex::new(LoadState {
                 publisher,
                 last_now: Nanos::ZERO,
+                carry: CarryState::default(),
             }),
             reader,
             table,
@@ -138,6 +143,12 @@ impl Router {
     /// routable from the next [`publish`](Self::publish); until it reports load it is
     /// `Missing`, which makes load-weighing policies fall back to `least_load` (that is the
     /// fallback rule, by design).
+    ///
+    /// A worker id removed less than one reservation TTL ago comes back with the work its
+    /// engine still has: its last load report (aging from when it was observed) and the
+    /// reservations the removal released, held until its own next report is published
+    /// (or two TTLs), so admission never exceeds its bound across a remove and add. See
+    /// [`RouterStats::carried`] and [`end_carried`](Self::end_carried).
     ///
     /// # Errors
     /// [`WorkerError::AlreadyRegistered`], [`WorkerError::Full`], or
@@ -173,13 +184,20 @@ impl Router {
             return Err(WorkerError::Inconsistent("reservation table"));
         }
         self.ingest.forget(slot);
+        let now = load.last_now;
+        let LoadState {
+            publisher, carry, ..
+        } = &mut *load;
+        carry.readd(publisher, &self.table, (worker, slot, generation), now);
         Ok(slot)
     }
 
     /// Removes `worker`: unregisters it, drops its index residency, its load lane and every
     /// reservation on it, republishes the load snapshot (at the latest `now` given to
     /// [`publish`](Self::publish)) so decisions stop choosing it, and only then frees the
-    /// slot, so a worker re-added later (here or in this slot) inherits nothing.
+    /// slot, so a worker re-added later (here or in this slot) inherits no residency and no
+    /// guard. Its last report and the released reservations are kept for one reservation
+    /// TTL, for a re-addition of the same worker id ([`add_worker`](Self::add_worker)).
     /// Outstanding [`Decision`](crate::Decision) guards of the old tenancy become no-ops.
     ///
     /// If every snapshot buffer is pinned by readers the republication is skipped; a
@@ -203,13 +221,21 @@ impl Router {
         self.ingest.forget(slot);
         {
             let mut load = lock(&self.load);
+            let report = load.publisher.last_report(worker);
             if load.publisher.remove_worker(worker).is_err() {
                 bad = Some("load publisher");
             }
-            if self.table.remove_worker(slot, generation).is_err() {
-                bad = Some("reservation table");
-            }
+            let released = match self.table.remove_worker(slot, generation) {
+                Ok(r) => r,
+                Err(_) => {
+                    bad = Some("reservation table");
+                    Default::default()
+                }
+            };
             let now = load.last_now;
+            let (ttl, capacity) = (self.table.ttl(), self.table.capacity());
+            load.carry
+                .depart(worker, report, released, now, ttl, capacity);
             let _ = load.publisher.publish(now);
         }
         if self.registry.release(retired).is_err() {
@@ -376,6 +402,12 @@ impl Router {
         let mut load = lock(&self.load);
         let seq = load.publisher.publish(now)?;
         load.last_now = load.last_now.max(now);
+        let LoadState {
+            publisher,
+            carry,
+            last_now,
+        } = &mut *load;
+        carry.published(publisher, &self.table, *last_now);
         Ok(seq)
     }
 
@@ -429,7 +461,16 @@ impl Router {
             let (worker, generation) = self.registry.worker_at(slot)?;
             Some((slot, worker, generation))
         });
-        self.counters.snapshot(self.table.stats(), tenants)
+        let mut st = self.counters.snapshot(self.table.stats(), tenants);
+        st.carried = lock(&self.load).carry.stats();
+        st
+    }
+
+    /// Ends the work carried into `worker` when it was added back (for a gateway that
+    /// knows its engine restarted, so the requests it had in flight are gone) and returns
+    /// the amounts that were still reserved; zero when nothing is carried.
+    pub fn end_carried(&self, worker: WorkerId) -> Reserved {
+        lock(&self.load).carry.end_carried(worker)
     }
 
     /// The index's counters and gauges (rejected events, nodes, memory).

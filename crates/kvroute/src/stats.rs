@@ -26,6 +26,7 @@ use kvroute_core::{Slot, SlotGeneration, WorkerId};
 use kvroute_load::{ReservationStats, Reserved};
 use kvroute_score::{FallbackCause, Policy, Reason};
 
+use crate::carry::CarryStats;
 use crate::error::RouteError;
 
 /// Bits of a per-worker counter holding the generation tag (the rest hold the count).
@@ -160,6 +161,9 @@ pub struct RouterStats {
     /// The reservation table's own counters (stale, saturated and contended refusals,
     /// reconciled and removed amounts).
     pub reservations: ReservationStats,
+    /// Work carried into workers added back soon after their removal
+    /// ([`Router::add_worker`](crate::Router::add_worker)).
+    pub carried: CarryStats,
 }
 
 impl RouterStats {
@@ -232,6 +236,8 @@ impl fmt::Display for RouterStats {
     /// reservations swept: 0 requests, 0 prefill tokens, 0 decode tokens
     /// reservations reconciled: 0 requests, 0 prefill tokens, 0 decode tokens
     /// reservations removed: 0 requests, 0 prefill tokens, 0 decode tokens
+    /// carried into re-added workers: 0 re-additions, 0 reports, 0 requests, 0 prefill tokens, 0 decode tokens; 0 requests not carried
+    /// carried work returned by the router: 0 requests, 0 prefill tokens, 0 decode tokens
     /// ```
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "decisions: {}", self.total_decisions())?;
@@ -271,7 +277,22 @@ impl fmt::Display for RouterStats {
         )?;
         writeln!(f, "reservations swept: {}", Work(&self.reservations_swept))?;
         writeln!(f, "reservations reconciled: {}", Work(&t.reconciled))?;
-        writeln!(f, "reservations removed: {}", Work(&t.removed))
+        writeln!(f, "reservations removed: {}", Work(&t.removed))?;
+        let c = &self.carried;
+        writeln!(
+            f,
+            "carried into re-added workers: {} re-additions, {} reports, {}; {} requests not \
+             carried",
+            c.readditions,
+            c.reports,
+            Work(&c.reserved),
+            c.dropped_requests
+        )?;
+        writeln!(
+            f,
+            "carried work returned by the router: {}",
+            Work(&c.returned)
+        )
     }
 }
 
@@ -469,6 +490,8 @@ impl Counters {
             },
             reservations_swept: reservations.swept,
             reservations,
+            // Filled in by the router, which keeps it under its load lock.
+            carried: CarryStats::default(),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! Worker removal and re-addition: the new tenancy inherits no residency, no reservation,
-//! and no late event; removed workers are not routed to.
+//! Worker removal and re-addition: the new tenancy inherits no residency, no reservation
+//! guard, and no late event (the in-flight work it carries is `readd.rs`'s); removed workers are not routed to.
 
 mod common;
 
@@ -30,15 +30,18 @@ fn remove_and_readd_leaves_no_residency_or_reservations() {
     );
     assert_eq!(r.remove_worker(a), Err(WorkerError::UnknownWorker(a)));
 
-    // Re-added: the lowest free slot is its old one, under a new tenancy.
+    // Re-added: the lowest free slot is its old one, under a new tenancy. Its request in
+    // flight is carried as a reservation of the new tenancy (`readd.rs`); the old
+    // decision's guard is a no-op on it.
     assert_eq!(r.add_worker(a).unwrap(), slot);
-    assert_eq!(r.reserved(a).unwrap(), Default::default());
+    assert_eq!(r.reserved(a).unwrap().requests, 1);
     assert_eq!(r.index().worker_blocks(slot), 0);
-    // The old decision's guard is a no-op on the new tenant.
     drop(old);
-    assert_eq!(r.reserved(a).unwrap(), Default::default());
+    assert_eq!(r.reserved(a).unwrap().requests, 1);
 
+    // Its own report (idle) ends what was carried.
     publish(&r, &ws, &[]);
+    assert_eq!(r.reserved(a).unwrap(), Default::default());
     let d = r.route(&RouteRequest::tokens(&prompt, 32, NOW)).unwrap();
     assert_eq!(
         d.overlap_blocks, 0,

@@ -160,11 +160,11 @@ fn export_metrics_reports_hand_counted_values() {
     assert_eq!(nonzero, want);
     // Every documented series is there, zeros included: 26 ingest counters and the gauge,
     // 4 fallback causes, 5 rejection kinds, 3 refusal causes, 3 × 3 released fields, and
-    // the five single counters; plus the two decision series, the two per-worker series
-    // and the mismatch series.
+    // the five single counters; the carried work's 3 single counters and 2 × 3 fields;
+    // plus the two decision series, the two per-worker series and the mismatch series.
     assert_eq!(
         got.len(),
-        26 + 1 + 4 + 5 + 3 + 9 + 5 + 2 + 2 + 1,
+        26 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 2 + 2 + 1,
         "{got:#?}"
     );
     for name in [
@@ -176,6 +176,9 @@ fn export_metrics_reports_hand_counted_values() {
         "kvroute_reservation_refusals_total{cause=contended}",
         "kvroute_reservations_reconciled_total{field=requests}",
         "kvroute_reservations_removed_total{field=decode_tokens}",
+        "kvroute_carried_readditions_total{}",
+        "kvroute_carried_total{field=requests}",
+        "kvroute_carried_returned_total{field=prefill_tokens}",
         "kvroute_ingest_gaps_total{}",
     ] {
         assert_eq!(got.get(name), Some(&0.0), "{name}");
@@ -199,7 +202,7 @@ fn describe_metrics_describes_every_series() {
         r.export_metrics();
     });
     let series = snapshotter.snapshot().into_vec();
-    assert_eq!(series.len(), 26 + 1 + 4 + 5 + 3 + 9 + 5);
+    assert_eq!(series.len(), 26 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6);
     for (key, unit, text, _) in &series {
         let name = key.key().name();
         assert_eq!(*unit, Some(metrics::Unit::Count), "{name}");

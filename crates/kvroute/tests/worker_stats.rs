@@ -102,7 +102,10 @@ fn decisions_are_counted_per_worker_and_tenancy() {
          reservations refused: stale 0, saturated 0, contended 0; underflows clamped: 0\n\
          reservations swept: 0 requests, 0 prefill tokens, 0 decode tokens\n\
          reservations reconciled: 0 requests, 0 prefill tokens, 0 decode tokens\n\
-         reservations removed: 0 requests, 0 prefill tokens, 0 decode tokens\n"
+         reservations removed: 0 requests, 0 prefill tokens, 0 decode tokens\n\
+         carried into re-added workers: 0 re-additions, 0 reports, 0 requests, 0 prefill \
+         tokens, 0 decode tokens; 0 requests not carried\n\
+         carried work returned by the router: 0 requests, 0 prefill tokens, 0 decode tokens\n"
     );
 }
 
