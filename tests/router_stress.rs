@@ -390,6 +390,7 @@ fn check_ingest(s: &IngestStats, t: &IngestTally) {
         gaps_cleared: s.gaps_cleared,
         replayed: s.replayed,
         replays_completed: s.replays_completed,
+        replays_confirmed: s.replays_confirmed,
         replays_skipped: s.replays_skipped,
         end_markers: s.end_markers,
         stored_blocks: s.stored_blocks,

@@ -3,8 +3,8 @@
 //! KV groups, namespaces, parents, copies), and after every step checks the router against
 //! a reference model written from the documented rules (module docs of `kvroute::ingest`,
 //! its `sequence` and `apply` modules, and `kvroute-index`): per worker, a map engine hash
-//! -> (chained hash, copies), the sequence frontier, the pending replay and the block-size
-//! distrust. Checked each step: the worker's engine-hash map in the index
+//! -> (chained hash, copies), the sequence frontier, the pending replay and its witness,
+//! and the block-size distrust. Checked each step: the worker's engine-hash map in the index
 //! (`PrefixIndex::engine_hashes`), `match_prefix` over recent stores against the model's
 //! hash sets, `Router::is_trusted`, the report's trust flag, and the ingest counters the
 //! model can tally.
@@ -14,8 +14,8 @@
 //! `[seq, payload]`, `[topic "kv", seq, payload]`, or a 7-byte sequence frame, which must
 //! fail to decode), and the low 3 bits the kind:
 //! * 0-1, a message of raw bytes: a signed delta byte (the sequence number is the worker's
-//!   next live number for live, its frontier for replay, plus the delta; -128 means the
-//!   end-marker number), a little-endian u16 payload length, and the payload bytes;
+//!   next live number for live, its replay start (the witness, else the frontier) for
+//!   replay, plus the delta; -128 means the end-marker number), a little-endian u16 payload length, and the payload bytes;
 //! * 2-3, a generated message: the delta byte, a count byte (1-4 events, the batch shape
 //!   and its `ts`), and 4 bytes per event from which a named-map batch (stores, removes,
 //!   clears over 16 engine hashes and 8 block contents, with tiers, KV groups, namespaces,
@@ -53,6 +53,10 @@ struct Model {
     /// The batch `ts` of the last live batch (`f64::to_bits`).
     last_live_ts: u64,
     pending: bool,
+    /// The batch `ts` (`f64::to_bits`) of the last batch applied (`next - 1`).
+    applied_ts: u64,
+    /// The witness (`next - 1`) a pending replay must start with, until it arrives.
+    witness: Option<u64>,
     size_distrust: bool,
     main_group: Option<u32>,
 }
@@ -114,15 +118,24 @@ impl Model {
     }
 
     fn settle(&mut self) {
-        if self.pending && self.last_live.is_none_or(|l| self.next > l) {
+        if self.pending && self.witness.is_none() && self.last_live.is_none_or(|l| self.next > l) {
             self.pending = false;
         }
     }
 
     fn give_up(&mut self) {
         let after_live = self.last_live.map_or(self.next, |l| l + 1);
+        if after_live > self.next {
+            self.applied_ts = self.last_live_ts;
+        }
         self.next = self.next.max(after_live);
         self.pending = false;
+        self.witness = None;
+    }
+
+    /// The first sequence number a pending replay must bring.
+    fn replay_from(&self) -> u64 {
+        self.witness.unwrap_or(self.next)
     }
 
     fn store(&mut self, s: &BlockStored, t: &mut Tally, queries: &mut Vec<Vec<u64>>) {
@@ -217,6 +230,7 @@ impl Model {
                 // Engine restart: cleared, the stream starts again from 0.
                 self.clear();
                 (self.next, self.last_live, self.pending) = (0, None, false);
+                self.witness = None;
             } else if s <= l {
                 return;
             }
@@ -228,6 +242,7 @@ impl Model {
         }
         if s == self.next {
             self.next += 1;
+            self.applied_ts = ts.to_bits();
             self.apply(events, 0, t, q);
             self.settle();
             return;
@@ -235,15 +250,48 @@ impl Model {
         match last_clear(events) {
             Some(i) => {
                 self.next = s + 1;
+                self.applied_ts = ts.to_bits();
+                self.witness = None;
                 self.apply(events, i, t, q);
                 self.settle();
             }
-            None => self.pending = true,
+            None => {
+                // A replay must start at the last batch applied, to show the engine did
+                // not restart inside the gap.
+                if !self.pending && self.next > 0 {
+                    self.witness = Some(self.next - 1);
+                }
+                self.pending = true;
+            }
         }
     }
 
-    /// A replayed batch `s`.
-    fn replay(&mut self, s: u64, events: &[KvEvent], t: &mut Tally, q: &mut Vec<Vec<u64>>) {
+    /// A replayed batch `s` sent at `ts`.
+    fn replay(
+        &mut self,
+        s: u64,
+        ts: f64,
+        events: &[KvEvent],
+        t: &mut Tally,
+        q: &mut Vec<Vec<u64>>,
+    ) {
+        if let Some(w) = self.witness.filter(|_| self.pending) {
+            if s < w {
+                return;
+            }
+            self.witness = None;
+            if s == w && ts.to_bits() == self.applied_ts {
+                // The copy applied: the stream did not restart inside the gap.
+                return;
+            }
+            // Another incarnation's batch at the witness, or the witness is gone: cleared.
+            self.clear();
+            self.apply(events, last_clear(events).unwrap_or(0), t, q);
+            self.next = s + 1;
+            self.applied_ts = ts.to_bits();
+            self.settle();
+            return;
+        }
         if s < self.next || (s > self.next && !self.pending) {
             return;
         }
@@ -257,6 +305,7 @@ impl Model {
             self.apply(events, 0, t, q);
         }
         self.next = s + 1;
+        self.applied_ts = ts.to_bits();
         self.settle();
     }
 
@@ -346,7 +395,7 @@ fuzz_target!(|data: &[u8]| {
                 };
                 let base = match channel {
                     Channel::Live => m.last_live.map_or(0, |l| l + 1),
-                    Channel::Replay => m.next,
+                    Channel::Replay => m.replay_from(),
                 };
                 let seq = if delta == 0x80 {
                     u64::MAX
@@ -376,9 +425,13 @@ fuzz_target!(|data: &[u8]| {
                                 Channel::Live => {
                                     m.live(*seq, batch.ts, &batch.events, &mut tally, &mut queries)
                                 }
-                                Channel::Replay => {
-                                    m.replay(*seq, &batch.events, &mut tally, &mut queries)
-                                }
+                                Channel::Replay => m.replay(
+                                    *seq,
+                                    batch.ts,
+                                    &batch.events,
+                                    &mut tally,
+                                    &mut queries,
+                                ),
                             }
                         }
                     }

@@ -35,6 +35,7 @@ pub struct IngestTally {
     pub gaps_cleared: u64,
     pub replayed: u64,
     pub replays_completed: u64,
+    pub replays_confirmed: u64,
     pub replays_skipped: u64,
     pub end_markers: u64,
     pub stored_blocks: u64,
@@ -58,6 +59,7 @@ impl IngestTally {
         self.gaps_cleared += o.gaps_cleared;
         self.replayed += o.replayed;
         self.replays_completed += o.replays_completed;
+        self.replays_confirmed += o.replays_confirmed;
         self.replays_skipped += o.replays_skipped;
         self.end_markers += o.end_markers;
         self.stored_blocks += o.stored_blocks;
@@ -524,9 +526,12 @@ impl<'a> Writer<'a> {
                 self.ingest.gaps += 1;
                 self.ingest.missed_batches += 1;
                 assert_eq!(self.router.is_trusted(id), Some(false));
+                // The replay starts at the witness, the last batch applied, when there is
+                // one (its copy shows the engine did not restart inside the gap).
+                let witness = o.last_live.clone().filter(|_| s > 0);
                 let request = ReplayRequest {
                     worker: id,
-                    from_seq: s,
+                    from_seq: if witness.is_some() { s - 1 } else { s },
                     last_live_seq: Some(s + 1),
                 };
                 assert!(self.router.replay_requests().contains(&request));
@@ -538,6 +543,11 @@ impl<'a> Writer<'a> {
                     self.coverage.gaps_skipped += 1;
                 } else {
                     // Replayed in order: trust comes back with the last live batch.
+                    if let Some(w) = &witness {
+                        let confirmed = report(Some(s - 1), SeqOutcome::ReplayConfirmed, false);
+                        self.send(id, slot, Channel::Replay, w, confirmed, false);
+                        self.ingest.replays_confirmed += 1;
+                    }
                     let replayed = report(Some(s), SeqOutcome::Replayed, false);
                     self.send(id, slot, Channel::Replay, &lost, replayed, true);
                     let mut done = report(Some(s + 1), SeqOutcome::Replayed, true);

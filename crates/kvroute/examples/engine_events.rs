@@ -14,9 +14,11 @@
 //! What it shows, in order:
 //! 1. both engines publish; telemetry is applied and published on a 500 ms timer;
 //! 2. engine A's batch 2 is lost: the next batch is a gap, A is untrusted (its cache is
-//!    ignored by `route`) and [`Router::replay_requests`] asks for a replay from 2;
-//! 3. A's replay socket resends batches 2 and 3: trust is back and the request for A's
-//!    conversation goes to A with all its cached blocks;
+//!    ignored by `route`) and [`Router::replay_requests`] asks for a replay from 1, the
+//!    last batch applied (the witness that shows whether A restarted inside the gap);
+//! 3. A's replay socket resends batches 1 to 3: batch 1 is the copy applied (confirmed),
+//!    2 and 3 are applied, trust is back and the request for A's conversation goes to A
+//!    with all its cached blocks;
 //! 4. engine B (no replay socket) loses a batch too: [`Router::skip_replay`] clears B's
 //!    residency and trusts it again at once;
 //! 5. B's telemetry stops: the next publications mark B stale and decisions fall back.
@@ -355,7 +357,7 @@ pub fn run(out: &mut dyn Write) -> Result<Summary, Box<dyn Error>> {
 
     writeln!(
         out,
-        "t=0.6 s: the gateway asks A's replay socket for batches from 2"
+        "t=0.6 s: the gateway asks A's replay socket for batches from 1 (the witness)"
     )?;
     for rq in &replay_after_gap {
         assert_eq!(rq.worker, a);

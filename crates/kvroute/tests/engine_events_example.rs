@@ -14,12 +14,13 @@ fn the_engine_events_example_holds() {
     let mut printed = Vec::new();
     let s = engine_events::run(&mut printed).expect("the scenario runs");
 
-    // A applied batches 0 and 1, lost 2, saw 3: replay from 2, complete once 3 is applied.
+    // A applied batches 0 and 1, lost 2, saw 3: replay from the witness 1 (the last batch
+    // applied), complete once 3 is applied.
     assert_eq!(
         s.replay_after_gap,
         vec![ReplayRequest {
             worker: a,
-            from_seq: 2,
+            from_seq: 1,
             last_live_seq: Some(3),
         }]
     );

@@ -62,7 +62,8 @@ fn an_undecodable_batch_applies_nothing_and_is_replayed_whole() {
             .overlap_blocks
     };
 
-    live(0, &payload(vec![store(1, None, &p[..BS])]));
+    let batch0 = payload(vec![store(1, None, &p[..BS])]);
+    live(0, &batch0);
     assert_eq!(credited(), 1);
 
     // Batch 1 as sent: a good store of block 2, then a store whose token count does not
@@ -103,16 +104,19 @@ fn an_undecodable_batch_applies_nothing_and_is_replayed_whole() {
         r.replay_requests(),
         vec![ReplayRequest {
             worker: w,
-            from_seq: 1,
+            from_seq: 0,
             last_live_seq: Some(2),
         }]
     );
 
-    // The replay brings batch 1 as the engine buffered it, then batch 2: all 3 blocks.
+    // The replay brings the witness, batch 0 (the copy applied: the same `ts`), then batch
+    // 1 as the engine buffered it, then batch 2: all 3 blocks.
     let replay = |seq, bytes: &[u8]| {
         let msg = decode(&wire, &frames(seq, bytes)).unwrap();
         r.ingest(w, Channel::Replay, &msg).unwrap()
     };
+    let x = replay(0, &batch0);
+    assert_eq!((x.outcome, x.trusted), (SeqOutcome::ReplayConfirmed, false));
     let x = replay(1, &payload(vec![good]));
     assert_eq!((x.outcome, x.trusted), (SeqOutcome::Replayed, false));
     let x = replay(2, &payload(vec![store(3, Some(2), &p[2 * BS..])]));

@@ -52,9 +52,10 @@ fn contiguous_batches_apply_in_order() {
     assert_eq!(r.ingest_stats().contiguous, 3);
 }
 
-/// 0 applied; 1 lost; 2 arrives: a gap of 1, untrusted, replay from 1, and batch 2 is held.
-/// Live 3 arrives during the replay and is held too. Replay 1, 2, 3 applies them in order;
-/// at 3 the frontier passes the last live batch: trusted again, overlap 4.
+/// 0 applied; 1 lost; 2 arrives: a gap of 1, untrusted, replay from the witness 0 (the
+/// last batch applied), and batch 2 is held. Live 3 arrives during the replay and is held
+/// too. The replay's 0 is the copy applied (confirmed); 1, 2, 3 apply in order; at 3 the
+/// frontier passes the last live batch: trusted again, overlap 4.
 #[test]
 fn a_gap_zeroes_overlap_until_the_replay_reaches_the_live_sequence() {
     let (r, [w1, w2], p) = fleet();
@@ -74,15 +75,20 @@ fn a_gap_zeroes_overlap_until_the_replay_reaches_the_live_sequence() {
     assert_eq!(r.is_trusted(w1), Some(false));
     let want = ReplayRequest {
         worker: w1,
-        from_seq: 1,
+        from_seq: 0,
         last_live_seq: Some(2),
     };
     assert_eq!(r.replay_requests(), vec![want]);
-    assert_eq!(want.request_bytes(), [0, 0, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(want.request_bytes(), [0, 0, 0, 0, 0, 0, 0, 0]);
     // Untrusted: worker 1's 2 blocks are not credited, worker 2's 1 block wins.
     assert_eq!(route(&r, &p), (w2, 1));
 
     assert_eq!(r.ingest(w1, LIVE, &b3).unwrap().outcome, SeqOutcome::Held);
+    let x = r.ingest(w1, REPLAY, &b0).unwrap();
+    assert_eq!(
+        (x.outcome, x.applied.events, x.trusted),
+        (SeqOutcome::ReplayConfirmed, 0, false)
+    );
     for (m, done) in [(&b1, false), (&b2, false), (&b3, true)] {
         let x = r.ingest(w1, REPLAY, m).unwrap();
         assert_eq!(
@@ -107,9 +113,10 @@ fn a_gap_zeroes_overlap_until_the_replay_reaches_the_live_sequence() {
             s.held,
             s.replayed,
             s.replays_completed,
+            s.replays_confirmed,
             s.end_markers
         ),
-        (1, 1, 1, 3, 1, 1)
+        (1, 1, 1, 3, 1, 1, 1)
     );
     assert_eq!(s.untrusted_workers, 0);
 }
@@ -317,4 +324,90 @@ fn a_store_overtaken_by_a_later_clear_is_never_credited() {
     // Only the other worker's one block (`fleet`) is credited.
     assert_eq!(route(&r, &p), (w2, 1));
     assert_eq!(r.is_trusted(w1), Some(true));
+}
+
+/// A restart hidden inside a gap: the old stream (batch 0 stored `p`'s first 2 blocks)
+/// reached 10; the engine restarted and its batches 0..=29 were lost; its live 30 is a
+/// gap. The replay starts at the witness, 10, and the engine's buffer now holds the new
+/// incarnation's 10 (a later `ts`): the worker is cleared and the replay applied on an
+/// empty residency, so the old incarnation's blocks are never credited again.
+#[test]
+fn a_restart_inside_a_gap_drops_the_old_blocks_at_the_witness() {
+    let (r, [w1, w2], p) = fleet();
+    let old = |s: u64| 1.0 + s as f64 * 0.01;
+    let new = |s: u64| 3_000.0 + s as f64 * 0.01;
+    r.ingest(
+        w1,
+        LIVE,
+        &batch_at(0, old(0), vec![store(1, None, &p[..2 * BS])]),
+    )
+    .unwrap();
+    for s in 1..=10 {
+        r.ingest(w1, LIVE, &batch_at(s, old(s), Vec::new()))
+            .unwrap();
+    }
+    assert_eq!(route(&r, &p), (w1, 2));
+    let x = r
+        .ingest(w1, LIVE, &batch_at(30, new(30), Vec::new()))
+        .unwrap();
+    assert_eq!(
+        (x.outcome, x.trusted),
+        (SeqOutcome::Gap { missed: 19 }, false)
+    );
+    assert_eq!(r.replay_requests()[0].from_seq, 10);
+    let x = r
+        .ingest(w1, REPLAY, &batch_at(10, new(10), Vec::new()))
+        .unwrap();
+    assert_eq!(
+        (x.outcome, x.reset_from, x.trusted),
+        (SeqOutcome::ReplayRestarted, Some(30), false)
+    );
+    assert_eq!(blocks(&r, w1), 0, "the old incarnation's blocks are gone");
+    for s in 11..30 {
+        let x = r
+            .ingest(w1, REPLAY, &batch_at(s, new(s), Vec::new()))
+            .unwrap();
+        assert_eq!(x.outcome, SeqOutcome::Replayed);
+    }
+    let x = r
+        .ingest(w1, REPLAY, &batch_at(30, new(30), Vec::new()))
+        .unwrap();
+    assert!(x.replay_completed && x.trusted);
+    // Only the other worker's one block (`fleet`) is credited.
+    assert_eq!(route(&r, &p), (w2, 1));
+    let s = r.ingest_stats();
+    assert_eq!(
+        (s.resets, s.replays_completed, s.replays_confirmed),
+        (1, 1, 0)
+    );
+}
+
+/// The same gap without a restart: the witness is the copy applied, the replay completes
+/// and the blocks stored before the gap are still credited.
+#[test]
+fn a_confirmed_witness_keeps_the_blocks_stored_before_the_gap() {
+    let (r, [w1, _], p) = fleet();
+    let at = |s: u64| 1.0 + s as f64 * 0.01;
+    r.ingest(
+        w1,
+        LIVE,
+        &batch_at(0, at(0), vec![store(1, None, &p[..2 * BS])]),
+    )
+    .unwrap();
+    for s in 1..=10 {
+        r.ingest(w1, LIVE, &batch_at(s, at(s), Vec::new())).unwrap();
+    }
+    r.ingest(w1, LIVE, &batch_at(30, at(30), Vec::new()))
+        .unwrap();
+    let x = r
+        .ingest(w1, REPLAY, &batch_at(10, at(10), Vec::new()))
+        .unwrap();
+    assert_eq!(x.outcome, SeqOutcome::ReplayConfirmed);
+    for s in 11..=30 {
+        r.ingest(w1, REPLAY, &batch_at(s, at(s), Vec::new()))
+            .unwrap();
+    }
+    assert_eq!(r.is_trusted(w1), Some(true));
+    assert_eq!(route(&r, &p), (w1, 2));
+    assert_eq!(r.ingest_stats().replays_confirmed, 1);
 }

@@ -20,9 +20,10 @@
 //! under-state the engine's cache), when the caller gives up with [`Router::skip_replay`],
 //! or when the worker is re-registered. A block-size mismatch also makes the worker
 //! untrusted, until an `AllBlocksCleared` or a re-registration. An engine restart
-//! (sequence back near 0, or the last live number again from a batch with another `ts`)
-//! clears the worker, so none of its old blocks stays indexed. Rules in the module docs of
-//! `sequence` and `apply`.
+//! (a live sequence number that goes back with a later batch `ts`, the last live number
+//! again near 0 from a batch with another `ts`, or a replay whose first batch, the last one
+//! applied, comes back with another `ts`) clears the worker, so none of its old blocks
+//! stays indexed. Rules in the module docs of `sequence` and `apply`.
 //!
 //! Callers without a replay socket call [`Router::skip_replay`] for every
 //! [`ReplayRequest`]: the worker is cleared and trusted at once.
@@ -135,7 +136,9 @@ impl std::error::Error for IngestError {}
 pub struct ReplayRequest {
     /// The publisher (engine id, DP rank).
     pub worker: WorkerId,
-    /// The first sequence number to replay (the frontier: everything before is applied).
+    /// The first sequence number to replay: the last batch applied (the *witness*, which
+    /// shows whether the engine restarted inside the gap), or the frontier when nothing was
+    /// applied yet.
     pub from_seq: u64,
     /// The last live sequence number seen; the replay completes once it is applied.
     pub last_live_seq: Option<u64>,
@@ -216,6 +219,8 @@ impl IngestState {
                 add(&c.replayed, 1);
             }
             SeqOutcome::ReplayIgnored => add(&c.replay_ignored, 1),
+            SeqOutcome::ReplayConfirmed => add(&c.replays_confirmed, 1),
+            SeqOutcome::ReplayRestarted => add(&c.replayed, 1),
             SeqOutcome::EndOfReplay => {}
             SeqOutcome::ReplayShort { .. } => add(&c.replays_short, 1),
         }
@@ -289,7 +294,7 @@ impl Router {
                     .rposition(|e| matches!(e, KvEvent::AllBlocksCleared));
                 let v = match channel {
                     Channel::Live => p.seq.live(*seq, batch.ts, last_clear),
-                    Channel::Replay => p.seq.replay(*seq, last_clear),
+                    Channel::Replay => p.seq.replay(*seq, batch.ts, last_clear),
                 };
                 (Some(*seq), &batch.events[..], v)
             }
@@ -354,7 +359,7 @@ impl Router {
             if p.seq.pending {
                 out.push(ReplayRequest {
                     worker,
-                    from_seq: p.seq.next,
+                    from_seq: p.seq.replay_from(),
                     last_live_seq: p.seq.last_live,
                 });
             }

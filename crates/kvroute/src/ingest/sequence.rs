@@ -17,6 +17,9 @@
 //!
 //! | replay batch `s`               | outcome                                                  |
 //! |--------------------------------|----------------------------------------------------------|
+//! | `s == next − 1`, the witness, `ts` the one applied | confirmed: the stream is the same incarnation; dropped |
+//! | `s == next − 1`, the witness, another `ts` | restarted inside the gap: clear the worker, apply |
+//! | `s > next − 1` while the witness is awaited | the engine no longer buffers the witness: clear the worker, apply (truncated) |
 //! | `s < next`                     | stale: dropped                                           |
 //! | `s == next`                    | replayed: applied                                        |
 //! | `s > next`, no replay pending  | ignored (the live stream brings it)                      |
@@ -45,6 +48,19 @@
 //! it is a new incarnation's, its clear must not be lost. An engine whose clock stood still
 //! across a restart (the same `ts` bits) would have its new batch taken as a copy and
 //! dropped, keeping the old residency indexed.
+//!
+//! A restart can also hide inside a gap: the old stream reached `n − 1`, the new
+//! incarnation's first batches (up to `n` and past it) were all lost, and its batch `n`
+//! and later fill the gap as if nothing happened, while the blocks of the old incarnation
+//! stay indexed. Sequence numbers cannot show it, so a replay starts one batch early, at
+//! the *witness* `n − 1`, the last batch applied: the engine's replay answers every
+//! buffered batch from the number asked, so the witness comes first, and a copy of the
+//! batch applied carries the same `ts` bits. The same bits confirm the stream (the
+//! witness is dropped, the replay goes on); other bits mean the engine restarted inside
+//! the gap, so the worker is cleared and the replay applied from the witness on (from an
+//! empty residency a contiguous run can only under-state the cache). A replay without the
+//! witness (the engine no longer buffers it) cannot confirm anything and is truncated.
+//! A gap before anything was applied (frontier 0) needs no witness.
 //!
 //! A fresh registration expects sequence 0: a first batch with `s > 0` (the router joined
 //! a running engine) is a gap from 0, recovered by a replay or [`Router::skip_replay`].
@@ -92,6 +108,12 @@ pub enum SeqOutcome {
     },
     /// Replayed batch past the frontier with no replay pending: ignored.
     ReplayIgnored,
+    /// The replay's witness (the last batch applied, sent again) with the batch `ts` it
+    /// was applied with: the engine did not restart inside the gap; dropped.
+    ReplayConfirmed,
+    /// The replay's witness with another batch `ts`: the engine restarted inside the gap;
+    /// the worker was cleared and the batch applied.
+    ReplayRestarted,
     /// Replay end marker after a complete replay, or with none pending.
     EndOfReplay,
     /// Replay end marker while the replay was still short of the live sequence: the worker
@@ -134,6 +156,11 @@ pub(crate) struct Sequencer {
     pub last_live_ts: u64,
     /// A replay from `next` is needed (the worker is untrusted meanwhile).
     pub pending: bool,
+    /// The batch `ts` (`f64::to_bits`) of the last batch applied, `next − 1`
+    /// (meaningless while `next` is 0).
+    pub applied_ts: u64,
+    /// The witness a pending replay must start with (`next − 1`), until it arrives.
+    pub witness: Option<u64>,
 }
 
 const APPLY: Action = Action {
@@ -155,12 +182,24 @@ impl Sequencer {
         }
     }
 
-    /// Ends a pending replay once the frontier passed the last live batch.
+    /// Ends a pending replay once the frontier passed the last live batch (and the
+    /// witness, if one was awaited, came).
     fn settle(&mut self, v: &mut Verdict) {
-        if self.pending && self.last_live.is_none_or(|l| self.next > l) {
+        if self.pending && self.witness.is_none() && self.last_live.is_none_or(|l| self.next > l) {
             self.pending = false;
             v.replay_completed = true;
         }
+    }
+
+    /// The first sequence number a pending replay must bring: the witness, or the frontier.
+    pub fn replay_from(&self) -> u64 {
+        self.witness.unwrap_or(self.next)
+    }
+
+    /// Records batch `s` (sent at `ts`, as bits) as applied: the frontier moves past it.
+    fn applied(&mut self, s: u64, ts: u64) {
+        self.next = s + 1;
+        self.applied_ts = ts;
     }
 
     /// A live batch `s` sent at `ts` (the batch timestamp, seconds since the Unix epoch, as
@@ -184,7 +223,7 @@ impl Sequencer {
         let prev_live = self.last_live;
         self.last_live = Some(s);
         self.last_live_ts = ts;
-        let mut v = self.live_in_order(s, prev_live, last_clear);
+        let mut v = self.live_in_order(s, ts, prev_live, last_clear);
         if reset_from.is_some() {
             v.reset_from = reset_from;
             v.action.clear = true;
@@ -192,12 +231,18 @@ impl Sequencer {
         v
     }
 
-    fn live_in_order(&mut self, s: u64, prev_live: Option<u64>, clear: Option<usize>) -> Verdict {
+    fn live_in_order(
+        &mut self,
+        s: u64,
+        ts: u64,
+        prev_live: Option<u64>,
+        clear: Option<usize>,
+    ) -> Verdict {
         if s < self.next {
             return Self::verdict(SeqOutcome::Stale, SKIP);
         }
         if s == self.next {
-            self.next += 1;
+            self.applied(s, ts);
             let mut v = Self::verdict(SeqOutcome::Contiguous, APPLY);
             self.settle(&mut v);
             return v;
@@ -205,7 +250,10 @@ impl Sequencer {
         let seen = prev_live.map_or(self.next, |l| (l + 1).max(self.next));
         let missed = s - seen;
         if let Some(i) = clear {
-            self.next = s + 1;
+            // What the batch leaves from its clear on owes nothing to earlier batches: no
+            // witness needed.
+            self.applied(s, ts);
+            self.witness = None;
             let action = Action {
                 clear: false,
                 apply_from: Some(i),
@@ -213,6 +261,9 @@ impl Sequencer {
             let mut v = Self::verdict(SeqOutcome::GapCleared { missed }, action);
             self.settle(&mut v);
             return v;
+        }
+        if !self.pending && self.next > 0 {
+            self.witness = Some(self.next - 1);
         }
         self.pending = true;
         let outcome = if missed > 0 {
@@ -223,8 +274,34 @@ impl Sequencer {
         Self::verdict(outcome, SKIP)
     }
 
-    /// A replayed batch `s`.
-    pub fn replay(&mut self, s: u64, last_clear: Option<usize>) -> Verdict {
+    /// A replayed batch `s` sent at `ts` (the batch timestamp, as on the wire).
+    pub fn replay(&mut self, s: u64, ts: f64, last_clear: Option<usize>) -> Verdict {
+        let ts = ts.to_bits();
+        if let Some(w) = self.witness.filter(|_| self.pending) {
+            if s < w {
+                return Self::verdict(SeqOutcome::Stale, SKIP);
+            }
+            self.witness = None;
+            if s == w && ts == self.applied_ts {
+                return Self::verdict(SeqOutcome::ReplayConfirmed, SKIP);
+            }
+            let clear_from = Action {
+                clear: true,
+                apply_from: Some(last_clear.unwrap_or(0)),
+            };
+            let mut v = if s == w {
+                let mut v = Self::verdict(SeqOutcome::ReplayRestarted, clear_from);
+                v.reset_from = self.last_live;
+                v
+            } else {
+                // `s > w`: the batches from the frontier up to `s` are not delivered either.
+                let missing = s - self.next;
+                Self::verdict(SeqOutcome::ReplayTruncated { missing }, clear_from)
+            };
+            self.applied(s, ts);
+            self.settle(&mut v);
+            return v;
+        }
         if s < self.next {
             return Self::verdict(SeqOutcome::Stale, SKIP);
         }
@@ -250,7 +327,7 @@ impl Sequencer {
                 },
             )
         };
-        self.next = s + 1;
+        self.applied(s, ts);
         self.settle(&mut v);
         v
     }
@@ -276,8 +353,13 @@ impl Sequencer {
     pub fn give_up(&mut self) -> u64 {
         let after_live = self.last_live.map_or(self.next, |l| l + 1);
         let unreplayed = after_live.saturating_sub(self.next);
+        if after_live > self.next {
+            // The worker is cleared; the last live batch stands for the last applied one.
+            self.applied_ts = self.last_live_ts;
+        }
         self.next = self.next.max(after_live);
         self.pending = false;
+        self.witness = None;
         unreplayed
     }
 }
@@ -328,15 +410,19 @@ mod tests {
             outcome(s.live(5, at(5), None)),
             (SeqOutcome::Held, None, false)
         );
+        // The replay starts at the witness, batch 1, the same copy: confirmed.
+        assert_eq!(s.replay_from(), 1);
+        let v = s.replay(1, at(1), None);
+        assert_eq!(outcome(v), (SeqOutcome::ReplayConfirmed, None, false));
         for r in 2..5 {
-            let v = s.replay(r, None);
+            let v = s.replay(r, at(r), None);
             assert_eq!(outcome(v), (SeqOutcome::Replayed, Some(0), false));
             assert!(!v.replay_completed);
         }
-        let v = s.replay(5, None);
+        let v = s.replay(5, at(5), None);
         assert!(v.replay_completed && !s.pending);
         // The replay's copies of what the frontier passed are stale; live goes on at 6.
-        assert_eq!(s.replay(3, None).outcome, SeqOutcome::Stale);
+        assert_eq!(s.replay(3, at(3), None).outcome, SeqOutcome::Stale);
         assert_eq!(s.live(6, at(6), None).outcome, SeqOutcome::Contiguous);
         assert_eq!(s.end_of_replay().outcome, SeqOutcome::EndOfReplay);
     }
@@ -431,8 +517,10 @@ mod tests {
     fn truncated_and_short_replays_clear() {
         let mut s = Sequencer::default();
         s.live(0, at(0), None);
-        s.live(10, at(10), None); // gap: 1..=9 lost, frontier 1
-        let v = s.replay(4, None);
+        s.live(10, at(10), None); // gap: 1..=9 lost, frontier 1, witness 0
+        let v = s.replay(0, at(0), None);
+        assert_eq!(v.outcome, SeqOutcome::ReplayConfirmed);
+        let v = s.replay(4, at(4), None);
         assert_eq!(
             outcome(v),
             (SeqOutcome::ReplayTruncated { missing: 3 }, Some(0), true)
@@ -447,12 +535,78 @@ mod tests {
         assert_eq!(s.live(11, at(11), None).outcome, SeqOutcome::Contiguous);
     }
 
+    /// The old stream reached 10; the new incarnation's batches 0..=29 were lost and its
+    /// live 30 looks like a gap. The replay from the witness, 10, brings the new
+    /// incarnation's batch 10 (another `ts`): restarted inside the gap, so the worker is
+    /// cleared and the replay applied from there to the live 30.
+    #[test]
+    fn a_restart_inside_a_gap_is_found_by_the_witness() {
+        let mut s = Sequencer::default();
+        for i in 0..=10 {
+            s.live(i, at(i), None);
+        }
+        let v = s.live(30, restarted(30), None);
+        assert_eq!(outcome(v), (SeqOutcome::Gap { missed: 19 }, None, false));
+        assert_eq!(s.replay_from(), 10);
+        let v = s.replay(10, restarted(10), None);
+        assert_eq!(outcome(v), (SeqOutcome::ReplayRestarted, Some(0), true));
+        assert_eq!(v.reset_from, Some(30));
+        assert!(s.pending && s.next == 11);
+        for r in 11..30 {
+            assert_eq!(
+                s.replay(r, restarted(r), None).outcome,
+                SeqOutcome::Replayed
+            );
+        }
+        let v = s.replay(30, restarted(30), None);
+        assert!(v.replay_completed && !s.pending && s.next == 31);
+    }
+
+    /// A replay that starts past its witness (the engine no longer buffers batch 10) cannot
+    /// show the stream did not restart: truncated, the worker cleared, even though it
+    /// brings every batch the gap lost.
+    #[test]
+    fn a_replay_without_its_witness_is_truncated() {
+        let mut s = Sequencer::default();
+        for i in 0..=10 {
+            s.live(i, at(i), None);
+        }
+        s.live(20, at(20), None);
+        let v = s.replay(11, at(11), None);
+        assert_eq!(
+            outcome(v),
+            (SeqOutcome::ReplayTruncated { missing: 0 }, Some(0), true)
+        );
+        for r in 12..=20 {
+            s.replay(r, at(r), None);
+        }
+        assert!(!s.pending && s.next == 21);
+    }
+
+    /// A batch older than the witness (a replay asked for from further back) is stale,
+    /// and the witness still decides.
+    #[test]
+    fn batches_before_the_witness_are_stale() {
+        let mut s = Sequencer::default();
+        for i in 0..=10 {
+            s.live(i, at(i), None);
+        }
+        s.live(12, at(12), None);
+        assert_eq!(s.replay(9, at(9), None).outcome, SeqOutcome::Stale);
+        assert_eq!(
+            s.replay(10, at(10), None).outcome,
+            SeqOutcome::ReplayConfirmed
+        );
+        assert_eq!(s.replay(11, at(11), None).outcome, SeqOutcome::Replayed);
+        assert!(s.replay(12, at(12), None).replay_completed);
+    }
+
     #[test]
     fn unrequested_replay_ahead_is_ignored() {
         let mut s = Sequencer::default();
         s.live(0, at(0), None);
-        assert_eq!(s.replay(5, None).outcome, SeqOutcome::ReplayIgnored);
-        assert_eq!(s.replay(1, None).outcome, SeqOutcome::Replayed);
+        assert_eq!(s.replay(5, at(5), None).outcome, SeqOutcome::ReplayIgnored);
+        assert_eq!(s.replay(1, at(1), None).outcome, SeqOutcome::Replayed);
         assert_eq!(s.live(1, at(1), None).outcome, SeqOutcome::Stale);
         assert_eq!(s.live(2, at(2), None).outcome, SeqOutcome::Contiguous);
     }

@@ -91,15 +91,20 @@ counters! {
     held,
     /// Batches already applied or older than the stream (duplicates, stale): dropped.
     stale,
-    /// Engine restarts detected (the live sequence went back near 0, or repeated its last
-    /// number near 0 with another batch `ts` or an `AllBlocksCleared`): worker cleared.
+    /// Engine restarts detected (the live sequence went back with a later batch `ts`, or
+    /// repeated its last number near 0 with another `ts` or an `AllBlocksCleared`, or a
+    /// replay's witness came with another `ts`): worker cleared.
     resets,
     /// Replayed batches applied.
     replayed,
     /// Replays that reached the live sequence (trust restored).
     replays_completed,
-    /// Replays that skipped batches the engine no longer buffered: worker cleared.
+    /// Replays that skipped batches the engine no longer buffered, or began past their
+    /// witness: worker cleared.
     replays_truncated,
+    /// Replays whose witness (the last batch applied, sent again) carried the batch `ts` it
+    /// was applied with: the stream did not restart inside the gap.
+    replays_confirmed,
     /// Replays that ended before reaching the live sequence: worker cleared.
     replays_short,
     /// Pending replays the caller gave up on ([`Router::skip_replay`](crate::Router::skip_replay)): worker cleared.
