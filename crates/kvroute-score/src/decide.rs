@@ -8,8 +8,17 @@
 //! * `load_aware { beta }`: least negated score (hit rate less the load penalty).
 //! * `owner_pressure`: owners are the slots holding the deepest prefix.
 //!   pressure = `max(k, util, occ)`, `occ` summed over DP ranks. The least-pressured owner
-//!   keeps the request while its pressure is below `watermark` (0.9) ([`Reason::CacheHold`]);
-//!   otherwise the least-pressured slot fleet-wide takes it if its pressure is below the
+//!   keeps the request while its pressure is below `watermark` (0.9) and its prefix is worth
+//!   keeping ([`Reason::CacheHold`]): with `s` the share of the prompt it holds and `ρ` a
+//!   pressure clamped to `[0, 0.999]`, `(1 − s)·(1 − ρ_best) ≤ 1 − ρ_owner`, `best` the
+//!   least-pressured slot fleet-wide. That is "the prefill left to do on the owner finishes
+//!   no later than the whole prefill on `best`" in a processor-sharing engine, where work
+//!   `w` on a server busy `ρ` of the time takes `w/(1 − ρ)` (the M/G/1-PS response time;
+//!   Kleinrock, *Queueing Systems* vol. 2, §4.4): a one-block system prompt before 512
+//!   unique tokens (`s` = 3 %) holds only while the owner is at most about 3 % busier, a
+//!   4,096-token prefix of a 4,160-token prompt (`s` = 98 %) up to the watermark. A prefix
+//!   not worth keeping goes to `best` ([`Reason::Spill`]). Past the watermark, the
+//!   least-pressured slot fleet-wide takes it if its pressure is below the
 //!   watermark and at least `owner_slack` (0.1) below the owner's ([`Reason::Spill`]);
 //!   otherwise the owner holds ([`Reason::NoSafeSpillHold`]). No owner: least pressure
 //!   ([`Reason::CacheMiss`]). If any occupied slot's occupancy is unknown (caps missing,
@@ -290,13 +299,30 @@ impl Ctx<'_> {
         };
         let oc = s.costs[o];
         let wm = self.cfg.watermark;
-        if oc < wm {
+        if oc < wm && self.worth_keeping(deepest, oc, bc) {
             self.choice(o, Reason::CacheHold, oc)
+        } else if oc < wm {
+            self.choice(best, Reason::Spill, bc)
         } else if bc < wm && bc + self.cfg.owner_slack <= oc {
             self.choice(best, Reason::Spill, bc)
         } else {
             self.choice(o, Reason::NoSafeSpillHold, oc)
         }
+    }
+
+    /// Whether an owner holding `deepest` blocks at pressure `owner` is worth keeping
+    /// against the least pressure `best` (module docs: the prefill left on the owner ends
+    /// no later than the whole prefill on `best`, processor sharing).
+    fn worth_keeping(&self, deepest: f32, owner: f32, best: f32) -> bool {
+        let share = (deepest * self.p.block_size).min(self.p.prompt) / self.p.prompt.max(1.0);
+        let busy = |rho: f32| {
+            if rho.is_nan() {
+                0.999
+            } else {
+                rho.clamp(0.0, 0.999)
+            }
+        };
+        (1.0 - share) * (1.0 - busy(best)) <= 1.0 - busy(owner)
     }
 
     fn cache_aware<E: Engine>(&self, s: &mut Scorer) -> Choice {

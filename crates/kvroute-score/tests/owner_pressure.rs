@@ -1,6 +1,7 @@
 //! The `owner_pressure` rule: pressure `max(kv, util, (running + waiting)/max_running)`
-//! with DP-rank sums, 0.9 watermark, 0.1 owner slack, hold on the least-pressured owner
-//! when no safe spill exists, and the fleet-wide fallback to `max(kv, util)`.
+//! with DP-rank sums, 0.9 watermark, 0.1 owner slack, a prefix worth keeping (processor
+//! sharing), hold on the least-pressured owner when no safe spill exists, and the
+//! fleet-wide fallback to `max(kv, util)`.
 
 mod common;
 
@@ -42,6 +43,28 @@ fn owner_below_watermark_holds() {
     let c = both(&f, 1_600, &cfg(Policy::OwnerPressure), 1);
     assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
     assert!((c.cost - 0.85).abs() < 1e-6);
+}
+
+/// A prefix not worth keeping: the owner holds 1 block (16 tokens) of a 528-token prompt,
+/// share `s` = 16/528 = 1/33, at pressure 0.5; the peer is idle. `(1 − s)·(1 − 0) = 32/33 =
+/// 0.970 > 1 − 0.5`: the owner would still prefill 97 % of the prompt on an engine half
+/// busy, so the idle peer takes it (spill), although 0.5 is below the watermark.
+#[test]
+fn a_prefix_not_worth_keeping_spills_below_the_watermark() {
+    let f = Fleet::from_slots(&[w(1.0, 0.0, Some(0.5), 32.0), w(0.0, 0.0, Some(0.0), 0.0)]);
+    let c = both(&f, 528, &cfg(Policy::OwnerPressure), 0);
+    assert_eq!((slot(&c), c.reason), (1, Reason::Spill));
+    // Pressure 0.04: 0.970 > 0.96, still a spill; 0.02: 0.970 <= 0.98, the owner holds.
+    let f = Fleet::from_slots(&[w(1.0, 0.0, Some(0.04), 3.0), w(0.0, 0.0, Some(0.0), 0.0)]);
+    let c = both(&f, 528, &cfg(Policy::OwnerPressure), 0);
+    assert_eq!((slot(&c), c.reason), (1, Reason::Spill));
+    let f = Fleet::from_slots(&[w(1.0, 0.0, Some(0.02), 1.0), w(0.0, 0.0, Some(0.0), 0.0)]);
+    let c = both(&f, 528, &cfg(Policy::OwnerPressure), 1);
+    assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
+    // Against a peer at 0.3 the owner at 0.32 holds: 0.970 · 0.7 = 0.679 <= 0.68.
+    let f = Fleet::from_slots(&[w(1.0, 0.0, Some(0.32), 20.0), w(0.0, 0.0, Some(0.3), 19.0)]);
+    let c = both(&f, 528, &cfg(Policy::OwnerPressure), 1);
+    assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
 }
 
 /// No safe spill: owners at 0.95 and 1.2, the only peer at 0.88 (below 0.9 but 0.88 + 0.1 =
