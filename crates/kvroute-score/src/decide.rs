@@ -299,11 +299,11 @@ impl Ctx<'_> {
         };
         let oc = s.costs[o];
         let wm = self.cfg.watermark;
-        if oc < wm && self.worth_keeping(deepest, oc, bc) {
+        let below = oc < wm;
+        if below && self.worth_keeping(deepest, oc, bc) {
             self.choice(o, Reason::CacheHold, oc)
-        } else if oc < wm {
-            self.choice(best, Reason::Spill, bc)
-        } else if bc < wm && bc + self.cfg.owner_slack <= oc {
+        } else if below || (bc < wm && bc + self.cfg.owner_slack <= oc) {
+            // Below the watermark, the prefix is not worth keeping; above it, a safe spill.
             self.choice(best, Reason::Spill, bc)
         } else {
             self.choice(o, Reason::NoSafeSpillHold, oc)
