@@ -2,7 +2,7 @@
 //! every block, measured with a counting global allocator (live heap bytes of the whole
 //! process).
 //!
-//! Three scenarios, each on a fresh index of 70 worker slots (so slots 64..70 use the nodes'
+//! Three teardown scenarios, each on a fresh index of 70 worker slots (so slots 64..70 use the nodes'
 //! second bit word): store 49,280 block residencies (a 32-block shared prefix and 7 of 10
 //! 96-block conversations per worker, through chained `store` events, with a duplicate store
 //! and an alias per conversation) into an index sized for 64 blocks (so its node table must
@@ -30,10 +30,13 @@
 //! allowance: a single leaked node, bit word or map allocation fails the test.
 //!
 //! The binary has no libtest harness (`harness = false`): the allocator counts every thread,
-//! so nothing else may run or print while a scenario measures.
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+//! so nothing else may run or print while a scenario measures. Each case runs in a child
+//! process of its own (`kvroute_testkit::heap::run_cases`), so the collector's process-wide
+//! state after one case never enters another's figures.
+//!
+//! The cases of module `bounds` check that memory stays bounded while the per-worker cap
+//! evicts, and while clears and worker removals come and go, and that the index's
+//! `heap_bytes` gauge equals the allocator's count all along (tolerance derived there).
 
 use kvroute_core::EngineHash;
 use kvroute_core::{HashNamespace, SequenceHash, Slot};
@@ -41,58 +44,13 @@ use kvroute_index::BlockHasher;
 use kvroute_index::index::{
     BlockStore, IndexConfig, Overlaps, PrefixIndex, RemoveOutcome, StoreOutcome,
 };
-
-/// Live heap bytes of the process.
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-struct Counting;
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so
-// `System` upholds the `GlobalAlloc` contract; the counter is only bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by this allocator (that is, by `System`) with `layout`.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded unchanged; the caller upholds `realloc`'s contract.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            LIVE.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
-        }
-        p
-    }
-}
+use kvroute_testkit::heap::{Case, Counting, live, run_cases};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
+mod memory_bounds;
+use memory_bounds as bounds;
 
 const WORKERS: u32 = 70;
 const BS: usize = 4;
@@ -103,7 +61,7 @@ const CONVERSATIONS_PER_WORKER: usize = 7;
 /// Bound on flush rounds while waiting for deferred frees (each round is a few flushes).
 const MAX_FLUSH_ROUNDS: usize = 2000;
 
-fn config() -> IndexConfig {
+pub(crate) fn config() -> IndexConfig {
     let mut c = IndexConfig::new(WORKERS as usize, BS);
     // Sized for 64 blocks (256 table slots): the workload's 992 blocks must grow the
     // node table, and letting go of them must shrink it back.
@@ -261,12 +219,12 @@ fn outcome(new_blocks: usize, extra_copies: usize) -> StoreOutcome {
 }
 
 /// One crossbeam-epoch flush on this thread: moves its bag to the global queue and collects.
-fn single_flush() {
+pub(crate) fn single_flush() {
     crossbeam_epoch::pin().flush();
 }
 
 /// The lowest live-bytes value over a window of single flushes (see the module docs).
-fn settled_minimum() -> isize {
+pub(crate) fn settled_minimum() -> isize {
     let mut lowest = live();
     for _ in 0..64 {
         single_flush();
@@ -501,67 +459,78 @@ fn settled_after(index: &PrefixIndex) -> isize {
     settled_minimum()
 }
 
+/// Registers this thread with crossbeam-epoch and brings its collector to its steady cycle
+/// with garbage of the same kind (see the module docs). Every case starts with it.
+pub(crate) fn warm_collector() {
+    let warm = PrefixIndex::new(config()).unwrap();
+    let q = [SequenceHash(1), SequenceHash(2)];
+    for w in [0u32, 65] {
+        let pairs = [(EngineHash(1), q[0]), (EngineHash(2), q[1])];
+        warm.store_hashes(Slot(w), &pairs).unwrap();
+        warm.clear(Slot(w)).unwrap();
+    }
+    for _ in 0..256 {
+        warm.collect_garbage();
+        single_flush();
+    }
+}
+
+/// Runs `f` after [`warm_collector`].
+fn warmed(f: fn() -> Result<(), String>) -> Result<(), String> {
+    warm_collector();
+    f()
+}
+
+const CASES: &[Case] = &[
+    ("memory_returns_to_baseline_after_Clear", || {
+        warmed(|| scenario(Teardown::Clear))
+    }),
+    ("memory_returns_to_baseline_after_RemoveWorker", || {
+        warmed(|| scenario(Teardown::RemoveWorker))
+    }),
+    ("memory_returns_to_baseline_after_RemoveEveryBlock", || {
+        warmed(|| scenario(Teardown::RemoveEveryBlock))
+    }),
+    ("removed_blocks_after_a_kept_first_block_are_freed", || {
+        warmed(succ_chain_scenario)
+    }),
+    ("successor_cycles_are_freed_on_clear", || {
+        warmed(succ_cycle_scenario)
+    }),
+    (
+        "successor_cycles_are_freed_when_the_index_is_dropped",
+        || warmed(succ_cycle_drop_scenario),
+    ),
+    (
+        "eviction_keeps_memory_bounded_and_in_the_gauge_with_1_block_chains",
+        || warmed(|| bounds::eviction(1)),
+    ),
+    (
+        "eviction_keeps_memory_bounded_and_in_the_gauge_with_8_block_chains",
+        || warmed(|| bounds::eviction(8)),
+    ),
+    (
+        "eviction_keeps_memory_bounded_and_in_the_gauge_with_128_block_chains",
+        || warmed(|| bounds::eviction(128)),
+    ),
+    (
+        "store_and_clear_cycles_return_to_the_empty_footprint_at_once",
+        || warmed(bounds::store_and_clear_cycles),
+    ),
+    (
+        "worker_churn_returns_to_the_empty_footprint_at_once",
+        || warmed(bounds::worker_churn),
+    ),
+    ("dropping_an_index_frees_its_deferred_garbage", || {
+        warmed(bounds::drop_frees_deferred_garbage)
+    }),
+];
+
 fn main() {
-    // First output allocates stdout's buffer: do it before any measurement.
-    println!("index_memory: live-heap baseline checks (counting global allocator)");
-    // Register this thread with crossbeam-epoch and bring its collector to its steady cycle
-    // with garbage of the same kind (see the module docs).
-    {
-        let warm = PrefixIndex::new(config()).unwrap();
-        let q = [SequenceHash(1), SequenceHash(2)];
-        for w in [0u32, 65] {
-            let pairs = [(EngineHash(1), q[0]), (EngineHash(2), q[1])];
-            warm.store_hashes(Slot(w), &pairs).unwrap();
-            warm.clear(Slot(w)).unwrap();
-        }
-        for _ in 0..256 {
-            warm.collect_garbage();
-            single_flush();
-        }
-    }
-    let mut failures = Vec::new();
-    for kind in [
-        Teardown::Clear,
-        Teardown::RemoveWorker,
-        Teardown::RemoveEveryBlock,
-    ] {
-        let result = std::panic::catch_unwind(|| scenario(kind))
-            .unwrap_or_else(|_| Err(format!("{kind:?}: panicked")));
-        match result {
-            Ok(()) => println!("test memory_returns_to_baseline_after_{kind:?} ... ok"),
-            Err(e) => {
-                println!("test memory_returns_to_baseline_after_{kind:?} ... FAILED\n  {e}");
-                failures.push(format!("{kind:?}"));
-            }
-        }
-    }
-    for (name, f) in [
-        (
-            "removed_blocks_after_a_kept_first_block_are_freed",
-            succ_chain_scenario as fn() -> Result<(), String>,
-        ),
-        ("successor_cycles_are_freed_on_clear", succ_cycle_scenario),
-        (
-            "successor_cycles_are_freed_when_the_index_is_dropped",
-            succ_cycle_drop_scenario,
-        ),
-    ] {
-        let result =
-            std::panic::catch_unwind(f).unwrap_or_else(|_| Err(format!("{name}: panicked")));
-        match result {
-            Ok(()) => println!("test {name} ... ok"),
-            Err(e) => {
-                println!("test {name} ... FAILED\n  {e}");
-                failures.push(name.to_string());
-            }
-        }
-    }
-    if !failures.is_empty() {
-        println!(
-            "index_memory: {} scenario(s) failed: {failures:?}",
-            failures.len()
-        );
-        std::process::exit(1);
-    }
-    println!("index_memory: all scenarios returned to their baseline exactly");
+    // Each case runs in a process of its own (the collector's state is process-wide);
+    // the title is printed first, so stdout's buffer exists before any measurement.
+    run_cases(
+        "index_memory: live-heap checks (counting global allocator, one process per case)",
+        CASES,
+    );
 }

@@ -398,7 +398,11 @@ impl LoadPublisher {
     }
 
     /// Sets (replaces) the deployment facts of engine `engine_id`; takes effect at the next
-    /// publication (and for caps, at the next vLLM-style update).
+    /// publication (and for caps, at the next vLLM-style update). The facts are kept while
+    /// any rank of the engine is registered, and forgotten when its last registered rank is
+    /// removed ([`remove_worker`](Self::remove_worker)), so that engines coming and going do
+    /// not accumulate state; an engine whose ranks are all removed and later added again
+    /// is configured again. Facts set before any rank is added are kept until then.
     ///
     /// # Errors
     /// [`OutOfRange`] for a field outside its bounds ([`EngineConfig::validate`]); nothing
@@ -444,7 +448,9 @@ impl LoadPublisher {
     }
 
     /// Unregisters `worker`; its slot is vacant from the next publication. Returns the slot
-    /// and its generation.
+    /// and its generation. When it was the last registered rank of its engine, the engine's
+    /// configuration ([`configure_engine`](Self::configure_engine)) is forgotten too
+    /// (`O(registered workers)`).
     ///
     /// # Errors
     /// [`WorkerError::UnknownWorker`].
@@ -459,6 +465,10 @@ impl LoadPublisher {
         let st = &mut self.slots[slot.index()];
         let generation = st.tenant.map_or(SlotGeneration(0), |t| t.1);
         *st = SlotState::default();
+        let engine = worker.engine_id;
+        if !self.by_worker.keys().any(|w| w.engine_id == engine) {
+            self.engine_configs.remove(&engine);
+        }
         Ok((slot, generation))
     }
 

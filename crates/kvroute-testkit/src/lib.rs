@@ -10,8 +10,10 @@
 //! set to anything but empty, `0` or `false`, where a missing file fails the test.
 //!
 //! [`stream`] reads the real engine KV event streams of the shared data; [`msgpack`] builds
-//! msgpack inputs; [`SplitMix64`] is the seeded generator of test and benchmark inputs.
+//! msgpack inputs; [`SplitMix64`] is the seeded generator of test and benchmark inputs;
+//! [`heap`] counts live heap bytes for memory tests and runs each case in its own process.
 
+pub mod heap;
 pub mod msgpack;
 pub mod rng;
 pub mod stream;

@@ -192,8 +192,10 @@ impl Router {
         Ok(slot)
     }
 
-    /// Removes `worker`: unregisters it, drops its index residency, its load lane and every
-    /// reservation on it, republishes the load snapshot (at the latest `now` given to
+    /// Removes `worker`: unregisters it, drops its index residency, its load lane, every
+    /// reservation on it and its block-size mismatch counts (and its engine's
+    /// [`configure_engine`](Self::configure_engine) facts when it was the engine's last
+    /// registered rank), republishes the load snapshot (at the latest `now` given to
     /// [`publish`](Self::publish)) so decisions stop choosing it, and only then frees the
     /// slot, so a worker re-added later (here or in this slot) inherits no residency and no
     /// guard. Its last report and the released reservations are kept for one reservation
@@ -219,6 +221,7 @@ impl Router {
             bad = Some("index");
         }
         self.ingest.forget(slot);
+        self.ingest.forget_worker(worker);
         {
             let mut load = lock(&self.load);
             let report = load.publisher.last_report(worker);
@@ -324,7 +327,9 @@ impl Router {
 
     /// Sets the deployment facts of `engine` (every DP rank of it): DP size, per-rank
     /// scheduler cap (required before vLLM load updates, which do not report it) and
-    /// throughputs; see [`EngineConfig`]. Takes effect at the next publication.
+    /// throughputs; see [`EngineConfig`]. Takes effect at the next publication. Kept while
+    /// any rank of the engine is registered; removing its last rank forgets it (configure
+    /// the engine again when its ranks come back).
     ///
     /// # Errors
     /// [`OutOfRange`] naming the field out of range; nothing changes.

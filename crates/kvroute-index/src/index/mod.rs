@@ -22,8 +22,13 @@
 //!   last copy goes. Removing an unknown hash is counted, not fatal.
 //! * [`PrefixIndex::match_prefix`] takes no lock and never waits.
 //! * A node whose last holder leaves is unlinked and freed after an epoch grace period
-//!   (`crossbeam-epoch`); after every worker clears, the index holds no node and its
-//!   per-worker maps are freed, so memory returns to the empty baseline (buckets only).
+//!   (`crossbeam-epoch`): the nodes an event releases go to the collector as one batch, and
+//!   the event's writer drains it before returning (`reclaim`), so garbage never piles up
+//!   behind the collector's own pace; after every worker clears, the index holds no node
+//!   and its per-worker maps are freed, so memory returns to the empty baseline (buckets
+//!   only) without [`PrefixIndex::collect_garbage`].
+//! * [`IndexStats::heap_bytes`] counts every allocation of the index, garbage waiting for
+//!   the grace period included.
 //! * Removals shrink a worker's maps only with hysteresis (below 1/8 full, above 112
 //!   entries), so an engine's steady state of storing and evicting does not free and regrow
 //!   them every event; [`PrefixIndex::collect_garbage`] gives the rest back.
@@ -74,6 +79,10 @@ use worker::{Entry, WorkerState};
 /// Blocks of one event whose table slots are prefetched together.
 const BATCH: usize = 16;
 
+/// Rounds of pin and flush that [`PrefixIndex::collect_garbage`] and dropping the index
+/// spend, at most, waiting for deferred garbage (each round can advance the epoch once).
+const GARBAGE_DRAIN_ROUNDS: usize = 1024;
+
 /// Gauge changes of one event, applied to the shared gauges once at its end.
 #[derive(Default)]
 struct Delta {
@@ -81,17 +90,22 @@ struct Delta {
     residencies: i64,
     /// Nodes this event unlinked (handed to the epoch collector).
     unlinked: u64,
+    /// Nodes this event allocated and linked.
+    inserted: usize,
 }
 
 impl Delta {
-    /// Applies the gauge changes and, when the event unlinked nodes, asks the epoch
+    /// Applies the gauge changes, hands the nodes this event released to the epoch
+    /// collector as one batch (`Guard::seal`) and, when the event unlinked nodes, asks the
     /// collector to run what is due (`Guard::flush`: seal this thread's bag, advance the
-    /// epoch if every pinned thread allows, free up to a few bags). Without it frees lag far
-    /// behind a writer that only stores and removes (crossbeam collects on its own only
-    /// every 128 pins), so freed nodes are not reused and new ones come from fresh memory.
+    /// epoch if every pinned thread allows, free up to a few bags). The writer then drains
+    /// the batch once its guard is dropped ([`PrefixIndex::drain_event_garbage`]).
     fn settle(self, index: &PrefixIndex, guard: &Guard) {
         let flush = self.unlinked > 0;
+        let mem = index.table.memory();
+        mem.nodes_allocated(self.inserted);
         self.apply(index);
+        guard.seal(mem);
         if flush {
             guard.flush();
         }
@@ -327,6 +341,7 @@ impl PrefixIndex {
                 let (node, inserted) = w.acquire_or_insert(seq.0, &guard);
                 if inserted {
                     d.nodes += 1;
+                    d.inserted += 1;
                 }
                 if let Some(p) = prev {
                     // SAFETY: `p` was reached in this call under `guard` (see `prev`), and is
@@ -358,7 +373,19 @@ impl PrefixIndex {
             }
         }
         d.settle(self, &guard);
+        drop(w);
+        drop(guard);
+        self.drain_event_garbage();
         out
+    }
+
+    /// Frees the garbage of the event just applied (this thread's guard dropped), a few
+    /// rounds at most (`reclaim::EVENT_DRAIN_ROUNDS`); what a reader pinned from before the
+    /// event still holds back is freed by a later event or [`collect_garbage`]
+    /// (Self::collect_garbage), and is counted in the heap gauge meanwhile.
+    #[inline]
+    fn drain_event_garbage(&self) {
+        reclaim::drain(self.table.memory(), reclaim::EVENT_DRAIN_ROUNDS);
     }
 
     /// Drops the worker's reference that `entry` stood for (one engine hash, all copies).
@@ -443,6 +470,9 @@ impl PrefixIndex {
         }
         state.shrink_if_sparse();
         d.settle(self, &guard);
+        drop(w);
+        drop(guard);
+        self.drain_event_garbage();
         IndexCounters::bump(&self.counters.unknown_removes, out.unknown as u64);
         Ok(out)
     }
@@ -485,6 +515,9 @@ impl PrefixIndex {
         debug_assert!(state.aliases.is_empty());
         state.aliases = Default::default();
         d.settle(self, &guard);
+        drop(w);
+        drop(guard);
+        self.drain_event_garbage();
         n
     }
 
@@ -518,10 +551,11 @@ impl PrefixIndex {
     /// Asks the epoch collector to free retired nodes now, and gives back the spare
     /// capacity of every worker's maps (an empty map is freed, one at most a quarter full
     /// shrinks; removals alone keep up to 112 entries' worth per worker, see the index
-    /// docs). Frees happen on their own as threads pin and unpin; this is for tests, memory
-    /// gauges and idle moments: it takes each worker's lock in turn (`O(worker_slots)`). A
-    /// freed node can release its successor, which is then freed a grace period later, so
-    /// this flushes repeatedly.
+    /// docs). Each event's writer frees its own garbage before returning unless a reader
+    /// pinned meanwhile holds it back; this is for tests, memory gauges and idle moments: it
+    /// takes each worker's lock in turn (`O(worker_slots)`). A freed node can release its
+    /// successor, which is then freed a grace period later, so this flushes repeatedly
+    /// (bounded: garbage a thread pinned forever holds back stays, counted in the gauge).
     pub fn collect_garbage(&self) {
         for w in self.workers.iter() {
             w.lock().unwrap_or_else(|p| p.into_inner()).trim();
@@ -529,6 +563,7 @@ impl PrefixIndex {
         for _ in 0..256 {
             reclaim::pin().flush();
         }
+        reclaim::drain(self.table.memory(), GARBAGE_DRAIN_ROUNDS);
     }
 
     /// Counters and gauges.
@@ -541,11 +576,20 @@ impl PrefixIndex {
             .iter()
             .map(|w| w.lock().unwrap_or_else(|p| p.into_inner()).heap_bytes())
             .sum();
-        let node_bytes = nodes as usize * node::node_bytes(self.table.words as usize);
+        let mem = self.table.memory().counts();
+        let node_bytes = mem.allocated_nodes * node::node_bytes(self.table.words as usize);
+        let workers = self.workers.len() * core::mem::size_of::<Mutex<WorkerState>>();
         IndexStats {
             nodes,
             residencies: r(&self.residencies),
-            heap_bytes: (node_bytes + maps + self.table.fixed_bytes()) as u64,
+            heap_bytes: (node_bytes
+                + mem.deferred_bytes
+                + maps
+                + workers
+                + self.table.fixed_bytes()) as u64,
+            allocated_nodes: mem.allocated_nodes as u64,
+            deferred_nodes: mem.deferred_nodes as u64,
+            deferred_bytes: mem.deferred_bytes as u64,
             slot_out_of_range: r(&c.slot_out_of_range),
             block_size_mismatches: r(&c.block_size_mismatches),
             token_count_mismatches: r(&c.token_count_mismatches),
@@ -555,5 +599,15 @@ impl PrefixIndex {
             evicted_blocks: r(&c.evicted_blocks),
             table_resizes: self.table.resizes(),
         }
+    }
+}
+
+impl Drop for PrefixIndex {
+    /// Waits (a bounded number of pin-and-flush rounds) for the garbage deferred by this
+    /// index, so that dropping an idle index gives its memory back instead of leaving it in
+    /// the collector's queue until some other thread pins; the table's drop then frees the
+    /// nodes still linked.
+    fn drop(&mut self) {
+        reclaim::drain(self.table.memory(), GARBAGE_DRAIN_ROUNDS);
     }
 }

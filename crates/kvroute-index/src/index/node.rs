@@ -37,7 +37,8 @@
 //!
 //! Memory is owned by reference counts, `refs`: one for the table's link, one for a
 //! predecessor's successor pointer. Unlinking from the table and freeing a predecessor each
-//! drop one; the last drop hands the node to the epoch collector, so a reader that reached
+//! drop one; the last drop hands the node to the epoch collector (in its writer's batch, see
+//! `reclaim`), so a reader that reached
 //! it (through the table before the unlink, or through a predecessor that was still
 //! allocated) finishes before it is freed. A node leaving the table also gives up its own
 //! successor link, and a retired node never takes a new one (bar one race: a writer that
@@ -72,7 +73,7 @@ use core::ptr;
 
 use kvroute_core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use super::reclaim::{self, Guard};
+use super::reclaim::{Guard, NodeMemory};
 
 /// Marks a node whose last holder has left: it can never be acquired again.
 pub(crate) const RETIRED: u32 = u32::MAX;
@@ -121,10 +122,13 @@ pub(crate) fn node_bytes(words: usize) -> usize {
     layout(words).size()
 }
 
-/// Allocates a node for `key` with `words` zeroed bit words, already acquired once by its
-/// creator (holders = 1), with the reference its table link will own. Returns its thin
-/// pointer; free it with [`free`] (or, once shared, through [`drop_ref`]).
-pub(crate) fn alloc_acquired(key: u64, words: usize) -> *mut Head {
+/// Allocates a node for `key` with the table's zeroed bit words (`mem.words`), already
+/// acquired once by its creator (holders = 1), with the reference its table link will own.
+/// Returns its thin pointer; free it with [`free`] (or, once shared, through [`drop_ref`]).
+/// Counting it in `mem` is the publisher's (`NodeMemory::nodes_allocated`, once per event):
+/// a node that never gets published is freed uncounted.
+pub(crate) fn alloc_acquired(key: u64, mem: &NodeMemory) -> *mut Head {
+    let words = mem.words;
     let layout = layout(words);
     // SAFETY: the layout is non-zero-sized (the head alone is 24 bytes).
     let base = unsafe { std::alloc::alloc(layout) };
@@ -150,25 +154,39 @@ pub(crate) fn alloc_acquired(key: u64, words: usize) -> *mut Head {
     head
 }
 
-/// Frees a node: releases its successor link (if any), drops its fields and gives the
-/// memory back.
+/// Frees a node: releases its successor link (if any; a successor whose last reference
+/// that was goes into `guard`'s batch), drops its fields and gives the memory back. The
+/// caller counts it (`NodeMemory::nodes_freed`) if it was counted allocated.
 ///
 /// # Safety
-/// `p` came from [`alloc_acquired`] with this `words`; no reference to it is left and no
+/// `p` came from [`alloc_acquired`] with this `mem`; no reference to it is left and no
 /// thread can reach it any more (or ever could); this is called once for it.
-pub(crate) unsafe fn free(p: *mut Head, words: usize) {
+pub(crate) unsafe fn free(p: *mut Head, mem: &NodeMemory, guard: &Guard) {
     // SAFETY: `p` is allocated (caller), so its head can be read.
-    let s = unsafe { &*p }.succ.load(Ordering::Acquire);
+    let s = unsafe { &*p }.take_succ();
     if !s.is_null() {
-        // SAFETY: the successor link owns one reference on `s`, released exactly once here
-        // as this node is freed; successors belong to the same index (same `words`).
-        unsafe { drop_ref(s, words, &reclaim::pin()) };
+        // SAFETY: the successor link owned one reference on `s`, taken out of the node
+        // above and released exactly once here; successors belong to the same table.
+        unsafe { drop_ref(s, guard) };
     }
+    // SAFETY: the caller's preconditions; the successor link was released above.
+    unsafe { dealloc(p, mem) };
+}
+
+/// Drops a node's fields and gives its memory back (uncounted); the node holds no successor
+/// link any more.
+///
+/// # Safety
+/// As [`free`], and the node's successor link is null.
+unsafe fn dealloc(p: *mut Head, mem: &NodeMemory) {
+    let words = mem.words;
     let node = ptr::slice_from_raw_parts_mut(p.cast::<AtomicU64>(), words) as *mut Node;
-    // SAFETY: `node` spans exactly the allocation made by `alloc_acquired(_, words)`, every
-    // field of which was initialised there; no one else can reach it (caller), so it is
-    // dropped and deallocated once, with the layout it was allocated with.
+    // SAFETY: `node` spans exactly the allocation made by `alloc_acquired` with `mem`
+    // (`words` words), every field of which was initialised there; no one else can reach
+    // it (caller), so it is dropped and deallocated once, with the layout it was allocated
+    // with.
     unsafe {
+        debug_assert!((*p).succ.load(Ordering::Relaxed).is_null());
         ptr::drop_in_place(node);
         std::alloc::dealloc(p.cast(), layout(words));
     }
@@ -237,7 +255,7 @@ impl Node {
             if !cur.is_null() {
                 // SAFETY: the CAS took the old link out of the node; it owned one reference
                 // on `cur` (a node of this index), released exactly once, here.
-                unsafe { drop_ref(cur, self.words.len(), guard) };
+                unsafe { drop_ref(cur, guard) };
             }
         } else {
             // The table's reference is still held (the caller holds `next`), so this cannot
@@ -255,7 +273,7 @@ impl Node {
         if !s.is_null() {
             // SAFETY: the link owned one reference on `s` (a node of this index); the swap
             // took it out of the node, so it is released exactly once, here.
-            unsafe { drop_ref(s, self.words.len(), guard) };
+            unsafe { drop_ref(s, guard) };
         }
     }
 
@@ -353,18 +371,18 @@ impl Head {
     }
 }
 
-/// Drops one reference on `p`; the last one hands it to the epoch collector (through
-/// `guard`, the caller's pinned epoch).
+/// Drops one reference on `p`; the last one gathers it into `guard`'s batch, which the
+/// caller seals (hands to the epoch collector) before dropping the guard.
 ///
 /// # Safety
-/// `p` came from [`alloc_acquired`] with this `words`, and the caller owns one of its
-/// references (the table link or a successor link), which it gives up here.
-pub(crate) unsafe fn drop_ref(p: *mut Head, words: usize, guard: &Guard) {
+/// `p` came from [`alloc_acquired`], and the caller owns one of its references (the table
+/// link or a successor link), which it gives up here.
+pub(crate) unsafe fn drop_ref(p: *mut Head, guard: &Guard) {
     // SAFETY: the caller's reference keeps `p` allocated until this decrement.
     if unsafe { &*p }.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
         // SAFETY: no reference is left: the node is unreachable for threads that pin from
         // now on, and only this call saw the count reach zero.
-        unsafe { guard.defer_free_node(p, words) };
+        unsafe { guard.defer_free_node(p) };
     }
 }
 
@@ -372,15 +390,15 @@ pub(crate) unsafe fn drop_ref(p: *mut Head, words: usize, guard: &Guard) {
 /// the same for its successor, and so on down the chain (a loop, not recursion). For
 /// tearing down a table that is being dropped: with no thread able to reach any node, there
 /// is no grace period to wait for, and skipping the epoch collector saves one deferred
-/// closure per node.
+/// batch.
 ///
 /// # Safety
-/// - `p` came from [`alloc_acquired`] with this `words`, and the caller owns one of its
+/// - `p` came from [`alloc_acquired`] with this `mem`, and the caller owns one of its
 ///   references, which it gives up here;
 /// - no thread can reach `p` or any node reachable from it by successor links other than
 ///   through references the caller owns (the owning table is being dropped, so no reader
 ///   or writer is left).
-pub(crate) unsafe fn drop_ref_now(p: *mut Head, words: usize) {
+pub(crate) unsafe fn drop_ref_now(p: *mut Head, mem: &NodeMemory) {
     let mut cur = p;
     loop {
         // SAFETY: the reference being released keeps `cur` allocated until this decrement.
@@ -388,13 +406,14 @@ pub(crate) unsafe fn drop_ref_now(p: *mut Head, words: usize) {
             return;
         }
         // SAFETY: that was the last reference, so `cur` is still allocated (only this call
-        // can free it). Its successor link is taken out first, so `free` does not release
-        // it through the collector; the next turn of the loop releases it.
+        // can free it). Its successor link is taken out first; the next turn of the loop
+        // releases it.
         let next = unsafe { &*cur }.take_succ();
-        // SAFETY: `cur` came from `alloc_acquired(_, words)` (successors belong to the same
-        // table), its last reference is gone, and (caller's precondition) no thread can
-        // reach it: it is freed here, once.
-        unsafe { free(cur, words) };
+        // SAFETY: `cur` came from `alloc_acquired` with `mem` (successors belong to the same
+        // table), its last reference is gone, its successor link is null, and (caller's
+        // precondition) no thread can reach it: it is freed here, once.
+        unsafe { dealloc(cur, mem) };
+        mem.nodes_freed(1);
         if next.is_null() {
             return;
         }
@@ -406,7 +425,7 @@ pub(crate) unsafe fn drop_ref_now(p: *mut Head, words: usize) {
 #[cfg(test)]
 pub(crate) struct TestNode {
     p: *mut Head,
-    words: usize,
+    mem: kvroute_core::sync::Arc<NodeMemory>,
 }
 
 // SAFETY: the node is only accessed through shared references to its atomics and its
@@ -420,9 +439,10 @@ unsafe impl Sync for TestNode {}
 #[cfg(test)]
 impl TestNode {
     pub(crate) fn new(key: u64, words: usize) -> Self {
+        let mem = NodeMemory::new(words);
         Self {
-            p: alloc_acquired(key, words),
-            words,
+            p: alloc_acquired(key, &mem),
+            mem,
         }
     }
 }
@@ -432,17 +452,18 @@ impl core::ops::Deref for TestNode {
     type Target = Node;
 
     fn deref(&self) -> &Node {
-        // SAFETY: allocated with `self.words` in `new`, freed only in `drop`.
-        unsafe { Node::from_thin(self.p, self.words) }
+        // SAFETY: allocated with `self.mem.words` words in `new`, freed only in `drop`.
+        unsafe { Node::from_thin(self.p, self.mem.words) }
     }
 }
 
 #[cfg(test)]
 impl Drop for TestNode {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with `self.words`; tests never link a `TestNode` into
-        // a table or as a successor, so this owner holds the only reference.
-        unsafe { free(self.p, self.words) };
+        // SAFETY: allocated in `new` with `self.mem`; tests never link a `TestNode` into a
+        // table or as a successor, so this owner holds the only reference and the node has
+        // no successor link.
+        unsafe { dealloc(self.p, &self.mem) };
     }
 }
 

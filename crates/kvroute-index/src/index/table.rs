@@ -37,7 +37,9 @@ use kvroute_core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use kvroute_core::sync::{RwLock, RwLockReadGuard};
 
 use super::node::{self as node, Head, Node};
-use super::reclaim::{Guard, Parked};
+use kvroute_core::sync::Arc;
+
+use super::reclaim::{Guard, NodeMemory, Parked};
 
 /// Writer gates; a writer uses gate `slot % GATES`.
 #[cfg(not(kvroute_loom))]
@@ -86,6 +88,11 @@ impl Array {
     }
 }
 
+/// Heap bytes of an array of `cap` slots: its boxed record and its slots.
+fn array_bytes(cap: usize) -> usize {
+    core::mem::size_of::<Array>() + cap * core::mem::size_of::<Slot>()
+}
+
 /// Whether claiming one more key in an array of `cap` slots would pass 3/4 full.
 fn needs_grow(used: usize, cap: usize) -> bool {
     (used + 1) * 4 > cap * 3
@@ -113,6 +120,9 @@ pub(crate) struct Table {
     /// Bit words of every node of this table (`worker_slots.div_ceil(64)`).
     pub(crate) words: u32,
     resizes: AtomicU64,
+    /// Nodes allocated and garbage waiting for the collector (shared with the batches it
+    /// defers, which may run after the table is gone).
+    mem: Arc<NodeMemory>,
     parked: Parked,
 }
 
@@ -136,6 +146,7 @@ impl Table {
             mix: mix | 1,
             words,
             resizes: AtomicU64::new(0),
+            mem: NodeMemory::new(words as usize),
             parked: Parked::default(),
         }
     }
@@ -183,11 +194,18 @@ impl Table {
         self.resizes.load(Ordering::Relaxed)
     }
 
-    /// Heap bytes of the current slot array and the gates.
+    /// The count of this table's nodes and deferred garbage.
+    pub(crate) fn memory(&self) -> &Arc<NodeMemory> {
+        &self.mem
+    }
+
+    /// Heap bytes of the current slot array (its record and its slots), the gates and the
+    /// memory count's record; nodes and deferred garbage are counted in [`Table::memory`].
     pub(crate) fn fixed_bytes(&self) -> usize {
         let guard = super::reclaim::pin();
-        self.current(&guard).capacity() * core::mem::size_of::<Slot>()
+        array_bytes(self.current(&guard).capacity())
             + GATES * core::mem::size_of::<RwLock<()>>()
+            + NodeMemory::own_bytes()
     }
 
     /// Replaces the array by one sized for the live nodes. Takes every gate exclusively, so
@@ -237,7 +255,7 @@ impl Table {
         // SAFETY: `old_ptr` came from `Box::into_raw`, was just replaced (so no reader that
         // pins from now on can load it), and only this resize, which holds every gate,
         // could replace it.
-        unsafe { guard.retire(old_ptr, &self.parked) };
+        unsafe { guard.retire(old_ptr, array_bytes(cap), &self.mem, &self.parked) };
     }
 }
 
@@ -338,16 +356,16 @@ impl Writer<'_> {
                 let node = unsafe { Node::from_thin(p, words) };
                 if node.try_acquire() {
                     if !fresh.is_null() {
-                        // SAFETY: our own allocation (with `words`), never linked anywhere:
-                        // every CAS that could publish it failed.
-                        unsafe { node::free(fresh, words) };
+                        // SAFETY: our own allocation (with the table's `mem`), never linked
+                        // anywhere: every CAS that could publish it failed.
+                        unsafe { node::free(fresh, &t.mem, guard) };
                     }
                     return (node, false);
                 }
             }
             // Empty, or a retired node whose retirer has not unlinked it yet: replace it.
             if fresh.is_null() {
-                fresh = node::alloc_acquired(key, words);
+                fresh = node::alloc_acquired(key, &t.mem);
             }
             if slot
                 .node
@@ -445,7 +463,7 @@ impl Writer<'_> {
         // link owned one reference, and no slot of the current array points to it any more
         // (older arrays are only reachable by readers pinned before now); the caller
         // guarantees this is its only unlink, so the table's reference is dropped once.
-        unsafe { node::drop_ref(target, t.words as usize, guard) };
+        unsafe { node::drop_ref(target, guard) };
     }
 }
 
@@ -465,9 +483,9 @@ impl Drop for Writer<'_> {
 impl Drop for Table {
     fn drop(&mut self) {
         let arr = self.array.load(Ordering::Acquire);
-        let words = self.words as usize;
+        let mem = &*self.mem;
         // SAFETY: `&mut self`: no reader or writer remains, so no thread can reach any node
-        // (the preconditions of `drop_ref_now`); every node was allocated with `words`. The
+        // (the preconditions of `drop_ref_now`); every node was allocated with `mem`. The
         // current array was allocated with `Box::into_raw` and is freed once here. One pass:
         // each linked node gives up its successor link, then its table reference. A node's
         // references are its table link and the successor links pointing at it; each is
@@ -482,9 +500,9 @@ impl Drop for Table {
                 if !p.is_null() {
                     let s = (*p).take_succ();
                     if !s.is_null() {
-                        node::drop_ref_now(s, words);
+                        node::drop_ref_now(s, mem);
                     }
-                    node::drop_ref_now(p, words);
+                    node::drop_ref_now(p, mem);
                 }
             }
             drop(Box::from_raw(arr));

@@ -204,8 +204,21 @@ pub struct IndexStats {
     pub nodes: u64,
     /// (worker, block) residencies.
     pub residencies: u64,
-    /// Estimated heap bytes: nodes, their bit words, buckets and per-worker maps.
+    /// Heap bytes of the index: every allocated node with its bit words (linked, retired
+    /// but still referenced by a successor link, or waiting for the epoch grace period),
+    /// the other garbage waiting for the collector (batch records, replaced node-table
+    /// arrays), the node table, the writer gates, the per-worker state and maps. It equals
+    /// what the allocator holds for the index, bar the epoch collector's own bookkeeping.
     pub heap_bytes: u64,
+    /// Nodes whose memory is still allocated: the `nodes` linked in the index, retired
+    /// nodes that live nodes' successor links still hold (at most two per live node, see the
+    /// index docs), and retired nodes waiting for the epoch grace period (`deferred_nodes`).
+    pub allocated_nodes: u64,
+    /// Retired nodes handed to the epoch collector and not yet freed.
+    pub deferred_nodes: u64,
+    /// Other heap bytes waiting for the epoch collector: batch records and replaced
+    /// node-table arrays (included in `heap_bytes`).
+    pub deferred_bytes: u64,
     /// Operations on a slot outside `0..worker_slots`.
     pub slot_out_of_range: u64,
     /// Stores rejected for a block-size mismatch.

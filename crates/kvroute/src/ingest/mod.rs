@@ -193,6 +193,12 @@ impl IngestState {
         self.trust.set(slot, 0);
     }
 
+    /// Drops what the ingest counters keep per worker (its block-size mismatch counts);
+    /// called when the worker is removed.
+    pub(crate) fn forget_worker(&self, worker: WorkerId) {
+        self.counters.forget_worker(worker);
+    }
+
     /// Zeroes the overlaps of untrusted workers (called by `route` after matching).
     pub(crate) fn mask_untrusted(&self, overlaps: &mut Overlaps) {
         self.trust.mask(overlaps);

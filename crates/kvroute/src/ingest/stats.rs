@@ -56,7 +56,9 @@ macro_rules! counters {
             $($(#[doc = $doc])* pub $name: u64,)*
             /// Gauge: workers whose overlap `route` currently treats as zero.
             pub untrusted_workers: usize,
-            /// Block-size mismatches per engine worker and engine block size.
+            /// Block-size mismatches per registered engine worker and engine block size
+            /// (a removed worker's entries are dropped with it; `rejected_events` keeps
+            /// counting them).
             pub block_size_mismatches: Vec<BlockSizeMismatchCount>,
         }
 
@@ -156,6 +158,13 @@ impl IngestCounters {
     /// Adds `by` to one counter.
     pub(crate) fn add(c: &AtomicU64, by: u64) {
         c.fetch_add(by, Relaxed);
+    }
+
+    /// Forgets the block-size mismatch counts of `worker` (it was removed), so workers
+    /// coming and going do not accumulate entries.
+    pub(crate) fn forget_worker(&self, worker: WorkerId) {
+        let mut table = self.mismatches.lock().unwrap_or_else(|p| p.into_inner());
+        table.retain(|&(w, _), _| w != worker);
     }
 
     /// Counts one rejected store of `worker` with the sizes involved.
