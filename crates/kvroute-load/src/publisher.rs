@@ -607,6 +607,12 @@ impl LoadPublisher {
         self.accept(slot, worker, sample, now, None)
     }
 
+    /// The deployment facts configured for engine `engine_id`
+    /// ([`configure_engine`](Self::configure_engine)), if any.
+    pub fn engine_config(&self, engine_id: u64) -> Option<EngineConfig> {
+        self.engine_configs.get(&engine_id).copied()
+    }
+
     /// The running-request cap configured for every DP rank of engine `engine_id`
     /// ([`EngineConfig::max_running_per_rank`]), for decoders of engines that do not report
     /// their cap (vLLM); `None` when the engine has no configuration or no cap.

@@ -16,7 +16,9 @@
 //!   ([`LoadPublisher::carry_report`]), so the lane turns `Stale` when that report would
 //!   have, and the worker's own next report replaces it;
 //! * the released reservations, made again under the new tenancy and held by the router
-//!   (at most [`MAX_CARRIED`] requests; the tokens ride on the first).
+//!   (at most [`MAX_CARRIED`] requests; the tokens ride on the first);
+//! * its engine's deployment facts ([`Router::configure_engine`](crate::Router::configure_engine)),
+//!   when the removal of its last rank made the publisher forget them.
 //!
 //! Residency is never carried: blocks the index dropped are learnt again from the engine's
 //! events, so the index never credits a block it cannot vouch for. Decision guards of the
@@ -34,7 +36,9 @@
 //! oldest goes first), so the state stays bounded whatever the churn.
 
 use kvroute_core::{Nanos, Slot, SlotGeneration, WorkerId};
-use kvroute_load::{LastReport, LoadPublisher, Reservation, ReservationTable, Reserved, Work};
+use kvroute_load::{
+    EngineConfig, LastReport, LoadPublisher, Reservation, ReservationTable, Reserved, Work,
+};
 
 /// Most requests carried into one re-added worker (the rest of a larger figure is left to
 /// its telemetry): bounds the guards the router holds per worker.
@@ -42,12 +46,16 @@ pub const MAX_CARRIED: u64 = 4096;
 
 /// What a removal leaves for a re-addition of the same worker id.
 #[derive(Debug)]
-struct Departure {
-    worker: WorkerId,
+pub(crate) struct Departure {
+    pub worker: WorkerId,
     /// The router's clock at the removal.
-    at: Nanos,
-    report: Option<LastReport>,
-    released: Reserved,
+    pub at: Nanos,
+    /// Its last good load report.
+    pub report: Option<LastReport>,
+    /// The reservations the removal released.
+    pub released: Reserved,
+    /// The engine's deployment facts, which the publisher forgets with its last rank.
+    pub engine: Option<EngineConfig>,
 }
 
 /// Reservations carried into a tenancy, held until their amounts are known to be gone.
@@ -106,18 +114,12 @@ pub(crate) struct CarryState {
 }
 
 impl CarryState {
-    /// Records the departure of `worker` (call before the publisher forgets its lane), and
+    /// Records a departure (taken before the publisher forgets the worker's lane), and
     /// drops the guards carried into the tenancy being removed (the removal already
-    /// released their amounts, which are part of `released`).
-    pub fn depart(
-        &mut self,
-        worker: WorkerId,
-        report: Option<LastReport>,
-        released: Reserved,
-        now: Nanos,
-        ttl: Nanos,
-        capacity: usize,
-    ) {
+    /// released their amounts, which are part of `released`); keeps at most `capacity`
+    /// departures, none older than `ttl`.
+    pub fn depart(&mut self, departure: Departure, ttl: Nanos, capacity: usize) {
+        let (worker, now) = (departure.worker, departure.at);
         // The removal dropped their amounts: returning them is a no-op.
         self.end_carried(worker);
         self.forget_older_than(now, ttl);
@@ -125,12 +127,7 @@ impl CarryState {
         if self.departures.len() >= capacity.max(1) {
             self.departures.remove(0);
         }
-        self.departures.push(Departure {
-            worker,
-            at: now,
-            report,
-            released,
-        });
+        self.departures.push(departure);
     }
 
     /// Carries the departure of `worker`, if one younger than `ttl` is kept, into its new
@@ -147,6 +144,13 @@ impl CarryState {
             return;
         };
         let d = self.departures.remove(i);
+        if let Some(cfg) = d.engine {
+            // Its last rank's removal made the publisher forget the engine; the facts were
+            // valid when set, so configuring them again cannot fail.
+            if publisher.engine_config(worker.engine_id).is_none() {
+                let _ = publisher.configure_engine(worker.engine_id, cfg);
+            }
+        }
         let carried_report = d
             .report
             .is_some_and(|r| publisher.carry_report(worker, r).unwrap_or(false));

@@ -25,7 +25,7 @@ use kvroute_load::{
 use kvroute_score::{NearTieRng, ScoreConfig, SharedConfig};
 use kvroute_wire::{SglangRankLoad, VllmLoadUpdate};
 
-use crate::carry::CarryState;
+use crate::carry::{CarryState, Departure};
 use crate::config::{AdmissionConfig, RouterConfig, RouterConfigError};
 use crate::error::{EventError, WorkerError};
 use crate::scratch::ScratchPool;
@@ -225,6 +225,7 @@ impl Router {
         {
             let mut load = lock(&self.load);
             let report = load.publisher.last_report(worker);
+            let engine = load.publisher.engine_config(worker.engine_id);
             if load.publisher.remove_worker(worker).is_err() {
                 bad = Some("load publisher");
             }
@@ -237,8 +238,14 @@ impl Router {
             };
             let now = load.last_now;
             let (ttl, capacity) = (self.table.ttl(), self.table.capacity());
-            load.carry
-                .depart(worker, report, released, now, ttl, capacity);
+            let departure = Departure {
+                worker,
+                at: now,
+                report,
+                released,
+                engine,
+            };
+            load.carry.depart(departure, ttl, capacity);
             let _ = load.publisher.publish(now);
         }
         if self.registry.release(retired).is_err() {
@@ -329,7 +336,8 @@ impl Router {
     /// scheduler cap (required before vLLM load updates, which do not report it) and
     /// throughputs; see [`EngineConfig`]. Takes effect at the next publication. Kept while
     /// any rank of the engine is registered; removing its last rank forgets it (configure
-    /// the engine again when its ranks come back).
+    /// the engine again when its ranks come back), unless one comes back within a
+    /// reservation TTL ([`add_worker`](Self::add_worker): the facts return with it).
     ///
     /// # Errors
     /// [`OutOfRange`] naming the field out of range; nothing changes.

@@ -153,3 +153,32 @@ fn a_different_worker_in_the_freed_slot_inherits_nothing() {
     assert_eq!(snap.validity()[slot.index()], Validity::Missing);
     assert_eq!(snap.running()[slot.index()], 0);
 }
+
+/// A vLLM engine's deployment facts come back with its only rank: the publisher forgets an
+/// engine with its last rank, so without the departure a flapped vLLM worker's next update
+/// would be refused for a missing cap (vLLM does not report `max_num_seqs`).
+#[test]
+fn a_readded_vllm_worker_keeps_its_engine_configuration() {
+    let (r, ws) = router(4, 1, |_| {});
+    let cfg = kvroute::EngineConfig::new().with_max_running_per_rank(48);
+    r.configure_engine(kvroute::EngineId(ws[0].engine_id), cfg)
+        .unwrap();
+    let update = kvroute::VllmLoadUpdate {
+        engine_id: ws[0].engine_id,
+        ranks: vec![kvroute::VllmRankLoad {
+            dp_rank: 0,
+            num_requests_running: 12.0,
+            num_requests_waiting: 0.0,
+            kv_cache_usage: 0.25,
+        }],
+    };
+    r.update_vllm_load(&update, NOW).unwrap();
+    r.remove_worker(ws[0]).unwrap();
+    let slot = r.add_worker(ws[0]).unwrap();
+    let later = Nanos(NOW.0 + 1_000_000);
+    assert_eq!(r.update_vllm_load(&update, later), Ok(()));
+    r.publish(later).unwrap();
+    let reader = r.load_reader();
+    let snap = reader.load();
+    assert_eq!(snap.engine_of(slot).unwrap().max_running, 48);
+}
