@@ -214,6 +214,8 @@ struct SlotState {
     engine_ts: Option<f64>,
     /// Reservable fields reported since the last publication (to reconcile).
     unreconciled: Fields,
+    /// Taken out of the candidates by the router (`set_excluded`).
+    excluded: bool,
 }
 
 /// The single writer of load snapshots; see the module docs.
@@ -505,6 +507,21 @@ impl LoadPublisher {
         st.good = Some(report.good);
         st.engine_ts = report.engine_ts;
         Ok(true)
+    }
+
+    /// Takes `worker` out of the candidates (`true`) or puts it back (`false`) from the
+    /// next publication ([`LoadSnapshot::excluded`]): for a worker whose requests fail
+    /// while its telemetry looks healthy (the router's breaker). Its figures, validity and
+    /// reconciliation go on as before. Returns whether the flag changed.
+    ///
+    /// # Errors
+    /// [`UpdateError::UnknownWorker`] (counted).
+    pub fn set_excluded(&mut self, worker: WorkerId, excluded: bool) -> Result<bool, UpdateError> {
+        let slot = self.lookup(worker)?;
+        let st = &mut self.slots[slot.index()];
+        let changed = st.excluded != excluded;
+        st.excluded = excluded;
+        Ok(changed)
     }
 
     /// When the figures held for `worker` were observed (caller's clock), or `None` when it
@@ -865,6 +882,7 @@ fn write_slot(
         snap.engine_requests[i] = 0;
         snap.engine_max_running[i] = 0;
         snap.validity[i] = Validity::Vacant;
+        snap.excluded[i] = false;
         snap.reported[i] = Fields::NONE;
         snap.observed_at[i] = Nanos::ZERO;
         snap.generation[i] = 0;
@@ -905,6 +923,7 @@ fn write_slot(
         own
     };
     snap.reported[i] = reported;
+    snap.excluded[i] = st.excluded;
     snap.observed_at[i] = st.good.map_or(Nanos::ZERO, |g| g.observed_at);
     snap.generation[i] = generation.0;
     snap.worker[i] = Some(worker);

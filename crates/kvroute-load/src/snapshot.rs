@@ -129,6 +129,7 @@ pub struct LoadSnapshot {
     pub(crate) engine_requests: Vec<u64>,
     pub(crate) engine_max_running: Vec<u64>,
     pub(crate) validity: Vec<Validity>,
+    pub(crate) excluded: Vec<bool>,
     pub(crate) reported: Vec<Fields>,
     pub(crate) observed_at: Vec<Nanos>,
     pub(crate) generation: Vec<u64>,
@@ -160,6 +161,7 @@ impl LoadSnapshot {
             engine_requests: vec![0; n],
             engine_max_running: vec![0; n],
             validity: vec![Validity::Vacant; n],
+            excluded: vec![false; n],
             reported: vec![Fields::NONE; n],
             observed_at: vec![Nanos::ZERO; n],
             generation: vec![0; n],
@@ -256,6 +258,13 @@ impl LoadSnapshot {
     /// [`Validity::Vacant`].
     pub fn validity(&self) -> &[Validity] {
         &self.validity
+    }
+    /// Per slot, whether the router took the worker out of the candidates
+    /// ([`LoadPublisher::set_excluded`](crate::LoadPublisher::set_excluded): its requests
+    /// fail); its figures and validity are still the telemetry's. `false` for vacant slots
+    /// and padding.
+    pub fn excluded(&self) -> &[bool] {
+        &self.excluded
     }
     /// Fields supplied per slot.
     pub fn reported(&self) -> &[Fields] {

@@ -163,6 +163,12 @@ impl Fleet {
         })
     }
 
+    /// Whether slot `i` is a candidate: occupied, and not excluded by the router
+    /// ([`LoadSnapshot::excluded`]); `false` out of range.
+    pub fn is_candidate(&self, i: usize) -> bool {
+        self.occupied.get(i).is_some_and(|&o| o > 0.0)
+    }
+
     /// Overlap of slot `i` (blocks; 0 for vacant or out of range).
     pub fn overlap(&self, i: usize) -> f32 {
         self.overlap.get(i).copied().unwrap_or(0.0)
@@ -415,8 +421,15 @@ impl Fleet {
                 *v = (*v).min(Validity::Stale);
             }
         }
+        // A worker the router excluded (its requests fail) is no candidate: to the scorer
+        // it is a vacant slot, in every lane, the aggregates and the fallback rules.
+        for (v, &x) in self.validity[..n].iter_mut().zip(&snapshot.excluded()[..n]) {
+            if x {
+                *v = Validity::Vacant;
+            }
+        }
         let mask = &mut self.mask[..n];
-        for (m, v) in mask.iter_mut().zip(validity) {
+        for (m, v) in mask.iter_mut().zip(&self.validity[..n]) {
             *m = 0u32.wrapping_sub(u32::from(*v != Validity::Vacant));
         }
         let mask = &self.mask[..n];

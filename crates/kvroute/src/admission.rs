@@ -10,7 +10,7 @@
 //! prefix while the owner is saturated, instead of a 429.
 
 use kvroute_core::{Slot, WorkerId};
-use kvroute_load::{LoadSnapshot, Validity};
+use kvroute_load::LoadSnapshot;
 use kvroute_score::Fleet;
 
 use crate::decision::AdmissionRedirect;
@@ -51,7 +51,7 @@ pub(crate) fn admit(
     // Visiting slots from the cursor, a later slot replaces the best only when strictly
     // better, so equal keys keep the first at or after the cursor.
     for i in (start..n).chain(0..start) {
-        if snap.validity()[i] == Validity::Vacant {
+        if !fleet.is_candidate(i) {
             continue;
         }
         let out = outstanding(fleet, i);

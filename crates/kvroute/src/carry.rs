@@ -106,7 +106,6 @@ fn end(guards: Vec<Reservation>, returned: &mut Reserved) -> Reserved {
 }
 
 /// Departures and carried reservations; kept under the router's load lock.
-#[derive(Default)]
 pub(crate) struct CarryState {
     departures: Vec<Departure>,
     carried: Vec<Carried>,
@@ -114,6 +113,16 @@ pub(crate) struct CarryState {
 }
 
 impl CarryState {
+    /// Room for one departure per slot from the start (a departure owns no heap memory),
+    /// so that worker churn never grows the router's footprint.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            departures: Vec::with_capacity(capacity.max(1)),
+            carried: Vec::new(),
+            stats: CarryStats::default(),
+        }
+    }
+
     /// Records a departure (taken before the publisher forgets the worker's lane), and
     /// drops the guards carried into the tenancy being removed (the removal already
     /// released their amounts, which are part of `released`); keeps at most `capacity`

@@ -10,6 +10,8 @@ use kvroute_index::index::{
 use kvroute_load::{BUFFERS, LoadConfig, MAX_AGE, ReservationTable};
 use kvroute_score::ScoreConfig;
 
+use crate::breaker::BreakerConfig;
+
 /// Valid [`RouterConfig::max_rescores`]: `0..=64`.
 pub const MAX_RESCORES: Bounds = Bounds::ints(0, 64, "");
 /// Valid [`AdmissionConfig::max_outstanding_requests`]: `1..=1_000_000` requests.
@@ -90,6 +92,10 @@ pub struct RouterConfig {
     pub max_rescores: u32,
     /// Admission control; `None` (default) admits every request that has a worker.
     pub admission: Option<AdmissionConfig>,
+    /// The per-worker breaker fed by request outcomes
+    /// ([`Router::finish`](crate::Router::finish)); `None` disables it (outcomes are still
+    /// counted). Default: [`BreakerConfig::default`].
+    pub breaker: Option<BreakerConfig>,
     /// Seed of the near-tie randomisation draws (used only when
     /// `score.near_tie_band > 0`); give each router replica its own. Default 0.
     pub near_tie_seed: u64,
@@ -116,6 +122,7 @@ impl RouterConfig {
             reservation_ttl: ReservationTable::DEFAULT_TTL,
             max_rescores: Self::DEFAULT_MAX_RESCORES,
             admission: None,
+            breaker: Some(BreakerConfig::default()),
             near_tie_seed: 0,
         }
     }
@@ -178,6 +185,9 @@ impl RouterConfig {
                     u64::from(a.max_outstanding_requests),
                 )
                 .map_err(range)?;
+        }
+        if let Some(b) = self.breaker {
+            b.validate().map_err(range)?;
         }
         self.score.validate().map_err(RouterConfigError::Score)
     }

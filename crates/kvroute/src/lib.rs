@@ -91,6 +91,7 @@
 //!   evaluated when a snapshot is published.
 
 mod admission;
+mod breaker;
 mod carry;
 mod config;
 mod decision;
@@ -107,12 +108,14 @@ mod router;
 mod scratch;
 mod stats;
 
+pub use breaker::{BreakerConfig, BreakerStats, Outcome};
 pub use carry::{CarryStats, MAX_CARRIED};
 pub use config::{AdmissionConfig, RouterConfig, RouterConfigError};
 
 /// The valid range of every bounded setting, as the validation checks it (and as
 /// [`OutOfRange`] reports it).
 pub mod bounds {
+    pub use crate::breaker::{BREAKER_COOLDOWN, BREAKER_COUNT, BREAKER_FRACTION, BREAKER_RATE};
     pub use crate::config::{MAX_OUTSTANDING_REQUESTS, MAX_RESCORES};
     pub use kvroute_index::index::{
         BLOCK_SIZE, EXPECTED_BLOCKS, MAX_BLOCKS_PER_WORKER, WORKER_SLOTS,

@@ -38,6 +38,10 @@
 //! | `kvroute_carried_total` | counter | `field` as above | [`CarryStats::reserved`](crate::CarryStats::reserved): work reserved again under the new tenancies |
 //! | `kvroute_carried_returned_total` | counter | `field` as above | [`CarryStats::returned`](crate::CarryStats::returned) |
 //! | `kvroute_carried_dropped_requests_total` | counter | | [`CarryStats::dropped_requests`](crate::CarryStats::dropped_requests) |
+//! | `kvroute_outcomes_total` | counter | `outcome`: `completed`, `failed`, `cancelled` | [`RouterStats::breaker`] ([`Router::finish`](crate::Router::finish)) |
+//! | `kvroute_stale_outcomes_total` | counter | | [`BreakerStats::stale_outcomes`](crate::BreakerStats::stale_outcomes) |
+//! | `kvroute_breaker_transitions_total` | counter | `transition`: `opened`, `reopened`, `half_opened`, `closed`, `refused` | [`BreakerStats`](crate::BreakerStats) |
+//! | `kvroute_breakers_open` | gauge | | [`BreakerStats::open_now`](crate::BreakerStats::open_now) (workers) |
 //! | `kvroute_ingest_<counter>_total` | counter | | each `u64` counter of [`IngestStats`], by field name (`kvroute_ingest_gaps_total`, `kvroute_ingest_stored_blocks_total`, …) |
 //! | `kvroute_ingest_untrusted_workers` | gauge | | [`IngestStats::untrusted_workers`] (workers) |
 //! | `kvroute_ingest_block_size_mismatches_total` | counter | `engine_id`, `dp_rank`, `engine_block_size`, `router_block_size` | [`IngestStats::block_size_mismatches`] (rejected stores) |
@@ -117,6 +121,25 @@ impl RouterStats {
         reserved("kvroute_carried_total", &c.reserved);
         reserved("kvroute_carried_returned_total", &c.returned);
         counter!("kvroute_carried_dropped_requests_total").absolute(c.dropped_requests);
+        let b = &self.breaker;
+        for (outcome, v) in [
+            ("completed", b.completed),
+            ("failed", b.failed),
+            ("cancelled", b.cancelled),
+        ] {
+            counter!("kvroute_outcomes_total", "outcome" => outcome).absolute(v);
+        }
+        counter!("kvroute_stale_outcomes_total").absolute(b.stale_outcomes);
+        for (transition, v) in [
+            ("opened", b.opened),
+            ("reopened", b.reopened),
+            ("half_opened", b.half_opened),
+            ("closed", b.closed),
+            ("refused", b.open_refused),
+        ] {
+            counter!("kvroute_breaker_transitions_total", "transition" => transition).absolute(v);
+        }
+        gauge!("kvroute_breakers_open").set(b.open_now as f64);
     }
 }
 
@@ -225,6 +248,26 @@ pub fn describe_metrics() {
         "kvroute_reservation_underflow_clamped_total",
         Unit::Count,
         "Reservation subtractions clamped at zero.",
+    );
+    c(
+        "kvroute_outcomes_total",
+        Unit::Count,
+        "Routed requests by outcome, as the gateway reported them.",
+    );
+    c(
+        "kvroute_stale_outcomes_total",
+        Unit::Count,
+        "Outcomes of a removed worker or an earlier tenancy of its slot: ignored.",
+    );
+    c(
+        "kvroute_breaker_transitions_total",
+        Unit::Count,
+        "Per-worker breaker transitions, and openings refused by the open-share cap.",
+    );
+    describe_gauge!(
+        "kvroute_breakers_open",
+        Unit::Count,
+        "Workers whose breaker is open: no candidates until their cooldown ends."
     );
     c(
         "kvroute_carried_readditions_total",

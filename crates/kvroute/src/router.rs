@@ -15,7 +15,7 @@ use kvroute_core::EngineHash;
 use kvroute_core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use kvroute_core::sync::{Arc, Mutex, MutexGuard, RwLock};
 use kvroute_core::{EngineId, LoadSample, Nanos, Number, OutOfRange, UpdateError};
-use kvroute_core::{SequenceHash, Slot, WorkerId};
+use kvroute_core::{SequenceHash, Slot, SlotGeneration, WorkerId};
 use kvroute_index::index::{BlockStore, IndexStats, PrefixIndex, RemoveOutcome, StoreOutcome};
 use kvroute_index::{BlockHasher, RegistryError, WorkerRegistry};
 use kvroute_load::{
@@ -25,8 +25,10 @@ use kvroute_load::{
 use kvroute_score::{NearTieRng, ScoreConfig, SharedConfig};
 use kvroute_wire::{SglangRankLoad, VllmLoadUpdate};
 
+use crate::breaker::{Breakers, Outcome, Transition};
 use crate::carry::{CarryState, Departure};
 use crate::config::{AdmissionConfig, RouterConfig, RouterConfigError};
+use crate::decision::Decision;
 use crate::error::{EventError, WorkerError};
 use crate::scratch::ScratchPool;
 use crate::stats::{Counters, RouterStats};
@@ -63,6 +65,8 @@ pub struct Router {
     pub(crate) cursor: AtomicU32,
     draws: AtomicU64,
     pub(crate) counters: Counters,
+    /// Per-worker breakers fed by request outcomes (`breaker.rs`).
+    breakers: Breakers,
     pub(crate) scratch: ScratchPool,
     pub(crate) ingest: crate::ingest::IngestState,
 }
@@ -124,7 +128,7 @@ impl Router {
             load: Mutex::new(LoadState {
                 publisher,
                 last_now: Nanos::ZERO,
-                carry: CarryState::default(),
+                carry: CarryState::new(config.worker_slots),
             }),
             reader,
             table,
@@ -132,6 +136,7 @@ impl Router {
             cursor: AtomicU32::new(0),
             draws: AtomicU64::new(0),
             counters: Counters::new(config.worker_slots),
+            breakers: Breakers::new(config.worker_slots, config.breaker),
             scratch: ScratchPool::default(),
             ingest: crate::ingest::IngestState::new(config.worker_slots),
         })
@@ -164,6 +169,7 @@ impl Router {
         }
         // Before the reservation table knows the tenancy, so before any decision under it.
         self.counters.start_tenancy(slot, generation);
+        self.breakers.reset(slot, generation);
         let undo_registry = || {
             if let Ok(retired) = self.registry.remove(worker) {
                 let _ = self.registry.release(retired);
@@ -222,6 +228,7 @@ impl Router {
         }
         self.ingest.forget(slot);
         self.ingest.forget_worker(worker);
+        self.breakers.reset(slot, SlotGeneration(0));
         {
             let mut load = lock(&self.load);
             let report = load.publisher.last_report(worker);
@@ -413,6 +420,11 @@ impl Router {
     /// the clock than `max_clock_lead`; nothing changed (counted in `LoadStats`).
     pub fn publish(&self, now: Nanos) -> Result<u64, PublishError> {
         let mut load = lock(&self.load);
+        for slot in self.breakers.due(now) {
+            if let Some((worker, _)) = self.registry.worker_at(slot) {
+                let _ = load.publisher.set_excluded(worker, false);
+            }
+        }
         let seq = load.publisher.publish(now)?;
         load.last_now = load.last_now.max(now);
         let LoadState {
@@ -429,6 +441,36 @@ impl Router {
     /// counts them in [`RouterStats::reservations_swept`].
     pub fn sweep(&self, now: Nanos) -> SweepReport {
         self.table.sweep(now)
+    }
+
+    // ----- outcomes ---------------------------------------------------------------------
+
+    /// Ends a decision with the request's outcome: releases its reservation (as dropping
+    /// it does) and feeds the worker's breaker (`breaker.rs`: failures open it, which takes
+    /// the worker out of the candidates for a cooldown). Dropping a decision instead
+    /// records no outcome.
+    pub fn finish(&self, decision: Decision, outcome: Outcome) {
+        let (worker, generation) = (decision.worker, decision.generation);
+        drop(decision);
+        self.record_outcome(worker, generation, outcome);
+    }
+
+    /// Records the outcome of a request routed to `worker` under the tenancy `generation`
+    /// ([`Decision::generation`]) when the decision itself was not kept (its reservation
+    /// handed to the engine's telemetry, say). An outcome of a removed worker, or of an
+    /// earlier tenancy of its slot, is counted as stale and changes nothing.
+    pub fn record_outcome(&self, worker: WorkerId, generation: SlotGeneration, outcome: Outcome) {
+        let slot = self.registry.slot_of(worker);
+        let registered = self.registry.len();
+        if self.breakers.record(slot, generation, outcome, registered) == Transition::Opened {
+            let mut load = lock(&self.load);
+            // Excluded from the next publication; published at once so that decisions stop
+            // choosing it (skipped when every buffer is pinned: the next one carries it).
+            if load.publisher.set_excluded(worker, true).is_ok() {
+                let now = load.last_now;
+                let _ = load.publisher.publish(now);
+            }
+        }
     }
 
     // ----- knobs, stats, inspection ----------------------------------------------------
@@ -476,6 +518,7 @@ impl Router {
         });
         let mut st = self.counters.snapshot(self.table.stats(), tenants);
         st.carried = lock(&self.load).carry.stats();
+        st.breaker = self.breakers.stats();
         st
     }
 

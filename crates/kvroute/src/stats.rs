@@ -26,6 +26,7 @@ use kvroute_core::{Slot, SlotGeneration, WorkerId};
 use kvroute_load::{ReservationStats, Reserved};
 use kvroute_score::{FallbackCause, Policy, Reason};
 
+use crate::breaker::BreakerStats;
 use crate::carry::CarryStats;
 use crate::error::RouteError;
 
@@ -164,6 +165,9 @@ pub struct RouterStats {
     /// Work carried into workers added back soon after their removal
     /// ([`Router::add_worker`](crate::Router::add_worker)).
     pub carried: CarryStats,
+    /// Request outcomes and the per-worker breaker
+    /// ([`Router::finish`](crate::Router::finish)).
+    pub breaker: BreakerStats,
 }
 
 impl RouterStats {
@@ -238,6 +242,7 @@ impl fmt::Display for RouterStats {
     /// reservations removed: 0 requests, 0 prefill tokens, 0 decode tokens
     /// carried into re-added workers: 0 re-additions, 0 reports, 0 requests, 0 prefill tokens, 0 decode tokens; 0 requests not carried
     /// carried work returned by the router: 0 requests, 0 prefill tokens, 0 decode tokens
+    /// outcomes: completed 0, failed 0, cancelled 0, stale 0; breakers: opened 0, reopened 0, half-opened 0, closed 0, refused 0, open now 0
     /// ```
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "decisions: {}", self.total_decisions())?;
@@ -292,6 +297,22 @@ impl fmt::Display for RouterStats {
             f,
             "carried work returned by the router: {}",
             Work(&c.returned)
+        )?;
+        let b = &self.breaker;
+        writeln!(
+            f,
+            "outcomes: completed {}, failed {}, cancelled {}, stale {}; breakers: opened {}, \
+             reopened {}, half-opened {}, closed {}, refused {}, open now {}",
+            b.completed,
+            b.failed,
+            b.cancelled,
+            b.stale_outcomes,
+            b.opened,
+            b.reopened,
+            b.half_opened,
+            b.closed,
+            b.open_refused,
+            b.open_now
         )
     }
 }
@@ -492,6 +513,7 @@ impl Counters {
             reservations,
             // Filled in by the router, which keeps it under its load lock.
             carried: CarryStats::default(),
+            breaker: BreakerStats::default(),
         }
     }
 }

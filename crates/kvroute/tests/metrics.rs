@@ -158,13 +158,14 @@ fn export_metrics_reports_hand_counted_values() {
         .map(|(k, v)| (k.clone(), *v))
         .collect();
     assert_eq!(nonzero, want);
-    // Every documented series is there, zeros included: 26 ingest counters and the gauge,
+    // Every documented series is there, zeros included: 27 ingest counters and the gauge,
     // 4 fallback causes, 5 rejection kinds, 3 refusal causes, 3 × 3 released fields, and
     // the five single counters; the carried work's 3 single counters and 2 × 3 fields;
-    // plus the two decision series, the two per-worker series and the mismatch series.
+    // the outcomes' 3 + 1, the breaker's 5 transitions and its gauge; plus the two
+    // decision series, the two per-worker series and the mismatch series.
     assert_eq!(
         got.len(),
-        26 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 2 + 2 + 1,
+        27 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 4 + 5 + 1 + 2 + 2 + 1,
         "{got:#?}"
     );
     for name in [
@@ -177,6 +178,8 @@ fn export_metrics_reports_hand_counted_values() {
         "kvroute_reservations_reconciled_total{field=requests}",
         "kvroute_reservations_removed_total{field=decode_tokens}",
         "kvroute_carried_readditions_total{}",
+        "kvroute_outcomes_total{outcome=failed}",
+        "kvroute_breaker_transitions_total{transition=opened}",
         "kvroute_carried_total{field=requests}",
         "kvroute_carried_returned_total{field=prefill_tokens}",
         "kvroute_ingest_gaps_total{}",
@@ -202,7 +205,7 @@ fn describe_metrics_describes_every_series() {
         r.export_metrics();
     });
     let series = snapshotter.snapshot().into_vec();
-    assert_eq!(series.len(), 26 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6);
+    assert_eq!(series.len(), 27 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 4 + 5 + 1);
     for (key, unit, text, _) in &series {
         let name = key.key().name();
         assert_eq!(*unit, Some(metrics::Unit::Count), "{name}");
