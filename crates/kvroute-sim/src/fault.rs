@@ -14,6 +14,12 @@
 //! * [`FaultKind::TelemetryBlackout`]: load reports stop for `duration_s`; events flow.
 //! * [`FaultKind::EventLoss`]: each batch is lost with probability `loss` for `duration_s`
 //!   (on top of the channel's own loss).
+//! * [`FaultKind::FailFast`]: for `duration_s` the engine fails every request routed to it
+//!   at once (a broken model server behind a healthy metrics endpoint): nothing is queued,
+//!   so its telemetry keeps reading idle. The gateway reports the failure to the router
+//!   (`Router::finish` with `Outcome::Failed`) and tries the request again
+//!   [`FAILOVER_DELAY_S`] later, counted in [`RunResult::failed_attempts`](crate::RunResult::failed_attempts),
+//!   up to the run's `max_retries` together with its rejections, after which it is given up.
 
 /// One fault on the schedule.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,6 +49,11 @@ pub enum FaultKind {
         /// Seconds.
         duration_s: f64,
     },
+    /// Every request routed to the engine fails at once for `duration_s` (module docs).
+    FailFast {
+        /// Seconds.
+        duration_s: f64,
+    },
     /// Each event batch is lost with probability `loss` for `duration_s`.
     EventLoss {
         /// Seconds.
@@ -63,9 +74,9 @@ impl Fault {
         }
         let duration = match self.kind {
             FaultKind::Restart => 0.0,
-            FaultKind::Disconnect { duration_s } | FaultKind::TelemetryBlackout { duration_s } => {
-                duration_s
-            }
+            FaultKind::Disconnect { duration_s }
+            | FaultKind::TelemetryBlackout { duration_s }
+            | FaultKind::FailFast { duration_s } => duration_s,
             FaultKind::EventLoss { duration_s, loss } => {
                 if !(0.0..=1.0).contains(&loss) {
                     return Err("loss must be a probability in 0..=1");
@@ -86,6 +97,10 @@ impl Fault {
     }
 }
 
+/// How long a gateway takes to see a failed attempt and try the request again (seconds):
+/// one refused connection or error response, a round trip inside a data centre.
+pub const FAILOVER_DELAY_S: f64 = 0.01;
+
 /// Seconds to nanoseconds of virtual time (rounded; negative and NaN as 0).
 pub(crate) fn secs_to_ns(s: f64) -> u64 {
     if s.is_finite() && s > 0.0 {
@@ -100,6 +115,7 @@ pub(crate) fn secs_to_ns(s: f64) -> u64 {
 pub(crate) struct FaultWindows {
     disconnect: Vec<Vec<(u64, u64)>>,
     blackout: Vec<Vec<(u64, u64)>>,
+    failing: Vec<Vec<(u64, u64)>>,
     loss: Vec<Vec<(u64, u64, f64)>>,
 }
 
@@ -110,6 +126,7 @@ impl FaultWindows {
         let mut w = Self {
             disconnect: vec![Vec::new(); n],
             blackout: vec![Vec::new(); n],
+            failing: vec![Vec::new(); n],
             loss: vec![Vec::new(); n],
         };
         for f in faults {
@@ -120,6 +137,7 @@ impl FaultWindows {
                 FaultKind::TelemetryBlackout { duration_s } => {
                     w.blackout[e].push(f.window(duration_s));
                 }
+                FaultKind::FailFast { duration_s } => w.failing[e].push(f.window(duration_s)),
                 FaultKind::EventLoss { duration_s, loss } => {
                     let (a, b) = f.window(duration_s);
                     w.loss[e].push((a, b, loss));
@@ -132,6 +150,13 @@ impl FaultWindows {
     /// Whether engine `e` is disconnected at `t` (ns).
     pub(crate) fn disconnected(&self, e: u32, t: u64) -> bool {
         self.disconnect[e as usize]
+            .iter()
+            .any(|&(a, b)| a <= t && t < b)
+    }
+
+    /// Whether engine `e` fails every request at `t` (ns).
+    pub(crate) fn failing(&self, e: u32, t: u64) -> bool {
+        self.failing[e as usize]
             .iter()
             .any(|&(a, b)| a <= t && t < b)
     }

@@ -97,6 +97,9 @@ pub struct RunResult {
     pub pending_at_end: u64,
     /// Requests lost to an engine restart and routed again (counted once per loss).
     pub restarted_requests: u64,
+    /// Attempts an engine failed at once ([`FaultKind::FailFast`](crate::fault::FaultKind::FailFast)), each
+    /// tried again or, past the retries, given up.
+    pub failed_attempts: u64,
     /// Requests preempted by their engine (recompute) for lack of KV blocks.
     pub preemptions: u64,
     /// What went through the event and telemetry channels.

@@ -175,3 +175,67 @@ fn zipf_prefixes_load_aware_balances_at_the_same_hit_rate() {
         kv.hit_rate
     );
 }
+
+/// `fail-fast`: from 10 s engine 0 fails every request at once while its telemetry reads
+/// idle. With outcomes reported, the default policy's breaker opens after 5 failures in a
+/// row (the engine's requests from before 10 s still complete, which resets the count, so
+/// it may take a few more) and re-opens after each failed probe (cooldowns 5, 10, 20, 40 s
+/// over the ~80 s left), so the fleet serves as the same fleet without the failing engine:
+/// output tokens/s within 5 % of that 7-engine run. Without the breaker the idle-looking
+/// engine keeps drawing requests: at least 10 times the failed attempts and the requests
+/// given up.
+#[test]
+fn fail_fast_keeps_the_throughput_of_the_fleet_without_the_failing_engine() {
+    use kvroute_sim::workload::scenarios::faults;
+    let failing = faults::build_fail_fast(SEED);
+    let without = faults::fail_fast_without_the_failing_engine(SEED);
+    let run_one = |w: &Workload, breaker: Option<kvroute::BreakerConfig>| {
+        let opts = RunOptions {
+            seed: SEED,
+            breaker,
+            ..Default::default()
+        };
+        let r = run(w, PROJECTED, &opts);
+        assert_eq!(r.error, None);
+        let m = compute("projected_time", &r);
+        eprintln!(
+            "{} ({} engines, breaker {}): {:.1} tok/s, failed attempts {}, given up {}, \
+             done {}/{}",
+            w.name,
+            w.fleet.engines,
+            breaker.is_some(),
+            m.output_tokens_per_s,
+            r.failed_attempts,
+            r.rejected_for_good,
+            m.finished,
+            m.requests
+        );
+        (m, r)
+    };
+    let (m_fail, r_fail) = run_one(&failing, Some(Default::default()));
+    let (m_base, r_base) = run_one(&without, Some(Default::default()));
+    let (_, r_off) = run_one(&failing, None);
+    assert_eq!((r_base.failed_attempts, r_base.rejected_for_good), (0, 0));
+    assert!(
+        m_fail.output_tokens_per_s >= 0.95 * m_base.output_tokens_per_s,
+        "{:.1} tok/s against {:.1} without the failing engine",
+        m_fail.output_tokens_per_s,
+        m_base.output_tokens_per_s
+    );
+    assert!(
+        r_fail.failed_attempts > 0,
+        "the engine failed some attempts"
+    );
+    assert!(
+        r_off.failed_attempts >= 10 * r_fail.failed_attempts,
+        "failed attempts: {} with the breaker, {} without",
+        r_fail.failed_attempts,
+        r_off.failed_attempts
+    );
+    assert!(
+        r_off.rejected_for_good >= 10 * r_fail.rejected_for_good.max(1),
+        "given up: {} with the breaker, {} without",
+        r_fail.rejected_for_good,
+        r_off.rejected_for_good
+    );
+}

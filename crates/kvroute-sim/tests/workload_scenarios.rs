@@ -25,7 +25,7 @@ fn tokens(r: &SimRequest) -> Vec<u32> {
 #[test]
 fn list_names_are_unique_and_documented() {
     let names: HashSet<&str> = SCENARIOS.iter().map(|s| s.name).collect();
-    assert_eq!(names.len(), 6);
+    assert_eq!(names.len(), 7);
     for want in SCENARIO_NAMES {
         let s = scenarios::find(want).unwrap();
         assert!(s.reproduces.len() > 80, "{want} says what it reproduces");

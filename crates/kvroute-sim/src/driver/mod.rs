@@ -34,7 +34,7 @@
 mod queue;
 mod sim;
 
-use kvroute::{AdmissionConfig, Policy, ScoreConfig};
+use kvroute::{AdmissionConfig, BreakerConfig, Policy, ScoreConfig};
 
 use crate::result::RunResult;
 use crate::workload::Workload;
@@ -49,6 +49,9 @@ pub struct RunOptions<'a> {
     pub sample_interval_s: f64,
     /// Admission control of the router; `None` admits every request.
     pub admission: Option<AdmissionConfig>,
+    /// The router's per-worker breaker, fed by the outcomes the driver reports (completed,
+    /// or failed by a [`FaultKind::FailFast`](crate::fault::FaultKind::FailFast) engine); `None` disables it.
+    pub breaker: Option<BreakerConfig>,
     /// Delay before a rejected request tries again (seconds), >= 0.
     pub retry_backoff_s: f64,
     /// Retries after rejections before a request is given up.
@@ -68,13 +71,14 @@ pub struct RunOptions<'a> {
 }
 
 impl Default for RunOptions<'_> {
-    /// Seed 0, samples every second, no admission control, 1 s backoff, 3 retries, no
+    /// Seed 0, samples every second, no admission control, the default breaker, 1 s backoff, 3 retries, no
     /// horizon, sweeps every 5 s, default scorer knobs, no probes, no progress callback.
     fn default() -> Self {
         Self {
             seed: 0,
             sample_interval_s: 1.0,
             admission: None,
+            breaker: Some(BreakerConfig::default()),
             retry_backoff_s: 1.0,
             max_retries: 3,
             horizon_s: None,
@@ -92,6 +96,7 @@ impl core::fmt::Debug for RunOptions<'_> {
             .field("seed", &self.seed)
             .field("sample_interval_s", &self.sample_interval_s)
             .field("admission", &self.admission)
+            .field("breaker", &self.breaker)
             .field("retry_backoff_s", &self.retry_backoff_s)
             .field("max_retries", &self.max_retries)
             .field("horizon_s", &self.horizon_s)

@@ -13,13 +13,14 @@ use kvroute_sim::{PromptSpec, RunResult, SimRequest};
 
 /// The built-in scenarios' names, written out by hand so that a renamed or missing scenario
 /// fails the tests.
-pub const SCENARIO_NAMES: [&str; 6] = [
+pub const SCENARIO_NAMES: [&str; 7] = [
     "hot-owner-51",
     "owner-canary",
     "zipf-prefixes",
     "burst-siblings",
     "restart",
     "event-loss",
+    "fail-fast",
 ];
 
 /// A fast engine with a small cache: 10 ms steps plus 1 ms per decoding request, 20,000

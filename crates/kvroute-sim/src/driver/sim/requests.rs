@@ -1,12 +1,12 @@
 //! Requests: arrival, routing and retries, placement on an engine, follow-ups; engine steps
 //! and what they report; restarts.
 
-use kvroute::{Decision, Nanos, RouteRequest};
+use kvroute::{Decision, Nanos, Outcome, RouteRequest};
 
 use super::{Sim, Status};
 use crate::driver::queue::{Class, Kind};
 use crate::engine::Notice;
-use crate::fault::secs_to_ns;
+use crate::fault::{FAILOVER_DELAY_S, secs_to_ns};
 
 impl<'a> Sim<'a> {
     pub(super) fn arrive(&mut self, i: u32) {
@@ -56,6 +56,10 @@ impl<'a> Sim<'a> {
 
     pub(super) fn place(&mut self, i: u32, e: u32, decision: Option<Decision>) {
         let prompt_len = self.cat.entry(i).prompt_len;
+        if self.faults.failing(e, self.now) {
+            self.fail_attempt(i, decision);
+            return;
+        }
         let st = &mut self.reqs[i as usize];
         st.engine = Some(e);
         if !self.engines[e as usize].accepts(prompt_len) {
@@ -70,6 +74,25 @@ impl<'a> Sim<'a> {
         st.cached = 0;
         self.engines[e as usize].enqueue(&self.cat, i);
         self.wake(e);
+    }
+
+    /// The engine failed request `i` at once: the failure goes to the router, and the
+    /// request is tried again [`FAILOVER_DELAY_S`] later, or given up past its retries.
+    fn fail_attempt(&mut self, i: u32, decision: Option<Decision>) {
+        if let Some(d) = decision {
+            self.router.finish(d, Outcome::Failed);
+        }
+        self.res.failed_attempts += 1;
+        let st = &mut self.reqs[i as usize];
+        st.rejections += 1;
+        if st.rejections > self.opts.max_retries {
+            st.status = Status::Rejected;
+            st.reason = "failed";
+            self.settle(i);
+        } else {
+            let next = self.now.saturating_add(secs_to_ns(FAILOVER_DELAY_S));
+            self.q.push(next, Class::Arrive, Kind::Arrive(i));
+        }
     }
 
     /// Counts request `i` as settled (finished, rejected or refused) and settles the
@@ -161,7 +184,9 @@ impl<'a> Sim<'a> {
                     let st = &mut self.reqs[req as usize];
                     st.finish = Some(t);
                     st.status = Status::Done;
-                    st.decision = None;
+                    if let Some(d) = st.decision.take() {
+                        self.router.finish(d, Outcome::Completed);
+                    }
                     self.res.completed += 1;
                     self.settle(req);
                 }

@@ -118,6 +118,7 @@ impl<'a> Sim<'a> {
         let bs = fleet.engine.block_size as usize;
         let mut rc = RouterConfig::new(engines_n, bs);
         rc.admission = opts.admission;
+        rc.breaker = opts.breaker;
         rc.near_tie_seed = opts.seed;
         rc.max_blocks_per_worker = rc
             .max_blocks_per_worker

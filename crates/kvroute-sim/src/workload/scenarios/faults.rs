@@ -1,6 +1,7 @@
-//! `restart` and `event-loss`: engine restarts (cache wiped, event sequence back at 0), and
-//! KV events delayed, reordered, lost and cut off by disconnects, on one steady multi-prefix
-//! load.
+//! `restart`, `event-loss` and `fail-fast`: engine restarts (cache wiped, event sequence
+//! back at 0); KV events delayed, reordered, lost and cut off by disconnects; an engine that
+//! fails every request at once while its telemetry reads idle; all on one steady
+//! multi-prefix load.
 
 use crate::engine::EngineConfig;
 use crate::fault::{Fault, FaultKind};
@@ -51,6 +52,30 @@ pub fn build_restart(seed: u64) -> Workload {
             kind: FaultKind::Restart,
         })
         .collect();
+    w
+}
+
+/// When `fail-fast`'s engine 0 starts failing (seconds); it fails until the end.
+pub const FAIL_FAST_AT_S: f64 = 10.0;
+
+/// Builds `fail-fast` for `seed`: the steady load, engine 0 failing every request at once
+/// from [`FAIL_FAST_AT_S`] to the end of the run.
+pub fn build_fail_fast(seed: u64) -> Workload {
+    let mut w = steady(seed, super::FAIL_FAST, super::FAIL_FAST_REPRODUCES);
+    w.faults = vec![Fault {
+        at_s: FAIL_FAST_AT_S,
+        engine: 0,
+        kind: FaultKind::FailFast { duration_s: 1e6 },
+    }];
+    w
+}
+
+/// `fail-fast`'s yardstick: the same steady load on the fleet without the failing engine
+/// ([`ENGINES`] − 1 engines, no fault). A router that routes around the failing engine
+/// serves the scenario about as well as this fleet.
+pub fn fail_fast_without_the_failing_engine(seed: u64) -> Workload {
+    let mut w = steady(seed, super::FAIL_FAST, super::FAIL_FAST_REPRODUCES);
+    w.fleet.engines = ENGINES - 1;
     w
 }
 

@@ -10,6 +10,7 @@
 //! | `burst-siblings` | identical requests at once |
 //! | `restart` | cache wipes and sequence restarts |
 //! | `event-loss` | KV event delay, loss, reordering, disconnects |
+//! | `fail-fast` | an engine failing every request while its telemetry reads idle |
 
 pub mod burst;
 pub mod faults;
@@ -34,6 +35,8 @@ pub const BURST_SIBLINGS: &str = "burst-siblings";
 pub const RESTART: &str = "restart";
 /// Name of the lossy-channel scenario.
 pub const EVENT_LOSS: &str = "event-loss";
+/// Name of the failing-engine scenario.
+pub const FAIL_FAST: &str = "fail-fast";
 
 const HOT_OWNER_51_REPRODUCES: &str = "A hot cached owner: 51 engines of 38 slots; engine 0 holds \
     a 6,144-token shared prefix with 38 running and 109 waiting (pinned), then 1,800 chat requests \
@@ -58,6 +61,11 @@ const EVENT_LOSS_REPRODUCES: &str = "Lossy KV event and telemetry channels: the 
     batches and 5% of load reports lost), a 5 s disconnect of engine 1 at 20 s, 50% batch loss on \
     engine 2 for 20 s from 30 s, a 10 s telemetry blackout of engine 3 at 40 s.";
 
+const FAIL_FAST_REPRODUCES: &str = "An engine that fails fast: the restart load on 8 engines; \
+    from 10 s engine 0 fails every request at once (a broken model server behind a healthy \
+    metrics endpoint), so its telemetry reads idle. Load-weighing policies send it the most \
+    requests; reporting outcomes opens its breaker, and the fleet serves as 7 engines would.";
+
 /// A built-in scenario: its name, what it reproduces, and its builder.
 #[derive(Clone, Copy, Debug)]
 pub struct Scenario {
@@ -76,7 +84,7 @@ impl Scenario {
 }
 
 /// Every built-in scenario, in `list` order.
-pub const SCENARIOS: [Scenario; 6] = [
+pub const SCENARIOS: [Scenario; 7] = [
     Scenario {
         name: HOT_OWNER_51,
         reproduces: HOT_OWNER_51_REPRODUCES,
@@ -106,6 +114,11 @@ pub const SCENARIOS: [Scenario; 6] = [
         name: EVENT_LOSS,
         reproduces: EVENT_LOSS_REPRODUCES,
         build: faults::build_event_loss,
+    },
+    Scenario {
+        name: FAIL_FAST,
+        reproduces: FAIL_FAST_REPRODUCES,
+        build: faults::build_fail_fast,
     },
 ];
 
