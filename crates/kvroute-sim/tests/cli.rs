@@ -415,3 +415,88 @@ fn generated_workloads_run_and_bad_arguments_are_usage_errors() {
         );
     }
 }
+
+/// `--arrival-jitter` reaches the replay: two requests 0.5 s apart on one engine, moved by
+/// up to 30 s each, no longer span the same measuring window; without it (or with 0) the
+/// run is the trace's own.
+#[test]
+fn replay_arrival_jitter_moves_the_arrivals() {
+    let dir = scratch("jitter");
+    let trace = dir.join("t.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [0, 1]}\n\
+         {\"timestamp\": 500, \"input_length\": 700, \"output_length\": 4, \"hash_ids\": [0, 2]}\n",
+    )
+    .unwrap();
+    let window = |jitter: &str| {
+        let v = replay_json(
+            &trace,
+            &[
+                "--engines",
+                "1",
+                "--policies",
+                "least_load",
+                "--arrival-jitter",
+                jitter,
+            ],
+        );
+        v["workloads"][0]["runs"][0]["metrics"]["window_s"]
+            .as_f64()
+            .unwrap()
+    };
+    let own = window("0");
+    assert_eq!(own, window("0"));
+    assert_ne!(own, window("30"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The same sweep twice gives the same tables (runs finish in any order on the threads;
+/// each cell's seed alone decides its result), and its seeds differ from each other.
+/// Skipped (with a notice) without the shared data.
+#[test]
+fn sweep_repeats_itself() {
+    let Some(path) = kvroute_testkit::data_file("traces/mooncake_conversation_trace.jsonl") else {
+        return;
+    };
+    let dir = scratch("sweep-repeat");
+    let json = dir.join("s.json");
+    let go = || {
+        let out = sim(&[
+            "--quiet",
+            "sweep",
+            "--trace",
+            path.to_str().unwrap(),
+            "--limit",
+            "200",
+            "--rate-scales",
+            "8",
+            "--seeds",
+            "3",
+            "--policies",
+            "least_load",
+            "--jobs",
+            "2",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    assert_eq!(go(), go());
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    // projected_time's TTFT p95 over seeds 1, 2, 3: not all the same.
+    let ttft_p95 = v["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|m| m == "ttft_p95");
+    let values = v["cells"][0][0][ttft_p95.unwrap()]["values"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(values.len(), 3);
+    assert!(values.iter().any(|x| *x != values[0]), "{values:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

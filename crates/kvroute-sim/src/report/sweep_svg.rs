@@ -1,6 +1,7 @@
 //! A sweep's plots (plotters, SVG backend): per metric, `WORKLOAD-sweep-METRIC.svg`, the
 //! metric against the rate scale (log axis), one line per policy through its means and a
-//! shaded band over its 95 % interval. Non-finite means (an infinite imbalance) leave a gap.
+//! shaded band over its 95 % interval. Latencies use a log axis when every mean is
+//! positive. Non-finite means (an infinite imbalance) are left out.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +9,7 @@ use plotters::prelude::*;
 
 use crate::report::ReportError;
 use crate::report::svg::file_stem;
-use crate::report::sweep::{SWEEP_METRICS, SweepSummary};
+use crate::report::sweep::{SWEEP_METRICS, SweepMetric, SweepSummary};
 
 const SIZE: (u32, u32) = (1000, 700);
 
@@ -57,20 +58,66 @@ fn points(summary: &SweepSummary, p: usize, j: usize) -> Vec<(f64, f64, f64, f64
         .collect()
 }
 
+/// How values map onto the vertical axis: linear, or log10 for latencies whose means are
+/// all positive (the loads span two orders of magnitude of latency).
+#[derive(Clone, Copy)]
+struct YAxis {
+    log: bool,
+    /// Floor of a log axis (half the smallest mean), so that a band reaching 0 stays drawn.
+    floor: f64,
+}
+
+impl YAxis {
+    fn at(self, v: f64) -> f64 {
+        if self.log {
+            v.max(self.floor).log10()
+        } else {
+            v
+        }
+    }
+
+    fn label(self, v: f64) -> String {
+        let v = if self.log { 10f64.powf(v) } else { v };
+        if v.abs() >= 100.0 {
+            format!("{v:.0}")
+        } else if v.abs() >= 1.0 {
+            format!("{v:.1}")
+        } else {
+            format!("{v:.2}")
+        }
+    }
+}
+
 fn plot_metric(path: &Path, summary: &SweepSummary, j: usize) -> Result<(), ReportError> {
     let metric = SWEEP_METRICS[j];
     let all: Vec<Vec<(f64, f64, f64, f64)>> = (0..summary.policies.len())
         .map(|p| points(summary, p, j))
         .collect();
+    let latency = !matches!(
+        metric,
+        SweepMetric::OutputTokensPerS
+            | SweepMetric::HitPercent
+            | SweepMetric::Imbalance
+            | SweepMetric::LowestGenerationShare
+    );
+    let min_mean = all
+        .iter()
+        .flatten()
+        .map(|p| p.2)
+        .fold(f64::INFINITY, f64::min);
+    let y = YAxis {
+        log: latency && min_mean > 0.0 && min_mean.is_finite(),
+        floor: min_mean / 2.0,
+    };
     let lo = all
         .iter()
         .flatten()
-        .map(|p| p.1)
+        .map(|p| y.at(p.1))
         .fold(f64::INFINITY, f64::min);
     let hi = all
         .iter()
         .flatten()
-        .map(|p| p.3)
+        .map(|p| y.at(p.3))
         .fold(f64::NEG_INFINITY, f64::max);
     let (lo, hi) = if lo.is_finite() && hi.is_finite() {
         let pad = ((hi - lo) * 0.05).max(1e-9);
@@ -78,13 +125,15 @@ fn plot_metric(path: &Path, summary: &SweepSummary, j: usize) -> Result<(), Repo
     } else {
         (0.0, 1.0)
     };
-    let xs = &summary.rate_scales;
+    // Rate scales at log2 positions, labelled with the scale itself.
+    let xs: Vec<f64> = summary.rate_scales.iter().map(|s| s.log2()).collect();
     let xmin = xs.iter().copied().fold(f64::INFINITY, f64::min);
     let xmax = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let (xmin, xmax) = if xmin.is_finite() && xmax > xmin {
-        (xmin / 1.1, xmax * 1.1)
+        let pad = (xmax - xmin) * 0.05;
+        (xmin - pad, xmax + pad)
     } else {
-        (0.5, 2.0)
+        (xmin - 1.0, xmin + 1.0)
     };
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err(path))?;
@@ -101,12 +150,29 @@ fn plot_metric(path: &Path, summary: &SweepSummary, j: usize) -> Result<(), Repo
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d((xmin..xmax).log_scale(), lo..hi)
+        .build_cartesian_2d(xmin..xmax, lo..hi)
         .map_err(plot_err(path))?;
+    let x_label = |v: &f64| {
+        let s = 2f64.powf(*v);
+        if (s - s.round()).abs() < 1e-6 {
+            format!("x{}", s.round())
+        } else {
+            format!("x{s:.2}")
+        }
+    };
+    let y_label = |v: &f64| y.label(*v);
+    let y_desc = if y.log {
+        format!("{} (log)", metric.header())
+    } else {
+        metric.header().to_string()
+    };
     chart
         .configure_mesh()
-        .x_desc("rate scale (x trace rate, log)")
-        .y_desc(metric.header())
+        .x_desc("rate scale (x the trace's rate; log)")
+        .y_desc(y_desc)
+        .x_labels(summary.rate_scales.len().max(2))
+        .x_label_formatter(&x_label)
+        .y_label_formatter(&y_label)
         .draw()
         .map_err(plot_err(path))?;
     for (p, pts) in all.iter().enumerate() {
@@ -114,8 +180,8 @@ fn plot_metric(path: &Path, summary: &SweepSummary, j: usize) -> Result<(), Repo
         if pts.len() >= 2 {
             let band: Vec<(f64, f64)> = pts
                 .iter()
-                .map(|q| (q.0, q.3))
-                .chain(pts.iter().rev().map(|q| (q.0, q.1)))
+                .map(|q| (q.0.log2(), y.at(q.3)))
+                .chain(pts.iter().rev().map(|q| (q.0.log2(), y.at(q.1))))
                 .collect();
             chart
                 .draw_series(std::iter::once(Polygon::new(band, color.mix(0.15))))
@@ -123,7 +189,7 @@ fn plot_metric(path: &Path, summary: &SweepSummary, j: usize) -> Result<(), Repo
         }
         chart
             .draw_series(LineSeries::new(
-                pts.iter().map(|q| (q.0, q.2)),
+                pts.iter().map(|q| (q.0.log2(), y.at(q.2))),
                 color.stroke_width(2),
             ))
             .map_err(plot_err(path))?
@@ -132,7 +198,7 @@ fn plot_metric(path: &Path, summary: &SweepSummary, j: usize) -> Result<(), Repo
         chart
             .draw_series(
                 pts.iter()
-                    .map(|q| Circle::new((q.0, q.2), 3, color.filled())),
+                    .map(|q| Circle::new((q.0.log2(), y.at(q.2)), 3, color.filled())),
             )
             .map_err(plot_err(path))?;
     }

@@ -219,3 +219,20 @@ pub(in crate::driver) fn registration_order(engines: usize, seed: u64) -> Vec<us
     order.shuffle(&mut rng);
     order
 }
+
+#[cfg(test)]
+mod tests {
+    use super::registration_order;
+
+    #[test]
+    fn registration_order_is_a_seeded_permutation() {
+        let a = registration_order(16, 1);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..16).collect::<Vec<_>>(), "every engine once");
+        assert_eq!(a, registration_order(16, 1), "same seed, same order");
+        assert_ne!(a, registration_order(16, 2), "another seed, another order");
+        assert_eq!(registration_order(1, 9), vec![0]);
+        assert!(registration_order(0, 9).is_empty());
+    }
+}
