@@ -1,6 +1,8 @@
 //! The sweep summary: means, intervals and marks from hand-made per-seed values.
 
-use kvroute_sim::report::sweep::{Mark, SWEEP_METRICS, SweepMetric, SweepSamples, summarise};
+use kvroute_sim::report::sweep::{
+    Mark, SWEEP_METRICS, SweepError, SweepMetric, SweepSamples, summarise,
+};
 use kvroute_sim::report::sweep_table::{cell_text, render};
 
 /// Index of a metric in [`SWEEP_METRICS`].
@@ -35,7 +37,7 @@ fn marks_follow_the_paired_test_and_the_direction() {
         [11.0, 14.0, 12.0, 15.0, 15.0],
         [11.0, 11.0, 13.0, 11.0, 14.5],
     ]);
-    let sum = summarise(&s);
+    let sum = summarise(&s).unwrap();
     assert_eq!(sum.reference, "ref");
     let ttft = j(SweepMetric::TtftP50);
     let hit = j(SweepMetric::HitPercent);
@@ -64,7 +66,7 @@ fn reference_is_best_only_when_it_beats_every_policy() {
         [11.0, 14.0, 12.0, 15.0, 15.0],
         [12.0, 14.0, 13.0, 15.0, 16.0],
     ]);
-    let sum = summarise(&s);
+    let sum = summarise(&s).unwrap();
     let ttft = j(SweepMetric::TtftP50);
     assert_eq!(sum.cells[0][0][ttft].mark, Mark::Best);
     assert_eq!(sum.cells[1][0][ttft].mark, Mark::Worse);
@@ -81,7 +83,7 @@ fn an_infinite_value_is_not_comparable() {
     let mut s = samples([[1.0; 5], [2.0; 5], [1.0; 5]]);
     let imb = j(SweepMetric::Imbalance);
     s.values[5][imb] = f64::INFINITY; // policy a, seed 1
-    let sum = summarise(&s);
+    let sum = summarise(&s).unwrap();
     let c = &sum.cells[1][0][imb];
     assert_eq!(c.mark, Mark::NotComparable);
     assert!(c.mean.is_infinite() && c.half_width.is_none());
@@ -92,4 +94,17 @@ fn an_infinite_value_is_not_comparable() {
     let text = render(&sum);
     assert!(text.contains("rate x4"), "{text}");
     assert!(text.contains("| a |"), "{text}");
+}
+
+#[test]
+fn malformed_samples_are_errors() {
+    let mut s = samples([[1.0; 5]; 3]);
+    s.values.pop();
+    assert_eq!(summarise(&s), Err(SweepError::Layout(15, 14)));
+    let mut s = samples([[1.0; 5]; 3]);
+    s.reference = 3;
+    assert_eq!(summarise(&s), Err(SweepError::Reference(3, 3)));
+    let mut s = samples([[1.0; 5]; 3]);
+    s.seeds.clear();
+    assert_eq!(summarise(&s), Err(SweepError::Empty));
 }

@@ -24,13 +24,15 @@ pub struct Cli {
 /// Flags every command takes.
 #[derive(Debug, Args)]
 pub struct Common {
-    /// Seed of the scenarios' random draws and of the simulation.
+    /// Seed of the scenarios' random draws and of the simulation (`sweep`: the first seed).
     #[arg(long, global = true, default_value_t = 1)]
     pub seed: u64,
-    /// Also write the metrics and per-engine time series to this JSON file.
+    /// Also write the results to this JSON file: metrics and per-engine time series
+    /// (`sweep`: every per-seed value and the summary).
     #[arg(long, global = true, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Also write plots (engine occupancy over time, TTFT CDF) into this folder.
+    /// Also write plots into this folder: engine occupancy over time and TTFT CDFs
+    /// (`sweep`: each metric against load).
     #[arg(long, global = true, value_name = "DIR")]
     pub svg: Option<PathBuf>,
     /// No progress bar and no status lines (the tables still go to stdout).
@@ -50,7 +52,8 @@ pub struct Common {
 fn policies_help() -> String {
     format!(
         "Policies to compare, comma-separated (default: every policy but \
-         projected_time:off). Accepted: {}",
+         projected_time:off; sweep also leaves out projected_time:shadow, which dispatches \
+         as least_load). Accepted: {}",
         Policy::accepted_forms()
     )
 }
@@ -93,7 +96,7 @@ pub enum Command {
         #[arg(long, value_name = "N", value_parser = parse_limit)]
         limit: Option<usize>,
         /// Move every arrival by a seeded uniform draw in [-S, +S] seconds (after the rate
-        /// scale), 0..=3600; default 0 (the trace's own arrivals).
+        /// scale), 0..=3600; 0 keeps the trace's own arrivals.
         #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = parse_jitter)]
         arrival_jitter: f64,
     },
@@ -155,10 +158,11 @@ pub struct SweepArgs {
     #[arg(long)]
     pub whole_trace: bool,
     /// Move every arrival by a seeded uniform draw in [-S, +S] seconds (after the rate
-    /// scale), 0..=3600; default 0.
+    /// scale), 0..=3600.
     #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = parse_jitter)]
     pub arrival_jitter: f64,
-    /// The policy every other is compared with (default: the router's default policy).
+    /// The policy every other is compared with (default: the router's default policy); it
+    /// runs even when `--policies` leaves it out.
     #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
     pub reference: Option<Policy>,
 }

@@ -1,7 +1,6 @@
 //! The `sweep` command: policies × rate scales × seeds on a trace or a named workload, every
 //! run on its own thread (up to `--jobs`), then the summary table, `--json` and `--svg`.
 
-use std::path::Path;
 use std::time::Instant;
 
 use kvroute::{Policy, ProjectedMode};
@@ -77,11 +76,7 @@ fn source(common: &Common, args: &SweepArgs) -> Result<Source, String> {
     };
     let (w, stats) = load_trace(trace, &opts).map_err(|e| format!("{}: {e}", trace.display()))?;
     if !common.quiet {
-        eprintln!(
-            "read {} requests from {}",
-            stats.requests,
-            Path::new(trace).display()
-        );
+        eprintln!("read {} requests from {}", stats.requests, trace.display());
     }
     Ok(Source::Trace(Box::new(w)))
 }
@@ -149,7 +144,7 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
         seeds,
         values,
     };
-    let summary = summarise(&samples);
+    let summary = summarise(&samples).map_err(|e| e.to_string())?;
     print!("{}", sweep_table::render(&summary));
     if !common.quiet {
         eprintln!(

@@ -140,11 +140,9 @@ pub struct SweepSamples {
 }
 
 impl SweepSamples {
-    /// Metric `j`'s values of policy `p` at scale `s`, one per seed.
-    ///
-    /// # Panics
-    /// If an index is out of range or [`values`](Self::values) is shorter than the layout.
-    pub fn series(&self, p: usize, s: usize, j: usize) -> Vec<f64> {
+    /// Metric `j`'s values of policy `p` at scale `s`, one per seed (indices and layout
+    /// checked by [`summarise`]).
+    fn series(&self, p: usize, s: usize, j: usize) -> Vec<f64> {
         let base = (p * self.rate_scales.len() + s) * self.seeds.len();
         self.values[base..base + self.seeds.len()]
             .iter()
@@ -225,13 +223,47 @@ pub struct SweepSummary {
     pub cells: Vec<Vec<Vec<Cell>>>,
 }
 
+/// Why samples could not be summarised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SweepError {
+    /// `values` does not hold policies × rate scales × seeds entries (expected, held).
+    Layout(usize, usize),
+    /// The reference index is not a policy's (the index, the number of policies).
+    Reference(usize, usize),
+    /// No policy, rate scale or seed.
+    Empty,
+}
+
+impl std::fmt::Display for SweepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Layout(want, got) => write!(f, "{got} sweep values, the matrix needs {want}"),
+            Self::Reference(i, n) => write!(f, "reference policy {i} of {n} policies"),
+            Self::Empty => f.write_str("a sweep needs a policy, a rate scale and a seed"),
+        }
+    }
+}
+
+impl std::error::Error for SweepError {}
+
 /// Summarises `samples` (module docs).
 ///
-/// # Panics
-/// If `samples.values` is shorter than its layout or `samples.reference` is out of range.
-pub fn summarise(samples: &SweepSamples) -> SweepSummary {
+/// # Errors
+/// [`SweepError`] when the matrix is empty, `values` does not match its layout or the
+/// reference is out of range.
+pub fn summarise(samples: &SweepSamples) -> Result<SweepSummary, SweepError> {
     let np = samples.policies.len();
     let ns = samples.rate_scales.len();
+    let nk = samples.seeds.len();
+    if np == 0 || ns == 0 || nk == 0 {
+        return Err(SweepError::Empty);
+    }
+    if samples.values.len() != np * ns * nk {
+        return Err(SweepError::Layout(np * ns * nk, samples.values.len()));
+    }
+    if samples.reference >= np {
+        return Err(SweepError::Reference(samples.reference, np));
+    }
     let mut cells: Vec<Vec<Vec<Cell>>> = (0..np)
         .map(|p| {
             (0..ns)
@@ -248,7 +280,7 @@ pub fn summarise(samples: &SweepSamples) -> SweepSummary {
             mark_best(&mut cells, samples.reference, s, j, *metric);
         }
     }
-    SweepSummary {
+    Ok(SweepSummary {
         workload: samples.workload.clone(),
         policies: samples.policies.clone(),
         reference: samples.policies[samples.reference].clone(),
@@ -256,7 +288,7 @@ pub fn summarise(samples: &SweepSamples) -> SweepSummary {
         seeds: samples.seeds.clone(),
         metrics: SWEEP_METRICS.iter().map(|m| m.name()).collect(),
         cells,
-    }
+    })
 }
 
 fn cell(samples: &SweepSamples, p: usize, s: usize, j: usize) -> Cell {
