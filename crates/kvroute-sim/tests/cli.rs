@@ -278,3 +278,225 @@ fn empty_traces_and_unwritable_outputs_fail_before_running() {
     assert!((generated - 130_472.0).abs() < 0.5, "{m}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The real trace's first 300 requests at 8x: `--seed` changes the table, the same seed
+/// repeats it byte for byte. Skipped (with a notice) without the shared data.
+#[test]
+fn replay_seed_matters_and_repeats() {
+    let Some(path) = kvroute_testkit::data_file("traces/mooncake_conversation_trace.jsonl") else {
+        return;
+    };
+    let table = |seed: &str| {
+        let out = sim(&[
+            "--quiet",
+            "--seed",
+            seed,
+            "replay",
+            "--trace",
+            path.to_str().unwrap(),
+            "--limit",
+            "300",
+            "--rate-scale",
+            "8",
+            "--policies",
+            "projected_time,least_load",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let one = table("1");
+    assert_eq!(one, table("1"));
+    assert_ne!(one, table("2"));
+}
+
+/// A one-engine sweep: every policy sends every request to the one engine, and nothing a
+/// seed draws changes what the engine does, so each cell's seeds agree (zero-width
+/// intervals) and every policy is tied with the reference.
+#[test]
+fn sweep_on_one_engine_is_all_ties() {
+    let dir = scratch("sweep");
+    let trace = dir.join("t.jsonl");
+    let lines: String = (0..12)
+        .map(|i| {
+            format!(
+                "{{\"timestamp\": {}, \"input_length\": 700, \"output_length\": 8, \"hash_ids\": [0, {}]}}\n",
+                i * 250,
+                i + 1
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines).unwrap();
+    let json = dir.join("sweep.json");
+    let svg = dir.join("plots");
+    let out = sim(&[
+        "sweep",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--engines",
+        "1",
+        "--seeds",
+        "3",
+        "--rate-scales",
+        "1,2",
+        "--policies",
+        "round_robin,least_load",
+        "--jobs",
+        "2",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("rate x2"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["reference"], "projected_time");
+    assert_eq!(v["policies"].as_array().unwrap().len(), 3);
+    assert_eq!(v["seeds"], serde_json::json!([1, 2, 3]));
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 3);
+    let metrics = v["metrics"].as_array().unwrap().len();
+    assert_eq!(metrics, 9);
+    for (p, policy) in cells.iter().enumerate() {
+        let scales = policy.as_array().unwrap();
+        assert_eq!(scales.len(), 2);
+        for scale in scales {
+            for c in scale.as_array().unwrap() {
+                let want = if p == 0 { "reference" } else { "tied" };
+                assert_eq!(c["mark"], want, "{c}");
+                if c["mean"].is_f64() {
+                    assert_eq!(c["half_width"], 0.0, "{c}");
+                }
+            }
+        }
+    }
+    // One engine serves everything: its generation share is 100 %.
+    let share = v["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|m| m == "gen_share_min_pct");
+    assert_eq!(cells[0][0][share.unwrap()]["mean"], 100.0);
+    assert_eq!(std::fs::read_dir(&svg).unwrap().count(), 9);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The generated workloads run as scenarios; bad sweep and jitter arguments are usage
+/// errors.
+#[test]
+fn generated_workloads_run_and_bad_arguments_are_usage_errors() {
+    let out = sim(&[
+        "scenario",
+        "no-sharing",
+        "--limit",
+        "20",
+        "--policies",
+        "least_load",
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("no-sharing[..20]"));
+    for args in [
+        &["replay", "--trace", "x.jsonl", "--arrival-jitter", "-1"][..],
+        &["sweep", "--trace", "x.jsonl", "--jobs", "0"],
+        &["sweep", "--trace", "x.jsonl", "--seeds", "0"],
+        &["sweep", "--trace", "x.jsonl", "--workload", "no-sharing"],
+        &["sweep", "--workload", "nope"],
+        &["sweep"],
+    ] {
+        let out = sim(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+/// `--arrival-jitter` reaches the replay: two requests 0.5 s apart on one engine, moved by
+/// up to 30 s each, no longer span the same measuring window; without it (or with 0) the
+/// run is the trace's own.
+#[test]
+fn replay_arrival_jitter_moves_the_arrivals() {
+    let dir = scratch("jitter");
+    let trace = dir.join("t.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [0, 1]}\n\
+         {\"timestamp\": 500, \"input_length\": 700, \"output_length\": 4, \"hash_ids\": [0, 2]}\n",
+    )
+    .unwrap();
+    let window = |jitter: &str| {
+        let v = replay_json(
+            &trace,
+            &[
+                "--engines",
+                "1",
+                "--policies",
+                "least_load",
+                "--arrival-jitter",
+                jitter,
+            ],
+        );
+        v["workloads"][0]["runs"][0]["metrics"]["window_s"]
+            .as_f64()
+            .unwrap()
+    };
+    let own = window("0");
+    assert_eq!(own, window("0"));
+    assert_ne!(own, window("30"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The same sweep twice gives the same tables (runs finish in any order on the threads;
+/// each cell's seed alone decides its result), and its seeds differ from each other.
+/// Skipped (with a notice) without the shared data.
+#[test]
+fn sweep_repeats_itself() {
+    let Some(path) = kvroute_testkit::data_file("traces/mooncake_conversation_trace.jsonl") else {
+        return;
+    };
+    let dir = scratch("sweep-repeat");
+    let json = dir.join("s.json");
+    let go = || {
+        let out = sim(&[
+            "--quiet",
+            "sweep",
+            "--trace",
+            path.to_str().unwrap(),
+            "--limit",
+            "200",
+            "--rate-scales",
+            "8",
+            "--seeds",
+            "3",
+            "--policies",
+            "least_load",
+            "--jobs",
+            "2",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    assert_eq!(go(), go());
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    // projected_time's TTFT p95 over seeds 1, 2, 3: not all the same.
+    let ttft_p95 = v["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|m| m == "ttft_p95");
+    let values = v["cells"][0][0][ttft_p95.unwrap()]["values"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(values.len(), 3);
+    assert!(values.iter().any(|x| *x != values[0]), "{values:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

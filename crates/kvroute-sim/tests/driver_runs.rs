@@ -303,3 +303,63 @@ fn oversized_prompt_is_refused() {
     assert_eq!(r.reservations_at_end, 0);
     assert_totals(&r);
 }
+
+/// On the default channels (no loss, no faults, no near-tie band) the seed still matters:
+/// it sets each engine's telemetry phase and the channels' delay jitter, so a load-aware
+/// policy meets other load figures. The same seed repeats the run exactly.
+#[test]
+fn default_channels_seed_changes_the_run_and_repeats_it() {
+    let w = workload(
+        4,
+        small_engine(1_500),
+        ChannelConfig::default(),
+        conversations(40, 4, 0.05, 0.2),
+        vec![],
+    );
+    let go = |seed| {
+        let opts = RunOptions {
+            seed,
+            ..RunOptions::default()
+        };
+        let mut r = run(&w, Policy::LeastLoad, &opts);
+        assert_eq!(r.error, None);
+        r.wall_s = 0.0;
+        r
+    };
+    let a = go(1);
+    assert_eq!(a, go(1));
+    let engines = |r: &kvroute_sim::RunResult| -> Vec<Option<u32>> {
+        r.requests.iter().map(|q| q.engine).collect()
+    };
+    assert_ne!(
+        engines(&a),
+        engines(&go(2)),
+        "seed 2 places requests elsewhere"
+    );
+}
+
+/// Without jitter or stagger every engine reports at the same instants and the seed only
+/// reorders the engines' registration, which the symmetric fleet does not notice:
+/// `round_robin` gives the same metrics for every seed.
+#[test]
+fn jitter_free_channels_and_round_robin_ignore_the_seed() {
+    let w = workload(
+        4,
+        small_engine(1_500),
+        ChannelConfig::default().without_jitter(),
+        conversations(20, 3, 0.05, 0.2),
+        vec![],
+    );
+    let go = |seed| {
+        let opts = RunOptions {
+            seed,
+            ..RunOptions::default()
+        };
+        let r = run(&w, Policy::RoundRobin, &opts);
+        assert_eq!(r.error, None);
+        let mut generated = r.generated_tokens.clone();
+        generated.sort_unstable();
+        (r.completed, generated)
+    };
+    assert_eq!(go(1), go(2));
+}

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::builder::PossibleValuesParser;
 use clap::{Args, Parser, Subcommand};
 use kvroute::Policy;
-use kvroute_sim::workload::scenarios::SCENARIOS;
+use kvroute_sim::workload::arrivals::MAX_ARRIVAL_JITTER_S;
 
 /// kvroute's fleet simulator: runs workloads through the real kvroute Router under every
 /// routing policy and prints one table row per policy. With no command, runs the demo
@@ -24,13 +24,15 @@ pub struct Cli {
 /// Flags every command takes.
 #[derive(Debug, Args)]
 pub struct Common {
-    /// Seed of the scenarios' random draws and of the simulation.
+    /// Seed of the scenarios' random draws and of the simulation (`sweep`: the first seed).
     #[arg(long, global = true, default_value_t = 1)]
     pub seed: u64,
-    /// Also write the metrics and per-engine time series to this JSON file.
+    /// Also write the results to this JSON file: metrics and per-engine time series
+    /// (`sweep`: every per-seed value and the summary).
     #[arg(long, global = true, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Also write plots (engine occupancy over time, TTFT CDF) into this folder.
+    /// Also write plots into this folder: engine occupancy over time and TTFT CDFs
+    /// (`sweep`: each metric against load).
     #[arg(long, global = true, value_name = "DIR")]
     pub svg: Option<PathBuf>,
     /// No progress bar and no status lines (the tables still go to stdout).
@@ -40,13 +42,18 @@ pub struct Common {
     /// the forms `kvroute::Policy` parses (the help text lists them).
     #[arg(long, global = true, value_delimiter = ',', value_parser = parse_policy, value_name = "LIST", help = policies_help())]
     pub policies: Vec<Policy>,
+    /// Simulations run at once (independent runs on their own threads), >= 1; default: the
+    /// available cores.
+    #[arg(long, global = true, value_name = "N", value_parser = parse_jobs)]
+    pub jobs: Option<usize>,
 }
 
 /// `--policies`' help: the default set and every accepted form.
 fn policies_help() -> String {
     format!(
         "Policies to compare, comma-separated (default: every policy but \
-         projected_time:off). Accepted: {}",
+         projected_time:off; sweep also leaves out projected_time:shadow, which dispatches \
+         as least_load). Accepted: {}",
         Policy::accepted_forms()
     )
 }
@@ -63,10 +70,10 @@ fn parse_policy(s: &str) -> Result<Policy, String> {
 pub enum Command {
     /// The default demo: hot-owner-51 plus the first requests of zipf-prefixes.
     Demo,
-    /// Run one built-in scenario.
+    /// Run one built-in scenario or generated workload.
     Scenario {
-        /// The scenario (see `list`).
-        #[arg(value_parser = PossibleValuesParser::new(SCENARIOS.iter().map(|s| s.name)))]
+        /// The scenario or generated workload (see `list`).
+        #[arg(value_parser = PossibleValuesParser::new(kvroute_sim::workload::named().map(|s| s.name)))]
         name: String,
         /// Keep only the first N requests (follow-ups of dropped requests go too), N >= 1.
         #[arg(long, value_name = "N", value_parser = parse_limit)]
@@ -88,7 +95,14 @@ pub enum Command {
         /// Keep only the first N requests, N >= 1.
         #[arg(long, value_name = "N", value_parser = parse_limit)]
         limit: Option<usize>,
+        /// Move every arrival by a seeded uniform draw in [-S, +S] seconds (after the rate
+        /// scale), 0..=3600; 0 keeps the trace's own arrivals.
+        #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = parse_jitter)]
+        arrival_jitter: f64,
     },
+    /// Every policy at every rate scale over several seeds: means with 95 % intervals and
+    /// marks against the reference policy (`docs/RESULTS.md`, "Sweep").
+    Sweep(SweepArgs),
     /// List the scenarios (with what each reproduces) and the policies.
     List,
 }
@@ -110,5 +124,61 @@ fn parse_limit(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(format!("limit must be a whole number >= 1, got {s}")),
+    }
+}
+
+/// `sweep`'s arguments: what to run it on, and the matrix.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// A Mooncake JSONL trace to sweep (or `--workload`).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "workload",
+        conflicts_with = "workload"
+    )]
+    pub trace: Option<PathBuf>,
+    /// A scenario or generated workload to sweep instead of a trace (see `list`).
+    #[arg(long, value_name = "NAME", value_parser = PossibleValuesParser::new(kvroute_sim::workload::named().map(|s| s.name)))]
+    pub workload: Option<String>,
+    /// Engines in the fleet for a trace (a named workload brings its own fleet).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub engines: u32,
+    /// Arrival-rate multipliers, comma-separated, each 0.001..=1000.
+    #[arg(long, value_delimiter = ',', value_name = "LIST", default_values_t = [1.0, 2.0, 4.0, 8.0, 16.0], value_parser = parse_rate_scale)]
+    pub rate_scales: Vec<f64>,
+    /// Seeds per cell, 1..=100: `--seed`, `--seed` + 1, ...
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub seeds: u32,
+    /// Keep only the first N requests of the trace, N >= 1 (default: the documented
+    /// default slice, see `--whole-trace`).
+    #[arg(long, value_name = "N", value_parser = parse_limit, conflicts_with = "whole_trace")]
+    pub limit: Option<usize>,
+    /// Sweep the whole trace instead of its default slice.
+    #[arg(long)]
+    pub whole_trace: bool,
+    /// Move every arrival by a seeded uniform draw in [-S, +S] seconds (after the rate
+    /// scale), 0..=3600.
+    #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = parse_jitter)]
+    pub arrival_jitter: f64,
+    /// The policy every other is compared with (default: the router's default policy); it
+    /// runs even when `--policies` leaves it out.
+    #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
+    pub reference: Option<Policy>,
+}
+
+fn parse_jitter(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=MAX_ARRIVAL_JITTER_S).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "arrival jitter must be a number of seconds within 0..={MAX_ARRIVAL_JITTER_S}, got {s}"
+        )),
+    }
+}
+
+fn parse_jobs(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("jobs must be a whole number >= 1, got {s}")),
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod args;
 pub mod runner;
+pub mod sweep;
 
 use std::fmt::Write;
 use std::process::ExitCode;
@@ -10,6 +11,8 @@ use kvroute::{Policy, ProjectedMode};
 use kvroute_sim::driver::{self, RunOptions};
 use kvroute_sim::report::{WorkloadRuns, json, svg, table};
 use kvroute_sim::workload::Workload;
+use kvroute_sim::workload::arrivals::jitter_arrivals;
+use kvroute_sim::workload::generated::GENERATED;
 use kvroute_sim::workload::scenarios::{self, SCENARIOS};
 use kvroute_sim::workload::synth::truncate;
 use kvroute_sim::workload::trace::{TraceOptions, load_trace};
@@ -35,8 +38,10 @@ fn dispatch(cli: Cli) -> Result<(), String> {
             return Ok(());
         }
         Command::Demo => scenarios::demo(common.seed),
+        Command::Sweep(args) => return sweep::run(&common, &args),
         Command::Scenario { name, limit } => {
-            let s = scenarios::find(&name).ok_or_else(|| format!("unknown scenario `{name}`"))?;
+            let s = kvroute_sim::workload::find_named(&name)
+                .ok_or_else(|| format!("unknown scenario `{name}`"))?;
             let w = s.build(common.seed);
             vec![match limit {
                 Some(n) => truncate(w, n),
@@ -48,6 +53,7 @@ fn dispatch(cli: Cli) -> Result<(), String> {
             engines,
             rate_scale,
             limit,
+            arrival_jitter,
         } => {
             let opts = TraceOptions {
                 engines,
@@ -55,8 +61,9 @@ fn dispatch(cli: Cli) -> Result<(), String> {
                 limit,
                 ..Default::default()
             };
-            let (w, stats) =
+            let (mut w, stats) =
                 load_trace(&trace, &opts).map_err(|e| format!("{}: {e}", trace.display()))?;
+            jitter_arrivals(&mut w, arrival_jitter, common.seed).map_err(|e| e.to_string())?;
             if !common.quiet {
                 eprintln!(
                     "read {} requests from {} ({} lines, {} blank)",
@@ -95,15 +102,21 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
     check_outputs(common)?;
     let started = std::time::Instant::now();
     let seed = common.seed;
-    let runs: Vec<WorkloadRuns> =
-        runner::run_all(workloads, &policies, common.quiet, |w, p, progress| {
+    let threads = runner::threads(common.jobs, workloads.len() * policies.len());
+    let runs: Vec<WorkloadRuns> = runner::run_all(
+        workloads,
+        &policies,
+        threads,
+        common.quiet,
+        |w, p, progress| {
             let opts = RunOptions {
                 seed,
                 progress: Some(progress),
                 ..Default::default()
             };
             driver::run(w, p, &opts)
-        });
+        },
+    );
     let failed: Vec<String> = runs
         .iter()
         .flat_map(|w| {
@@ -183,6 +196,13 @@ pub fn default_policies() -> Vec<Policy> {
 fn list() -> String {
     let mut out = String::from("scenarios:\n");
     for s in &SCENARIOS {
+        let _ = writeln!(out, "  {}", s.name);
+        for line in table::wrap(s.reproduces, 76) {
+            let _ = writeln!(out, "      {line}");
+        }
+    }
+    out.push_str("\ngenerated workloads (scenario NAME, sweep --workload NAME):\n");
+    for s in &GENERATED {
         let _ = writeln!(out, "  {}", s.name);
         for line in table::wrap(s.reproduces, 76) {
             let _ = writeln!(out, "      {line}");

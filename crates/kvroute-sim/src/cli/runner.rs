@@ -1,5 +1,5 @@
-//! Runs every (workload, policy) pair in parallel on up to `available_parallelism`
-//! threads, with a progress bar once the runs have taken more than a second.
+//! Runs independent simulations in parallel on `--jobs` threads (default: the available
+//! cores), with one progress bar over all of them once they have taken more than a second.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,46 +20,45 @@ const STEPS_PER_RUN: u64 = 1000;
 /// The progress callback a run gets: the fraction of its requests done (0..=1).
 pub type Progress<'a> = &'a (dyn Fn(f64) + Sync);
 
-/// Runs `run(workload, policy, progress)` for every workload and policy and collects the
-/// results in input order. `quiet` hides the progress bar.
-pub fn run_all<F>(
-    workloads: &[Workload],
-    policies: &[Policy],
-    quiet: bool,
-    run: F,
-) -> Vec<WorkloadRuns>
+/// The threads to use: `jobs` if given, else the available cores, never more than the
+/// runs and at least one.
+pub fn threads(jobs: Option<usize>, runs: usize) -> usize {
+    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .min(runs)
+        .max(1)
+}
+
+/// Runs `run(i, progress)` for every `i` in `0..runs` on `threads` threads and returns
+/// the results in index order. `quiet` hides the progress bar.
+pub fn run_indexed<R, F>(runs: usize, threads: usize, quiet: bool, run: F) -> Vec<R>
 where
-    F: Fn(&Workload, Policy, Progress<'_>) -> RunResult + Sync,
+    R: Send,
+    F: Fn(usize, Progress<'_>) -> R + Sync,
 {
-    let jobs: Vec<(usize, usize)> = (0..workloads.len())
-        .flat_map(|w| (0..policies.len()).map(move |p| (w, p)))
-        .collect();
-    let results: Mutex<Vec<Option<RunResult>>> = Mutex::new(vec![None; jobs.len()]);
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..runs).map(|_| None).collect());
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
-    let steps: Vec<AtomicU64> = jobs.iter().map(|_| AtomicU64::new(0)).collect();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(jobs.len())
-        .max(1);
+    let steps: Vec<AtomicU64> = (0..runs).map(|_| AtomicU64::new(0)).collect();
     let bar = ProgressBar::with_draw_target(
-        Some(jobs.len() as u64 * STEPS_PER_RUN),
+        Some(runs as u64 * STEPS_PER_RUN),
         ProgressDrawTarget::hidden(),
     );
     bar.set_style(
         ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {percent:>3}% of {msg} runs",
+            "{spinner} [{elapsed_precise}] {bar:30} {percent:>3}% of {msg} runs (eta {eta})",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    bar.set_message(jobs.len().to_string());
+    bar.set_message(runs.to_string());
     let start = Instant::now();
     std::thread::scope(|s| {
-        for _ in 0..threads {
+        for _ in 0..threads.max(1) {
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(w, p)) = jobs.get(i) else { break };
+                    if i >= runs {
+                        break;
+                    }
                     // Counted even if the run panics, so the progress loop ends and the
                     // scope re-raises the panic.
                     let _count = Done(&done);
@@ -67,14 +66,14 @@ where
                         let step = (f.clamp(0.0, 1.0) * STEPS_PER_RUN as f64) as u64;
                         steps[i].store(step, Ordering::Relaxed);
                     };
-                    let r = run(&workloads[w], policies[p], &progress);
+                    let r = run(i, &progress);
                     steps[i].store(STEPS_PER_RUN, Ordering::Relaxed);
                     results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
                 }
             });
         }
         let mut shown = false;
-        while done.load(Ordering::Acquire) < jobs.len() {
+        while done.load(Ordering::Acquire) < runs {
             std::thread::sleep(Duration::from_millis(50));
             if !quiet && !shown && start.elapsed() >= SHOW_AFTER {
                 bar.set_draw_target(ProgressDrawTarget::stderr());
@@ -85,15 +84,37 @@ where
         }
     });
     bar.finish_and_clear();
-    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|r| r.expect("every job ran"))
+        .collect()
+}
+
+/// Runs `run(workload, policy, progress)` for every workload and policy on `threads`
+/// threads and collects the results in input order. `quiet` hides the progress bar.
+pub fn run_all<F>(
+    workloads: &[Workload],
+    policies: &[Policy],
+    threads: usize,
+    quiet: bool,
+    run: F,
+) -> Vec<WorkloadRuns>
+where
+    F: Fn(&Workload, Policy, Progress<'_>) -> RunResult + Sync,
+{
+    let np = policies.len();
+    let mut results = run_indexed(workloads.len() * np, threads, quiet, |i, progress| {
+        run(&workloads[i / np], policies[i % np], progress)
+    })
+    .into_iter();
     workloads
         .iter()
-        .enumerate()
-        .map(|(w, workload)| {
+        .map(|workload| {
             let mut runs = WorkloadRuns::new(workload);
-            for (p, policy) in policies.iter().enumerate() {
-                let i = w * policies.len() + p;
-                let result = results[i].take().expect("every job ran");
+            for policy in policies {
+                let result = results.next().expect("every job ran");
                 runs.runs.push(PolicyRun::new(&policy.to_string(), result));
             }
             runs

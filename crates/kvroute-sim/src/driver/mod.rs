@@ -21,8 +21,8 @@
 //! * **Engine steps.** An engine with work runs back-to-back steps; each step's KV events
 //!   are published at its end as one msgpack batch through the event channel, decoded by
 //!   `kvroute-wire` and applied with [`kvroute::Router::ingest`] on arrival.
-//! * **Telemetry.** Every `telemetry_interval_s` each engine's load is observed and
-//!   delivered ([`crate::net`]); the router publishes a snapshot on each delivery. At time 0
+//! * **Telemetry.** Every `telemetry_interval_s` (on its own seeded phase by default) each
+//!   engine's load is observed and delivered ([`crate::net`]); the router publishes a snapshot on each delivery. At time 0
 //!   every engine reports idle and the router publishes, so the fleet starts routable.
 //! * **Periodic work.** [`kvroute::Router::sweep`] every `sweep_interval_s`; engine samples
 //!   every `sample_interval_s`; probes at the requested times.
@@ -42,8 +42,11 @@ use crate::workload::Workload;
 /// How to run one policy over one workload.
 #[derive(Clone)]
 pub struct RunOptions<'a> {
-    /// Seed of the channels' random draws (loss, jitter) and of the router's near-tie
-    /// draws.
+    /// Seed of every random draw of the run: the channels' loss and delay jitter
+    /// ([`crate::net`]), the order in which the engines register with the router (which
+    /// decides the router's exact tie-breaks, that rotate over the tied slots in slot
+    /// order) and the router's near-tie draws (`RouterConfig::near_tie_seed`, used when
+    /// the scorer's `near_tie_band` is positive). The same seed gives the same result.
     pub seed: u64,
     /// Interval of [`EngineSample`](crate::EngineSample)s (seconds); 0 records none.
     pub sample_interval_s: f64,

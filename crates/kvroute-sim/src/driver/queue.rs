@@ -57,7 +57,7 @@ pub(crate) enum Kind {
     /// Fault number `i` of the workload starts.
     Fault(usize),
     /// Every engine's load is observed.
-    Telemetry,
+    Telemetry(u32),
     /// Every engine is sampled.
     Sample,
     /// The reservation sweeper runs.
@@ -97,7 +97,7 @@ impl Kind {
     fn periodic(&self) -> bool {
         matches!(
             self,
-            Kind::Telemetry | Kind::Sample | Kind::Sweep | Kind::Probe
+            Kind::Telemetry(_) | Kind::Sample | Kind::Sweep | Kind::Probe
         )
     }
 }

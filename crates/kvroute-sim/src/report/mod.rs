@@ -6,11 +6,19 @@
 //! - [`table`]: the plain-text table, one row per policy.
 //! - [`json`]: the `--json` document (metrics plus per-engine time series).
 //! - [`svg`]: the `--svg` plots (engine occupancy over time, TTFT CDF per policy).
+//! - [`stats`]: means with Student-t intervals and the paired t-test, over seeds.
+//! - [`sweep`]: a sweep's per-seed values summarised per policy, rate scale and metric,
+//!   with marks against the reference policy; [`sweep_table`] and [`sweep_svg`] print
+//!   and plot it.
 
 pub mod json;
 pub mod metrics;
 pub mod series;
+pub mod stats;
 pub mod svg;
+pub mod sweep;
+pub mod sweep_svg;
+pub mod sweep_table;
 pub mod table;
 
 use std::fmt;

@@ -1,13 +1,18 @@
-//! Workloads: the Mooncake trace reader and the built-in scenarios.
+//! Workloads: the Mooncake trace reader, the built-in scenarios, the generated workloads
+//! and the arrival reshaping (rate scale, jitter) the sweep applies to any of them.
 
 use crate::engine::EngineConfig;
 use crate::fault::Fault;
 use crate::net::ChannelConfig;
 use crate::request::SimRequest;
 
+pub mod arrivals;
+pub mod generated;
 pub mod scenarios;
 pub mod synth;
 pub mod trace;
+
+use scenarios::{SCENARIOS, Scenario};
 
 /// The fleet a workload runs on.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,4 +45,15 @@ impl Workload {
     pub fn routed_requests(&self) -> usize {
         self.requests.iter().filter(|r| r.pinned.is_none()).count()
     }
+}
+
+/// The scenario or generated workload called `name` (the names `kvroute-sim scenario`
+/// takes), if any.
+pub fn find_named(name: &str) -> Option<&'static Scenario> {
+    scenarios::find(name).or_else(|| generated::find(name))
+}
+
+/// Every named workload: the scenarios, then the generated workloads.
+pub fn named() -> impl Iterator<Item = &'static Scenario> {
+    SCENARIOS.iter().chain(generated::GENERATED.iter())
 }

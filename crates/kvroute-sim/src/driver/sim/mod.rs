@@ -108,11 +108,9 @@ impl<'a> Sim<'a> {
                     .push(secs_to_ns(f.at_s), Class::Fault, Kind::Fault(i));
             }
         }
-        self.q.push(
-            secs_to_ns(self.chan.telemetry_interval_s),
-            Class::Tick,
-            Kind::Telemetry,
-        );
+        for (e, first) in self.first_reports().into_iter().enumerate() {
+            self.q.push(first, Class::Tick, Kind::Telemetry(e as u32));
+        }
         if self.opts.sample_interval_s > 0.0 {
             self.q.push(0, Class::Tick, Kind::Sample);
         }
@@ -184,10 +182,10 @@ impl<'a> Sim<'a> {
                     self.restart(f.engine);
                 }
             }
-            Kind::Telemetry => {
-                self.telemetry_tick();
+            Kind::Telemetry(e) => {
+                self.report_load(e);
                 let next = t.saturating_add(secs_to_ns(self.chan.telemetry_interval_s));
-                self.q.push(next, Class::Tick, Kind::Telemetry);
+                self.q.push(next, Class::Tick, Kind::Telemetry(e));
             }
             Kind::Sample => {
                 for e in 0..self.engines.len() {

@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use kvroute::{Policy, Router, RouterConfig, WorkerId};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 
 use super::{ReqState, Sim, Status};
 use crate::driver::queue::Queue;
@@ -127,9 +128,9 @@ impl<'a> Sim<'a> {
         score.policy = policy;
         rc.score = score;
         let router = Router::new(rc).map_err(|e| RunError::Router(e.to_string()))?;
-        let mut workers = Vec::with_capacity(engines_n);
-        for e in 0..engines_n {
-            let wid = WorkerId::new(e as u64, 0);
+        let workers: Vec<WorkerId> = (0..engines_n).map(|e| WorkerId::new(e as u64, 0)).collect();
+        for e in registration_order(engines_n, opts.seed) {
+            let wid = workers[e];
             router
                 .add_worker(wid)
                 .map_err(|e| RunError::Router(e.to_string()))?;
@@ -143,12 +144,15 @@ impl<'a> Sim<'a> {
                         .with_prefill_tps(fleet.engine.prefill_tps as f32),
                 )
                 .map_err(|e| RunError::Router(e.to_string()))?;
-            workers.push(wid);
         }
         let chan = fleet.channels;
+        // One engine's batches are at least a step apart, so a jitter up to the step's fixed
+        // cost never reorders them.
         let buffer_replays = chan.replay
             && chan.replay_buffer_batches > 0
-            && (chan.event_loss > 0.0 || chan.event_jitter_s > 0.0 || !w.faults.is_empty());
+            && (chan.event_loss > 0.0
+                || chan.event_jitter_s > fleet.engine.step_base_s
+                || !w.faults.is_empty());
         let reqs = w
             .requests
             .iter()
@@ -198,5 +202,38 @@ impl<'a> Sim<'a> {
             done: 0,
             progress_pct: None,
         })
+    }
+}
+
+/// Seed offset of the registration order's draw, so that it is independent of the channel
+/// draws seeded with the run's seed itself.
+const REGISTRATION_SEED_OFFSET: u64 = 0x5EED_0F0D;
+
+/// The order in which the `engines` engines register with the router for `seed`: a
+/// uniformly random permutation of `0..engines` (Fisher-Yates, seeded). The router gives
+/// slots in registration order and rotates its exact ties over the tied slots in slot
+/// order, so the seed decides which engine wins the `k`-th tie, as the arbitrary order in
+/// which a real gateway discovers its engines does.
+pub(in crate::driver) fn registration_order(engines: usize, seed: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..engines).collect();
+    let mut rng = StdRng::seed_from_u64(seed ^ REGISTRATION_SEED_OFFSET);
+    order.shuffle(&mut rng);
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registration_order;
+
+    #[test]
+    fn registration_order_is_a_seeded_permutation() {
+        let a = registration_order(16, 1);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..16).collect::<Vec<_>>(), "every engine once");
+        assert_eq!(a, registration_order(16, 1), "same seed, same order");
+        assert_ne!(a, registration_order(16, 2), "another seed, another order");
+        assert_eq!(registration_order(1, 9), vec![0]);
+        assert!(registration_order(0, 9).is_empty());
     }
 }

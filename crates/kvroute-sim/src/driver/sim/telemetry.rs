@@ -2,7 +2,12 @@
 //! and publishing.
 
 use kvroute::{LoadSample, Nanos, VllmLoadUpdate, VllmRankLoad};
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Seed offset of the telemetry phases' draw, independent of the channel draws (which use
+/// the run's seed itself).
+const STAGGER_SEED_OFFSET: u64 = 0x57A6_6E12;
 
 use super::Sim;
 use crate::driver::queue::{Class, Kind};
@@ -29,30 +34,51 @@ impl<'a> Sim<'a> {
         }
     }
 
-    pub(super) fn telemetry_tick(&mut self) {
+    /// When each engine's first load report after the time-0 one is observed (ns): one
+    /// interval in, or, with `telemetry_stagger`, at a seeded uniform phase in
+    /// `(0, interval]` of its own (module docs of [`crate::net`]).
+    pub(super) fn first_reports(&self) -> Vec<u64> {
+        let interval = self.chan.telemetry_interval_s;
+        let mut rng = StdRng::seed_from_u64(self.opts.seed ^ STAGGER_SEED_OFFSET);
+        (0..self.engines.len())
+            .map(|_| {
+                let phase = if self.chan.telemetry_stagger {
+                    // `1 - u` is in (0, 1]: no engine reports twice at time 0.
+                    interval * (1.0 - rng.random::<f64>())
+                } else {
+                    interval
+                };
+                secs_to_ns(phase).max(1)
+            })
+            .collect()
+    }
+
+    /// Observes engine `e`'s load now and sends the report (unless its telemetry is down
+    /// or the report is lost).
+    pub(super) fn report_load(&mut self, e: u32) {
         let t = self.now;
-        let delay = secs_to_ns(self.chan.telemetry_delay_s);
-        for e in 0..self.engines.len() {
-            if self.faults.telemetry_down(e as u32, t) {
-                continue;
-            }
-            self.res.channel.telemetry_sent += 1;
-            if self.chan.telemetry_loss > 0.0 && self.rng.random::<f64>() < self.chan.telemetry_loss
-            {
-                self.res.channel.telemetry_lost += 1;
-                continue;
-            }
-            let sample = self.sample_of(e);
-            self.q.push(
-                t.saturating_add(delay),
-                Class::Deliver,
-                Kind::Load {
-                    engine: e as u32,
-                    sample: Box::new(sample),
-                    observed: t,
-                },
-            );
+        if self.faults.telemetry_down(e, t) {
+            return;
         }
+        self.res.channel.telemetry_sent += 1;
+        if self.chan.telemetry_loss > 0.0 && self.rng.random::<f64>() < self.chan.telemetry_loss {
+            self.res.channel.telemetry_lost += 1;
+            return;
+        }
+        let mut delay = self.chan.telemetry_delay_s;
+        if self.chan.telemetry_jitter_s > 0.0 {
+            delay += self.rng.random::<f64>() * self.chan.telemetry_jitter_s;
+        }
+        let sample = self.sample_of(e as usize);
+        self.q.push(
+            t.saturating_add(secs_to_ns(delay)),
+            Class::Deliver,
+            Kind::Load {
+                engine: e,
+                sample: Box::new(sample),
+                observed: t,
+            },
+        );
     }
 
     pub(super) fn apply_load(&mut self, e: u32, s: LoadSample, observed: u64) {

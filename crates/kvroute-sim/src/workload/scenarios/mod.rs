@@ -77,6 +77,20 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// A named workload built by `build` from a seed (used by the generated workloads,
+    /// [`crate::workload::generated`], which share this shape).
+    pub const fn new(
+        name: &'static str,
+        reproduces: &'static str,
+        build: fn(u64) -> Workload,
+    ) -> Self {
+        Self {
+            name,
+            reproduces,
+            build,
+        }
+    }
+
     /// The workload for `seed` (the same seed always gives the same workload).
     pub fn build(&self, seed: u64) -> Workload {
         (self.build)(seed)
@@ -141,7 +155,7 @@ pub fn demo(seed: u64) -> Vec<Workload> {
 
 /// A scenario's workload: `requests` on `engines` engines configured as `engine`, over
 /// default channels, with no faults.
-fn workload(
+pub(crate) fn workload(
     name: &str,
     description: &str,
     requests: Vec<SimRequest>,
