@@ -1,10 +1,23 @@
 //! Builds a KV event batch payload (msgpack, named-map events as vLLM 0.33 and SGLang 0.5.23
 //! send them) from a few fuzz bytes, so that the `decode_apply` target reaches router
 //! states that random msgpack rarely reaches: 16 engine hashes, 8 block contents, parents,
-//! copies and conflicting re-stores, the storage tiers, KV groups, LoRA / salt namespaces
-//! and a foreign block size.
+//! copies and conflicting re-stores, the storage tiers, KV groups, LoRA / salt namespaces,
+//! vLLM's per-block extra keys (cache salt, multimodal pairs, the LoRA name, a map, a
+//! wrong entry count) and a foreign block size.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
+
+/// One vLLM extra key.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Key {
+    Str(&'static str),
+    /// A multimodal `(identifier, offset)` pair.
+    Mm((&'static str, i64)),
+    Map(BTreeMap<&'static str, u8>),
+}
 
 /// Engine hash number `i` (0..16) on the wire: spread over the 64 bits.
 pub fn engine_hash(i: u8) -> u64 {
@@ -28,6 +41,8 @@ enum Event {
         lora_name: Option<&'static str>,
         #[serde(skip_serializing_if = "Option::is_none")]
         cache_salt: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        extra_keys: Option<Vec<Option<Vec<Key>>>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         group_idx: Option<u32>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -59,7 +74,10 @@ fn medium(bits: u8) -> Option<&'static str> {
 /// * store: `b & 15` first engine hash, `b >> 4 & 3` blocks - 1, `b >> 6 == 3` block size 8
 ///   (else 16); `c >> 7` no parent, else parent `c & 15`; `c >> 4 & 7` namespace (4: LoRA
 ///   name, 5: LoRA id, 6: cache salt, 7: both name and salt); block `j` holds content
-///   `(d + j) & 7`;
+///   `(d + j) & 7`; `d >> 3 & 7` the extra keys (4: vLLM's salt `"tenant-a"` on block 0,
+///   5: a multimodal pair `("img-1", j)` on block `j`, 6: `"adapter-a"` on every block,
+///   the LoRA key when the LoRA name is `"adapter-a"`, 7: a map on block 0, else none),
+///   one entry fewer than the blocks when `d >> 6 == 3`;
 /// * remove: `b & 15` first engine hash, `b >> 4 & 3` hashes - 1.
 fn event(e: [u8; 4]) -> Event {
     let [a, b, c, d] = e;
@@ -83,6 +101,16 @@ fn event(e: [u8; 4]) -> Event {
                 _ => (None, None, None),
             };
             let ns = c >> 4 & 7;
+            let block_keys = |j: u8| -> Option<Vec<Key>> {
+                match d >> 3 & 7 {
+                    4 => (j == 0).then(|| vec![Key::Str("tenant-a")]),
+                    5 => Some(vec![Key::Mm(("img-1", i64::from(j)))]),
+                    6 => Some(vec![Key::Str("adapter-a")]),
+                    _ => (j == 0).then(|| vec![Key::Map(BTreeMap::from([("k", 1)]))]),
+                }
+            };
+            let entries = if d >> 6 == 3 { count - 1 } else { count };
+            let extra_keys = (d >> 3 & 7 >= 4).then(|| (0..entries).map(block_keys).collect());
             Event::Stored {
                 r#type: "BlockStored",
                 block_hashes: hashes(count),
@@ -93,6 +121,7 @@ fn event(e: [u8; 4]) -> Event {
                 medium: medium(a >> 3),
                 lora_name: matches!(ns, 4 | 7).then_some("adapter-a"),
                 cache_salt: matches!(ns, 6 | 7).then_some("tenant-1"),
+                extra_keys,
                 group_idx,
                 kv_cache_spec_kind: kind,
                 kv_cache_spec_sliding_window: window,

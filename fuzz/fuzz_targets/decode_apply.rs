@@ -31,10 +31,13 @@
 use std::collections::{HashMap, HashSet};
 
 use kvroute::{
-    BlockHasher, Channel, EngineHash, HashNamespace, IngestError, IngestStats, Router,
-    RouterConfig, SequenceHash, WorkerId,
+    BlockHasher, Channel, EngineHash, ExtraKeysDigest, HashNamespace, IngestError, IngestStats,
+    Router, RouterConfig, SequenceHash, WorkerId, extra_keys_digest,
 };
-use kvroute_wire::{BlockRemoved, BlockStored, KvEvent, KvMessage, Medium, decode_message};
+use kvroute_index::hash::{chain_hash, fold_extra_keys};
+use kvroute_wire::{
+    BlockRemoved, BlockStored, ExtraKey, KvEvent, KvMessage, Medium, decode_message,
+};
 use libfuzzer_sys::fuzz_target;
 
 mod batch_gen;
@@ -72,6 +75,7 @@ struct Tally {
     unknown_parent_stores: u64,
     rejected_events: u64,
     unknown_events: u64,
+    extra_key_blocks: u64,
 }
 
 impl Tally {
@@ -85,19 +89,78 @@ impl Tally {
             unknown_parent_stores: s.unknown_parent_stores,
             rejected_events: s.rejected_events,
             unknown_events: s.unknown_events,
+            extra_key_blocks: s.extra_key_blocks,
         }
     }
 }
 
 /// The chained hashes of a store's blocks, by the documented namespace rule (LoRA name,
-/// else the decimal LoRA id; cache salt), chaining from `parent`.
-fn chain(s: &BlockStored, parent: Option<u64>) -> Vec<u64> {
+/// else the decimal LoRA id; cache salt) and extra-keys rule (per block: a leading key
+/// equal to the LoRA name or id left out; the rest, if any, digested, or unreproducible
+/// when one is or holds a map; the digest folded into the block's local hash), chaining
+/// from `parent`. `None` when the store's extra keys, some block having keys left, are not
+/// one entry per block (the store is rejected).
+fn chain(s: &BlockStored, parent: Option<u64>) -> Option<Vec<u64>> {
     let id_text = s.lora_id.map(|id| id.to_string());
     let lora = s.lora_name.as_deref().or(id_text.as_deref());
     let ns = HashNamespace::new(lora, s.cache_salt.as_deref());
+    let digests = model_extra_digests(s);
+    if digests.iter().any(Option::is_some) && digests.len() != s.block_hashes.len() {
+        return None;
+    }
+    let mut locals = Vec::new();
+    BlockHasher::new(BS, ns).local_hashes_into(&s.token_ids, &mut locals);
+    let mut prev = parent.map(SequenceHash);
     let mut out = Vec::new();
-    BlockHasher::new(BS, ns).sequence_hashes_into(&s.token_ids, parent.map(SequenceHash), &mut out);
-    out.iter().map(|h| h.0).collect()
+    for (j, local) in locals.into_iter().enumerate() {
+        let local = match digests.get(j) {
+            Some(&Some(d)) => fold_extra_keys(local, d),
+            _ => local,
+        };
+        let seq = match prev {
+            None => SequenceHash(local.0),
+            Some(p) => chain_hash(p, local),
+        };
+        out.push(seq.0);
+        prev = Some(seq);
+    }
+    Some(out)
+}
+
+fn holds_map(k: &ExtraKey) -> bool {
+    match k {
+        ExtraKey::List(items) => items.iter().any(holds_map),
+        ExtraKey::Str(_)
+        | ExtraKey::Int(_)
+        | ExtraKey::Float(_)
+        | ExtraKey::Bytes(_)
+        | ExtraKey::Nil => false,
+        _ => true,
+    }
+}
+
+/// Each `extra_keys` entry's digest by the documented rule (see `chain`).
+fn model_extra_digests(s: &BlockStored) -> Vec<Option<ExtraKeysDigest>> {
+    let Some(entries) = &s.extra_keys else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .enumerate()
+        .map(|(j, e)| {
+            let keys = e.as_deref()?;
+            let keys = match keys.first() {
+                Some(ExtraKey::Str(n)) if s.lora_name.as_deref() == Some(n.as_str()) => &keys[1..],
+                Some(ExtraKey::Int(i)) if s.lora_id.map(i128::from) == Some(*i) => &keys[1..],
+                _ => keys,
+            };
+            if keys.iter().any(holds_map) {
+                let engine = s.block_hashes.get(j).copied().unwrap_or(EngineHash(0));
+                return Some(ExtraKeysDigest::unreproducible(engine));
+            }
+            extra_keys_digest(keys)
+        })
+        .collect()
 }
 
 fn is_main(s: &BlockStored) -> bool {
@@ -156,6 +219,11 @@ impl Model {
             t.rejected_events += 1;
             return;
         }
+        // The extra-keys count is checked before the parent (the index's order).
+        if chain(s, None).is_none() {
+            t.rejected_events += 1;
+            return;
+        }
         let parent = match s.parent_block_hash {
             None => None,
             Some(p) => match self.blocks.get(&p.0) {
@@ -166,7 +234,12 @@ impl Model {
                 }
             },
         };
-        let seqs = chain(s, parent);
+        let seqs = chain(s, parent).expect("the extra-keys count was checked above");
+        let keyed = model_extra_digests(s)
+            .iter()
+            .filter(|d| d.is_some())
+            .count();
+        t.extra_key_blocks += keyed as u64;
         for (eh, &seq) in s.block_hashes.iter().zip(&seqs) {
             match self.blocks.get_mut(&eh.0) {
                 Some(e) if e.0 == seq => e.1 = (e.1 + 1).min(u32::from(u16::MAX)),

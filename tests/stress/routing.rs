@@ -244,6 +244,7 @@ pub fn router_thread(
             prompt_tokens: s.prompt_tokens,
             expected_output_tokens: output,
             namespace: s.namespace,
+            extra_keys: &[],
             now: clock.now(),
         };
         out.calls += 1;

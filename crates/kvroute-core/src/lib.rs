@@ -14,6 +14,7 @@
 //! The crate does no I/O and allocates nothing.
 
 mod bounds;
+mod extra_keys;
 mod hash;
 pub mod load;
 mod rng;
@@ -22,6 +23,7 @@ mod time;
 mod worker;
 
 pub use bounds::{Bounds, Number, OutOfRange};
+pub use extra_keys::{BlockExtraKeys, ExtraKeysDigest, ExtraKeysHasher};
 pub use hash::{EngineHash, HashNamespace, SequenceHash, XXH3_SEED};
 pub use load::{Fields, LoadSample, RankReport, UpdateError};
 pub use rng::SplitMix64;

@@ -85,7 +85,10 @@ pub enum ExtraKey {
     Bytes(Vec<u8>),
     /// Nil.
     Nil,
-    /// A nested array or map (not interpreted).
+    /// An array, its elements decoded by these rules (vLLM's multimodal key is the pair
+    /// `(identifier, offset of the item from the block's first token)`).
+    List(Vec<ExtraKey>),
+    /// A map (not interpreted: only its presence is kept).
     Nested,
 }
 

@@ -178,7 +178,10 @@ fn named_events_with_unknown_and_repeated_keys() {
         ExtraKey::Bytes(vec![1, 2]),
         ExtraKey::Nil,
         ExtraKey::Float(0.5),
-        ExtraKey::Nested,
+        ExtraKey::List(vec![
+            ExtraKey::Int(1),
+            ExtraKey::List(vec![ExtraKey::Int(2)]),
+        ]),
         ExtraKey::Nested,
     ];
     let want = KvEventBatch {

@@ -25,6 +25,13 @@ pub enum RouteError {
         /// `prompt_tokens / block_size`.
         full_blocks: usize,
     },
+    /// [`RouteRequest::extra_keys`](crate::RouteRequest::extra_keys) not in strictly
+    /// increasing block order.
+    ExtraKeysOutOfOrder {
+        /// Position (in `extra_keys`) of the first entry whose block is not after the
+        /// block of the entry before it.
+        position: usize,
+    },
     /// No load snapshot has been published yet: call [`Router::publish`](crate::Router::publish)
     /// (on a timer, after [`add_worker`](crate::Router::add_worker) and the first load
     /// updates). Counted as `no_eligible_worker`.
@@ -69,6 +76,11 @@ impl fmt::Display for RouteError {
             } => write!(
                 f,
                 "{hashes} block hashes for a prompt of {full_blocks} full blocks"
+            ),
+            Self::ExtraKeysOutOfOrder { position } => write!(
+                f,
+                "extra_keys entry {position} does not name a later block than the entry \
+                 before it (entries must be in strictly increasing block order)"
             ),
             Self::NotPublished => f.write_str(
                 "no load snapshot published yet: call Router::publish after adding workers \

@@ -96,6 +96,7 @@ mod carry;
 mod config;
 mod decision;
 mod error;
+mod extra_keys;
 pub mod ingest;
 #[cfg(test)]
 mod loom_models;
@@ -129,6 +130,7 @@ pub mod bounds {
 }
 pub use decision::{AdmissionRedirect, Decision, Shadow};
 pub use error::{EventError, RouteError, WorkerError};
+pub use extra_keys::{block_extra_keys, extra_keys_digest};
 pub use ingest::{Channel, IngestError, IngestReport, IngestStats, ReplayRequest};
 pub use request::{Prompt, RouteRequest};
 pub use router::Router;
@@ -136,10 +138,12 @@ pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats, Wor
 
 // The vocabulary (kvroute-core).
 pub use kvroute_core::{
-    Bounds, EngineHash, EngineId, Fields, HashNamespace, LoadSample, Nanos, Number, OutOfRange,
-    RankReport, SequenceHash, Slot, SlotGeneration, UpdateError, WorkerId,
+    BlockExtraKeys, Bounds, EngineHash, EngineId, ExtraKeysDigest, ExtraKeysHasher, Fields,
+    HashNamespace, LoadSample, Nanos, Number, OutOfRange, RankReport, SequenceHash, Slot,
+    SlotGeneration, UpdateError, WorkerId,
 };
 // The prefix index, as `Router::index` exposes it for inspection (gauges, direct matching).
+pub use kvroute_index::hash::ExtraKeysOrderError;
 pub use kvroute_index::index::{
     BlockStore, IndexConfig, IndexError, IndexStats, Overlaps, PrefixIndex, RemoveOutcome,
     StoreOutcome,

@@ -9,7 +9,7 @@
 //! `Decision::overlap_blocks` with the engine's own reported cache hit for it.
 
 use kvroute_core::Nanos;
-use kvroute_core::{HashNamespace, SequenceHash};
+use kvroute_core::{BlockExtraKeys, HashNamespace, SequenceHash};
 
 /// The request's prompt as the router receives it: the engine's token ids after the chat
 /// template (see the module docs), or their chained hashes.
@@ -38,6 +38,16 @@ pub struct RouteRequest<'a> {
     /// Namespace (LoRA adapter / cache salt) of the prompt's tokens; `None` uses the
     /// router's. Ignored for [`Prompt::Hashes`].
     pub namespace: Option<HashNamespace>,
+    /// The extra keys the engine hashes with some of the prompt's blocks (vLLM: the cache
+    /// salt on block 0, multimodal keys on the blocks an image's placeholder tokens fall
+    /// in, prompt-embedding digests), one entry per block that has any, in strictly
+    /// increasing block order ([`block_extra_keys`](crate::block_extra_keys) builds one);
+    /// empty for a plain text prompt. Blocks an engine stored with extra keys are found
+    /// only by a request presenting the same keys for the same block; without them the
+    /// prompt hashes as its tokens and finds only blocks stored without keys. Entries past
+    /// the last full block are not used. Ignored for [`Prompt::Hashes`] (fold the keys
+    /// with [`BlockHasher::sequence_hashes_with_extra_keys_into`](crate::BlockHasher::sequence_hashes_with_extra_keys_into)).
+    pub extra_keys: &'a [BlockExtraKeys],
     /// The caller's clock (monotonic), recorded in the reservation; kvroute reads no clock.
     pub now: Nanos,
 }
@@ -51,6 +61,7 @@ impl<'a> RouteRequest<'a> {
             prompt_tokens: u32::try_from(tokens.len()).unwrap_or(u32::MAX),
             expected_output_tokens,
             namespace: None,
+            extra_keys: &[],
             now,
         }
     }
@@ -67,7 +78,13 @@ impl<'a> RouteRequest<'a> {
             prompt_tokens,
             expected_output_tokens,
             namespace: None,
+            extra_keys: &[],
             now,
         }
+    }
+
+    /// This request with `extra_keys` (see [`RouteRequest::extra_keys`]).
+    pub fn with_extra_keys(self, extra_keys: &'a [BlockExtraKeys]) -> Self {
+        Self { extra_keys, ..self }
     }
 }

@@ -54,6 +54,8 @@ impl Router {
     /// `load` locks). Allocates nothing once warm. Never panics on bad input.
     ///
     /// # Errors
+    /// [`RouteError::ExtraKeysOutOfOrder`] when [`RouteRequest::extra_keys`] is not in
+    /// strictly increasing block order;
     /// [`RouteError::PromptLengthMismatch`] and [`RouteError::TooManyHashes`] for a
     /// malformed request; [`RouteError::NotPublished`] before the first [`publish`](Self::publish),
     /// [`RouteError::NoEligibleWorker`] when no worker is published;
@@ -98,7 +100,18 @@ impl Router {
                     Some(ns) => kvroute_index::BlockHasher::new(bs, ns),
                     None => self.hasher,
                 };
-                hasher.sequence_hashes_into(tokens, None, hash_buf);
+                if req.extra_keys.is_empty() {
+                    hasher.sequence_hashes_into(tokens, None, hash_buf);
+                } else if let Err(e) = hasher.sequence_hashes_with_extra_keys_into(
+                    tokens,
+                    None,
+                    req.extra_keys,
+                    hash_buf,
+                ) {
+                    return Err(RouteError::ExtraKeysOutOfOrder {
+                        position: e.position,
+                    });
+                }
                 &hash_buf[..]
             }
             Prompt::Hashes(h) => {

@@ -427,7 +427,9 @@ impl Counters {
 
     pub(crate) fn rejection(&self, e: &RouteError) {
         let i = match e {
-            RouteError::PromptLengthMismatch { .. } | RouteError::TooManyHashes { .. } => 0,
+            RouteError::PromptLengthMismatch { .. }
+            | RouteError::TooManyHashes { .. }
+            | RouteError::ExtraKeysOutOfOrder { .. } => 0,
             RouteError::NotPublished | RouteError::NoEligibleWorker => 1,
             RouteError::Rejected { .. } => 2,
             RouteError::Contended { .. } => 3,

@@ -17,9 +17,16 @@
 //! Engines' own block hashes (vLLM: SHA-256 based, SGLang: a signed 64-bit prefix of a
 //! SHA-256 chain) are opaque to kvroute: the index re-hashes the token ids of each store.
 //!
+//! * **Extra keys**: a block whose engine hashed extra keys with its tokens (vLLM's
+//!   `extra_keys`) has their digest folded into its local hash before chaining (module
+//!   `extra`); blocks without extra keys hash as above.
+//!
 //! No function here allocates per block: callers pass a buffer that is appended to.
 
 mod block16;
+mod extra;
+
+pub use extra::{ExtraKeysOrderError, check_extra_keys_order, fold_extra_keys};
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 

@@ -67,8 +67,9 @@ pub use types::{
     MAX_BLOCKS_PER_WORKER, MAX_WORKER_SLOTS, RemoveOutcome, StoreOutcome, WORKER_SLOTS,
 };
 
-use crate::hash::{chain_hash, local_block_hash};
+use crate::hash::{chain_hash, fold_extra_keys, local_block_hash};
 use kvroute_core::EngineHash;
+use kvroute_core::ExtraKeysDigest;
 use kvroute_core::SequenceHash;
 use kvroute_core::Slot;
 use node::{Head, Node};
@@ -212,6 +213,25 @@ impl PrefixIndex {
     /// [`IndexError::TokenCountMismatch`], [`IndexError::UnknownParent`]; each is counted
     /// and leaves the index unchanged.
     pub fn store(&self, slot: Slot, event: &BlockStore<'_>) -> Result<StoreOutcome, IndexError> {
+        self.store_with_extra_keys(slot, event, &[])
+    }
+
+    /// [`store`](PrefixIndex::store) for blocks whose engine hashed extra keys with their
+    /// tokens: `extra_keys[j]` is the digest of block `j`'s keys (`None`: the block has
+    /// none), folded into its local hash before chaining ([`fold_extra_keys`]), so that
+    /// block and every block chained after it are found only by prompts that present the
+    /// same keys. `extra_keys` is empty (no block has keys) or has one entry per block.
+    ///
+    /// # Errors
+    /// Those of `store`, and [`IndexError::ExtraKeysCountMismatch`] when `extra_keys` is
+    /// neither empty nor one entry per block; each is counted and leaves the index
+    /// unchanged.
+    pub fn store_with_extra_keys(
+        &self,
+        slot: Slot,
+        event: &BlockStore<'_>,
+        extra_keys: &[Option<ExtraKeysDigest>],
+    ) -> Result<StoreOutcome, IndexError> {
         let bs = self.config.block_size;
         if event.block_size != bs {
             IndexCounters::bump(&self.counters.block_size_mismatches, 1);
@@ -226,6 +246,13 @@ impl PrefixIndex {
                 blocks: event.block_hashes.len(),
                 block_size: bs,
                 tokens: event.token_ids.len(),
+            });
+        }
+        if !extra_keys.is_empty() && extra_keys.len() != event.block_hashes.len() {
+            IndexCounters::bump(&self.counters.extra_keys_count_mismatches, 1);
+            return Err(IndexError::ExtraKeysCountMismatch {
+                blocks: event.block_hashes.len(),
+                extra_keys: extra_keys.len(),
             });
         }
         let mut state = self.worker(slot)?;
@@ -252,8 +279,11 @@ impl PrefixIndex {
             .block_hashes
             .iter()
             .zip(event.token_ids.chunks_exact(bs));
-        let blocks = hashes.map(|(eh, tokens)| {
-            let local = local_block_hash(tokens, event.namespace);
+        let blocks = hashes.enumerate().map(|(j, (eh, tokens))| {
+            let mut local = local_block_hash(tokens, event.namespace);
+            if let Some(&Some(digest)) = extra_keys.get(j) {
+                local = fold_extra_keys(local, digest);
+            }
             let seq = match prev {
                 None => SequenceHash(local.0),
                 Some(p) => chain_hash(p, local),
@@ -593,6 +623,7 @@ impl PrefixIndex {
             slot_out_of_range: r(&c.slot_out_of_range),
             block_size_mismatches: r(&c.block_size_mismatches),
             token_count_mismatches: r(&c.token_count_mismatches),
+            extra_keys_count_mismatches: r(&c.extra_keys_count_mismatches),
             unknown_parent_stores: r(&c.unknown_parent_stores),
             unknown_removes: r(&c.unknown_removes),
             hash_conflicts: r(&c.hash_conflicts),

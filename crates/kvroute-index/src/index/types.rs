@@ -147,6 +147,14 @@ pub enum IndexError {
         /// Number of token ids in the event.
         tokens: usize,
     },
+    /// The event's per-block extra keys are neither absent nor one entry per block, so
+    /// which block each belongs to is unknown.
+    ExtraKeysCountMismatch {
+        /// Number of block hashes in the event.
+        blocks: usize,
+        /// Number of extra-keys entries in the event.
+        extra_keys: usize,
+    },
     /// The parent hash is not a block this worker holds: the stored blocks cannot be placed
     /// in a prefix chain, so they are not indexed (they could never extend a match).
     UnknownParent {
@@ -174,6 +182,9 @@ impl fmt::Display for IndexError {
                 f,
                 "{tokens} token ids for {blocks} blocks of {block_size} tokens"
             ),
+            Self::ExtraKeysCountMismatch { blocks, extra_keys } => {
+                write!(f, "{extra_keys} extra-keys entries for {blocks} blocks")
+            }
             Self::UnknownParent { parent, blocks } => write!(
                 f,
                 "parent block {:#x} unknown: {blocks} blocks not indexed",
@@ -191,6 +202,7 @@ pub struct IndexCounters {
     pub(crate) slot_out_of_range: AtomicU64,
     pub(crate) block_size_mismatches: AtomicU64,
     pub(crate) token_count_mismatches: AtomicU64,
+    pub(crate) extra_keys_count_mismatches: AtomicU64,
     pub(crate) unknown_parent_stores: AtomicU64,
     pub(crate) unknown_removes: AtomicU64,
     pub(crate) hash_conflicts: AtomicU64,
@@ -225,6 +237,9 @@ pub struct IndexStats {
     pub block_size_mismatches: u64,
     /// Stores rejected because the token count did not match the blocks.
     pub token_count_mismatches: u64,
+    /// Stores rejected because their extra keys were neither absent nor one entry per
+    /// block.
+    pub extra_keys_count_mismatches: u64,
     /// Stores rejected because their parent was unknown.
     pub unknown_parent_stores: u64,
     /// Removed engine hashes the worker did not hold.

@@ -316,8 +316,10 @@ impl<'a> Reader<'a> {
         Some(out)
     }
 
-    /// One `extra_keys` element, as the serde visitor reads it: nil, bool (as 0 / 1),
-    /// integer, `float 64`, string, binary, or a nested array or map (skipped).
+    /// One `extra_keys` element at nesting `depth`, as the serde visitor reads it: nil,
+    /// bool (as 0 / 1), integer, float (32 or 64 bits), string (one that is not UTF-8 as
+    /// binary), binary, an array (its elements read
+    /// the same way, one level deeper) or a map (skipped).
     pub fn extra_key(&mut self, depth: usize) -> Option<ExtraKey> {
         Some(match self.peek()? {
             0xc0 => {
@@ -329,9 +331,36 @@ impl<'a> Reader<'a> {
                 ExtraKey::Int(i128::from(b == 0xc3))
             }
             0xcb => ExtraKey::Float(self.f64()?),
-            0xa0..=0xbf | 0xd9..=0xdb => ExtraKey::Str(self.string()?),
+            0xca => {
+                self.pos += 1;
+                ExtraKey::Float(f64::from(f32::from_be_bytes(self.be()?)))
+            }
+            // A string that is not UTF-8 reaches serde's visitor as bytes.
+            0xa0..=0xbf | 0xd9..=0xdb => {
+                let raw = self.str_bytes()?;
+                match core::str::from_utf8(raw) {
+                    Ok(text) => ExtraKey::Str(text.to_owned()),
+                    Err(_) => ExtraKey::Bytes(raw.to_vec()),
+                }
+            }
             0xc4..=0xc6 => ExtraKey::Bytes(self.bin()?.to_vec()),
-            0x80..=0x9f | 0xdc..=0xdf => {
+            0x90..=0x9f | 0xdc | 0xdd => {
+                // The same nesting bound as `skip`, so both readers reject the same input.
+                if depth >= MAX_NESTING {
+                    return None;
+                }
+                let n = self.array_len()?;
+                // Each element takes at least one byte, so `n` bounds the list by the input.
+                if n > self.remaining() {
+                    return None;
+                }
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.extra_key(depth + 1)?);
+                }
+                ExtraKey::List(items)
+            }
+            0x80..=0x8f | 0xde | 0xdf => {
                 self.skip(depth)?;
                 ExtraKey::Nested
             }

@@ -313,8 +313,12 @@ impl<'de> Visitor<'de> for ExtraKeyVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ExtraKey, A::Error> {
-        drain(&mut seq, 0)?;
-        Ok(ExtraKey::Nested)
+        // Each element takes at least one byte of input, so the list grows with the input.
+        let mut items = Vec::new();
+        while let Some(k) = seq.next_element::<ExtraKey>()? {
+            items.push(k);
+        }
+        Ok(ExtraKey::List(items))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ExtraKey, A::Error> {

@@ -3,7 +3,8 @@
 //! Rules (`docs/WIRE-FORMAT.md`; the failures they prevent in `docs/FAILURE-MODES.md`):
 //! * `BlockStored` of the device tier and the main full-attention KV group: indexed via
 //!   [`block_store`] (LoRA name / id and cache salt namespace the hashes as
-//!   the decoder gives them). Host, disk, external and unknown tiers are **counted and
+//!   the decoder gives them), each block's extra keys folded into its identity
+//!   ([`block_extra_keys`]; an entry count other than one per block rejects the event). Host, disk, external and unknown tiers are **counted and
 //!   ignored**: only device residency saves prefill outright, and no discounted credit is
 //!   given for the other tiers. Other KV groups (sliding window, ...) are counted and
 //!   skipped.
@@ -27,6 +28,7 @@ use kvroute_core::{Slot, WorkerId};
 use kvroute_index::index::{BlockStore, IndexError, PrefixIndex};
 use kvroute_wire::{BlockRemoved, BlockStored, KvEvent};
 
+use super::extra_keys::block_extra_keys;
 use super::stats::IngestCounters;
 use super::trust::BLOCK_SIZE;
 
@@ -49,6 +51,9 @@ pub struct EventTally {
     pub unknown_parent_blocks: usize,
     /// Events of unknown kind: skipped.
     pub unknown_events: usize,
+    /// Blocks of applied stores indexed with extra keys folded into their identity
+    /// (module `extra_keys`): only requests presenting the same keys find them.
+    pub extra_key_blocks: usize,
 }
 
 /// Why one event of a batch was not applied (the rest of the batch was).
@@ -155,9 +160,14 @@ impl Applier<'_> {
         if s.kv_cache_spec_kind.is_some() && s.group_idx.is_some() {
             *out.main_group = s.group_idx;
         }
-        let error = match self.index.store(self.slot, &block_store(s)) {
+        let extra = block_extra_keys(s);
+        let error = match self
+            .index
+            .store_with_extra_keys(self.slot, &block_store(s), &extra)
+        {
             Ok(_) => {
                 out.tally.stored_blocks += blocks;
+                out.tally.extra_key_blocks += extra.iter().filter(|d| d.is_some()).count();
                 return;
             }
             Err(IndexError::UnknownParent { blocks, .. }) => {
@@ -209,6 +219,7 @@ impl EventTally {
         add(&c.non_main_group_blocks, self.non_main_group_blocks);
         add(&c.unknown_parent_blocks, self.unknown_parent_blocks);
         add(&c.unknown_events, self.unknown_events);
+        add(&c.extra_key_blocks, self.extra_key_blocks);
     }
 }
 

@@ -5,6 +5,7 @@
 //!   ──► Router::ingest(publisher, Channel::Live | Channel::Replay, &msg)
 //!         sequence (per publisher = engine DP rank)  ─ module `sequence`
 //!         events → index (tiers, groups, namespaces)  ─ module `apply`
+//!         per-block extra keys → digests              ─ module `extra_keys`
 //!         trust flags consulted by `route`           ─ module `trust`
 //!   ──► Router::replay_requests() ──► caller sends replay_request(from_seq) to the engine
 //! ```
@@ -29,6 +30,7 @@
 //! [`ReplayRequest`]: the worker is cleared and trusted at once.
 
 mod apply;
+mod extra_keys;
 mod sequence;
 mod stats;
 mod trust;
@@ -39,6 +41,7 @@ use kvroute_index::index::Overlaps;
 use kvroute_wire::{KvEvent, KvMessage};
 
 pub use apply::{EventRejection, EventTally, RejectedEvent, block_store};
+pub use extra_keys::block_extra_keys;
 pub use sequence::{RESET_WINDOW, SeqOutcome};
 pub use stats::{BlockSizeMismatchCount, IngestStats};
 

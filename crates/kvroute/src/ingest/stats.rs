@@ -129,6 +129,10 @@ counters! {
     non_main_group_blocks,
     /// Events with a tag the decoder does not know: counted, skipped.
     unknown_events,
+    /// Device-tier blocks stored with extra keys folded into their identity (vLLM's
+    /// `extra_keys`: multimodal keys, cache salt, prompt-embedding digests): only requests
+    /// presenting the same keys find them.
+    extra_key_blocks,
     /// Stores whose parent this worker does not hold: not indexed (the index's rule).
     unknown_parent_stores,
     /// Blocks of those stores.
