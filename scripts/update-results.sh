@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs the default sweeps (the conversation trace's first 3,000 requests, `long-context`,
+# `no-sharing`; every policy x rate scales 1-16 x seeds 1-5) and writes their tables into
+# docs/RESULTS.md between its `<!-- sweep NAME ... -->` and `<!-- end sweep NAME -->`
+# markers. The prose around the tables ("Reading") is not regenerated: read the new
+# tables and update it by hand. About 3 minutes on an idle 2-core machine.
+#
+# Needs the shared data (KVROUTE_DATA_DIR, default ../shared/data beside the checkout).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data="${KVROUTE_DATA_DIR:-../shared/data}"
+cargo build --release -p kvroute-sim
+sim=./target/release/kvroute-sim
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+"$sim" --quiet sweep --trace "$data/traces/mooncake_conversation_trace.jsonl" >"$out/trace.md"
+"$sim" --quiet sweep --workload long-context >"$out/long-context.md"
+"$sim" --quiet sweep --workload no-sharing >"$out/no-sharing.md"
+python3 - "$out" docs/RESULTS.md <<'PY'
+import pathlib, re, sys
+out, doc = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+text = doc.read_text()
+for name in ("trace", "long-context", "no-sharing"):
+    body = []
+    for line in (out / f"{name}.md").read_text().splitlines():
+        if line.startswith("== sweep"):
+            continue  # the command's own header
+        m = re.fullmatch(r"rate x(\S+)", line.strip())
+        body.append(f"**Rate x{m.group(1)}**" if m else line)
+    # Keep the tables; the legend after the last one is the doc's "Reading the marks".
+    last = max(i for i, line in enumerate(body) if line.startswith("|"))
+    table = "\n".join(body[: last + 1]).strip("\n")
+    begin = re.compile(rf"(<!-- sweep {re.escape(name)}:[^\n]*-->\n).*?(<!-- end sweep {re.escape(name)} -->)", re.S)
+    text, n = begin.subn(lambda m: m.group(1) + "\n" + table + "\n\n" + m.group(2), text)
+    if n != 1:
+        sys.exit(f"docs/RESULTS.md: the markers of sweep {name} are missing")
+doc.write_text(text)
+print("docs/RESULTS.md: sweep tables rewritten; update the prose around them")
+PY
