@@ -99,6 +99,12 @@ pub struct ScoreConfig {
     /// among those (so a conversation stays on its cache owner) (dimensionless),
     /// `0.0..=1.0`, default 0 (off).
     pub near_tie_band: f32,
+    /// Share of the occupied workers whose telemetry may be not fresh (missing, stale,
+    /// invalid, partial) before the load-weighing policies fall back to `least_load`
+    /// fleet-wide (ratio), `0.0..=1.0`, default 0.5. Up to it, only those workers lose their
+    /// cache credit and are costed from what is known of them; the rest of the fleet keeps
+    /// cache-aware routing (`decide` module docs). 0: any such worker switches the fleet.
+    pub fallback_fraction: f32,
     /// Throughput `least_load` divides tokens by when the lane reports no prefill
     /// throughput (tokens/s), `1.0..=1e9`, default 2,000 (the gateway's constant).
     pub least_load_tps: f32,
@@ -163,6 +169,7 @@ impl Default for ScoreConfig {
             policy: Policy::default(),
             tie_epsilon: 1e-3,
             near_tie_band: 0.0,
+            fallback_fraction: 0.5,
             least_load_tps: 2_000.0,
             default_prefill_tps: 8_000.0,
             default_decode_tps: 1_000.0,
@@ -191,6 +198,8 @@ pub mod bounds {
     pub const TIE_EPSILON: Bounds = Bounds::floats(0.0, 0.5, "");
     /// [`ScoreConfig::near_tie_band`](super::ScoreConfig::near_tie_band).
     pub const NEAR_TIE_BAND: Bounds = Bounds::floats(0.0, 1.0, "");
+    /// [`ScoreConfig::fallback_fraction`](super::ScoreConfig::fallback_fraction).
+    pub const FALLBACK_FRACTION: Bounds = Bounds::floats(0.0, 1.0, "");
     /// Every throughput knob (`least_load_tps`, `default_prefill_tps`,
     /// `default_decode_tps`).
     pub const TPS: Bounds = Bounds::floats(1.0, 1e9, "tokens/s");
@@ -229,6 +238,7 @@ impl ScoreConfig {
         }
         TIE_EPSILON.check_f32("tie_epsilon", self.tie_epsilon)?;
         NEAR_TIE_BAND.check_f32("near_tie_band", self.near_tie_band)?;
+        FALLBACK_FRACTION.check_f32("fallback_fraction", self.fallback_fraction)?;
         TPS.check_f32("least_load_tps", self.least_load_tps)?;
         TPS.check_f32("default_prefill_tps", self.default_prefill_tps)?;
         TPS.check_f32("default_decode_tps", self.default_decode_tps)?;

@@ -37,19 +37,31 @@
 //!   `cache_threshold`, the deepest holder with fewest requests ([`Reason::CacheHold`]);
 //!   else the fewest requests.
 //!
-//! Telemetry fallback: every policy that weighs load against cache (`load_aware`,
-//! `projected_time` enforce, the peers' models) falls back to `least_load` with
-//! [`Reason::Fallback`] naming the worst validity when any occupied slot is not fresh. The
-//! fallback only considers slots whose own figures are trusted (fresh or partial) while
-//! any exists: a worker that never reported, or whose report is stale or invalid, reads as
-//! idle and would otherwise attract every request.
+//! Telemetry, for every policy that weighs load against cache (`load_aware`,
+//! `projected_time` enforce, the peers' models `dynamo_cost` and `lmetric`):
+//! * **scoped** while at most `fallback_fraction` (0.5) of the occupied slots are not fresh
+//!   (missing, stale, invalid or partial): each such slot loses its cache credit (its cost
+//!   is computed with no overlap), is costed from what is known of it (its last figures
+//!   whatever their age plus every request routed to it since: the reservations, which the
+//!   lanes already hold), and conservatively: never below just above the best fresh slot's
+//!   cost and its tie band, so it takes requests only when no fresh slot can. The fresh
+//!   slots keep their cache credit, so one restarting engine does not switch a whole fleet
+//!   to load-only routing. A decision that lands on such a slot carries
+//!   [`Reason::Fallback`] and the slot's own cause.
+//! * **fleet-wide** past that share: `least_load` over every occupied slot from what is
+//!   known of each (the same figures: a worker whose telemetry is missing or stale is not
+//!   excluded, so the last worker still reporting, saturated, does not take every request),
+//!   with [`Reason::Fallback`] naming the worst validity.
+//!
+//! `cache_aware` (a peer's rule) and `owner_pressure` (its own fleet-wide rule for
+//! scheduler caps) keep their own fallbacks.
 
 use kvroute_core::Slot;
 use kvroute_load::Validity;
 use wide::{CmpGt, f32x8};
 
 use crate::config::{Policy, ProjectedMode, ScoreConfig};
-use crate::cost::{CostKind, Params};
+use crate::cost::{CostKind, LaneIn, Params, cost};
 use crate::fleet::Fleet;
 use crate::reason::{Choice, Counterfactual, FallbackCause, Reason};
 use crate::select::{Engine, Mask, Scalar, Simd, TieRule, finite};
@@ -171,56 +183,116 @@ impl Ctx<'_> {
         }
     }
 
-    /// `least_load` for the telemetry fallback: slots whose own figures cannot be trusted
-    /// (`Missing`, `Stale`, `Invalid`) are not eligible while any occupied slot with
-    /// trusted figures (`Fresh`, `Partial`) exists, so a worker that never reported (whose
-    /// lanes read as an idle worker) or reported garbage does not win as "least loaded".
-    fn least_load_trusted<E: Engine>(&self, s: &mut Scorer, reason: Reason) -> Choice {
-        E::costs(CostKind::LeastLoad, &self.p, self.fleet, &mut s.costs);
-        let f = self.fleet;
-        let trusted = |v: Validity| matches!(v, Validity::Fresh | Validity::Partial);
-        let any_trusted = (0..f.len).any(|i| f.occupied[i] > 0.0 && trusted(f.validity[i]));
-        if any_trusted {
-            for i in 0..f.len {
-                if !trusted(f.validity[i]) {
-                    s.costs[i] = f32::INFINITY;
-                }
-            }
-        }
-        match E::select(f, &s.costs, Mask::ALL, &self.rule) {
-            Some(i) => self.choice(i, reason, s.costs[i]),
-            None => none(),
-        }
-    }
-
+    /// The worst validity of the occupied slots, when it is not fresh.
     fn fallback_cause(&self) -> Option<FallbackCause> {
         FallbackCause::from_validity(self.fleet.aggregates().worst_validity)
     }
 
-    /// A cost model with the telemetry fallback.
+    /// The cause of the fleet-wide fallback, when more than `fallback_fraction` of the
+    /// occupied slots are not fresh (module docs).
+    fn fleet_wide(&self) -> Option<FallbackCause> {
+        let cause = self.fallback_cause()?;
+        let f = self.fleet;
+        let (mut occupied, mut unfresh) = (0u32, 0u32);
+        for i in 0..f.len {
+            if f.occupied[i] > 0.0 {
+                occupied += 1;
+                unfresh += u32::from(f.validity[i] != Validity::Fresh);
+            }
+        }
+        (unfresh as f32 > self.cfg.fallback_fraction * occupied as f32).then_some(cause)
+    }
+
+    /// The scoped rule: each occupied slot that is not fresh gets the cost of `kind` with
+    /// no cache credit (overlap 0), from its own lanes, and never less than just above the
+    /// tie band of the best fresh slot's cost: a worker whose figures are not current is
+    /// never preferred to the best one whose figures are. Scalar per slot, for both engines
+    /// alike.
+    fn uncredit(&self, kind: CostKind, costs: &mut [f32]) {
+        let f = self.fleet;
+        let fresh = |i: usize| f.occupied[i] > 0.0 && f.validity[i] == Validity::Fresh;
+        let best_fresh = costs[..f.len]
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| fresh(i))
+            .fold(f32::INFINITY, |m, (_, &c)| if c < m { c } else { m });
+        let floor = if best_fresh.is_finite() {
+            just_above(best_fresh + self.rule.band * best_fresh.abs())
+        } else {
+            f32::NEG_INFINITY
+        };
+        for (i, c) in costs[..f.len].iter_mut().enumerate() {
+            if f.occupied[i] > 0.0 && !fresh(i) {
+                let x = LaneIn {
+                    overlap: 0.0,
+                    requests: f.requests[i],
+                    queued: f.queued[i],
+                    decode: f.decode[i],
+                    kv: f.kv[i],
+                    util: f.util[i],
+                    occ: f.occ[i],
+                    ptps: f.ptps[i],
+                    dtps: f.dtps[i],
+                };
+                let own = cost::<f32>(kind, &self.p, &x);
+                *c = if own < floor { floor } else { own };
+            }
+        }
+    }
+
+    /// A choice under the scoped rule: one on a slot that is not fresh was costed without
+    /// its cache, so it records the slot's own cause as its reason and fallback.
+    fn scoped(&self, mut c: Choice) -> Choice {
+        let Some(slot) = c.slot else {
+            return c;
+        };
+        if let Some(cause) = FallbackCause::from_validity(self.fleet.validity[slot.index()]) {
+            c.reason = Reason::Fallback(cause);
+            c.fallback = Some(cause);
+        }
+        c
+    }
+
+    /// A cost model with the telemetry rules (module docs).
     fn model<E: Engine>(&self, s: &mut Scorer, kind: CostKind) -> Choice {
-        if let Some(cause) = self.fallback_cause() {
-            let mut c = self.least_load_trusted::<E>(s, Reason::Fallback(cause));
+        if let Some(cause) = self.fleet_wide() {
+            let mut c = self.least_load::<E>(s, Reason::Fallback(cause));
             c.fallback = Some(cause);
             return c;
         }
-        match self.run::<E>(&mut s.costs, kind, Mask::ALL, &self.rule) {
-            Some((i, c)) => self.choice(i, self.classify(i), c),
+        E::costs(kind, &self.p, self.fleet, &mut s.costs);
+        if self.fallback_cause().is_some() {
+            self.uncredit(kind, &mut s.costs);
+        }
+        match E::select(self.fleet, &s.costs, Mask::ALL, &self.rule) {
+            Some(i) => self.scoped(self.choice(i, self.classify(i), s.costs[i])),
             None => none(),
         }
     }
 
     fn enforce<E: Engine>(&self, s: &mut Scorer) -> Choice {
-        if self.fallback_cause().is_some() {
+        if self.fleet_wide().is_some() {
             return self.model::<E>(s, CostKind::Projected);
         }
-        let [p, l] = E::costs2_select(
-            [CostKind::Projected, CostKind::LeastLoad],
-            &self.p,
-            self.fleet,
-            [&mut s.costs, &mut s.aux],
-            &self.rule,
-        );
+        let [p, l] = if self.fallback_cause().is_some() {
+            // Scoped: the projected costs without the cache credit of the slots that are not
+            // fresh (`least_load` takes no cache into account).
+            E::costs(CostKind::Projected, &self.p, self.fleet, &mut s.costs);
+            self.uncredit(CostKind::Projected, &mut s.costs);
+            E::costs(CostKind::LeastLoad, &self.p, self.fleet, &mut s.aux);
+            [
+                E::select(self.fleet, &s.costs, Mask::ALL, &self.rule),
+                E::select(self.fleet, &s.aux, Mask::ALL, &self.rule),
+            ]
+        } else {
+            E::costs2_select(
+                [CostKind::Projected, CostKind::LeastLoad],
+                &self.p,
+                self.fleet,
+                [&mut s.costs, &mut s.aux],
+                &self.rule,
+            )
+        };
         let Some(p) = p else {
             return none();
         };
@@ -237,9 +309,9 @@ impl Ctx<'_> {
                 > self.cfg.escape_margin_s
                     + self.cfg.escape_margin_rel * self.mean_except(&s.aux, p)
         {
-            self.choice(l, Reason::LoadEscape, s.costs[l])
+            self.scoped(self.choice(l, Reason::LoadEscape, s.costs[l]))
         } else {
-            self.choice(p, self.classify(p), pc)
+            self.scoped(self.choice(p, self.classify(p), pc))
         }
     }
 
@@ -354,6 +426,13 @@ impl Ctx<'_> {
             None => none(),
         }
     }
+}
+
+/// The least `f32` above finite `v` to within one ulp (an increment of `v`'s relative
+/// precision, or the least positive normal at 0).
+fn just_above(v: f32) -> f32 {
+    let up = v + v.abs() * f32::EPSILON;
+    if up > v { up } else { v + f32::MIN_POSITIVE }
 }
 
 fn decide<E: Engine>(

@@ -31,6 +31,11 @@ fn every_knob_out_of_range_is_rejected_by_name() {
             c.near_tie_band = -1.0;
             c
         }),
+        ("fallback_fraction", {
+            let mut c = d;
+            c.fallback_fraction = 1.5;
+            c
+        }),
         ("least_load_tps", {
             let mut c = d;
             c.least_load_tps = 0.0;

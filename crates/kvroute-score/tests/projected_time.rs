@@ -199,13 +199,22 @@ fn a_full_batch_waits_for_a_slot() {
 /// Bad telemetry. 1,600-token prompts expecting 10 output tokens (0.01 s of decode). Slot 0 holds
 /// the prompt with 2 requests and 1,000 queued tokens: projected 0.125 + 5 × 0.01 = 0.175 s
 /// beats the idle slot 1's 0.2 + 0.01 = 0.21 s, but `least_load` gives slot 0 1,000/8,000 =
-/// 0.125 s and slot 1 0 s. With any slot not fresh, the decision is `least_load`'s, with the reason
-/// naming the cause, among the slots whose own figures are trusted (fresh or partial): a
-/// missing, stale or invalid slot 1 reads as idle but is not eligible, so slot 0 wins at
-/// 0.125 s; a partial slot 1 (its own figures current) wins at 0 s, as does a fresh slot 1
-/// when slot 0 is the bad one.
+/// 0.125 s and slot 1 0 s.
+///
+/// Fleet-wide (`fallback_fraction` 0: any slot not fresh switches the fleet): the decision is
+/// `least_load`'s over every slot from what is known of it, with the reason naming the
+/// worst validity: slot 1 wins at 0 s whichever slot is bad (a missing, stale or invalid
+/// slot is costed from its own figures, not excluded).
+///
+/// Scoped (the default 0.5; one slot of two not fresh): only the bad slot loses its cache
+/// credit. Slot 0 bad: its projected cost without the cache is 1,000/8,000 plus
+/// 3 × 1,600/8,000 plus 5 × 0.01, 0.775 s, so the fresh idle slot 1 takes it (0.21 s, a spill
+/// off the deepest holder). Slot 1 bad: it had no cache to lose, its 0.21 s is above slot
+/// 0's, and slot 0 keeps its hold at 0.175 s.
 #[test]
 fn bad_telemetry_falls_back_to_load_only() {
+    let mut fleet_wide = cfg(ENFORCE);
+    fleet_wide.fallback_fraction = 0.0;
     for (v, cause) in [
         (Validity::Missing, FallbackCause::Missing),
         (Validity::Stale, FallbackCause::Stale),
@@ -219,13 +228,27 @@ fn bad_telemetry_falls_back_to_load_only() {
             ];
             slots[bad].validity = v;
             let f = Fleet::from_slots(&slots.map(Some));
+            let c = both_out(&f, 1_600, 10, &fleet_wide, 0);
+            assert_eq!(
+                (slot(&c), c.reason, c.fallback, c.cost),
+                (1, Reason::Fallback(cause), Some(cause), 0.0),
+                "fleet-wide, {v:?} on {bad}"
+            );
             let c = both_out(&f, 1_600, 10, &cfg(ENFORCE), 0);
-            let untrusted_idle = bad == 1 && v != Validity::Partial;
-            let (want_slot, want_cost) = if untrusted_idle { (0, 0.125) } else { (1, 0.0) };
-            assert_eq!(slot(&c), want_slot, "{v:?} on {bad}");
-            assert_eq!(c.reason, Reason::Fallback(cause));
-            assert_eq!(c.fallback, Some(cause));
-            assert_eq!(c.cost, want_cost);
+            let (want_slot, want_reason, want_cost) = if bad == 0 {
+                (1, Reason::Spill, 0.21)
+            } else {
+                (0, Reason::CacheHold, 0.175)
+            };
+            assert_eq!(
+                (slot(&c), c.reason, c.fallback),
+                (want_slot, want_reason, None),
+                "scoped, {v:?} on {bad}"
+            );
+            assert!(
+                (c.cost - want_cost).abs() < 1e-6,
+                "scoped, {v:?} on {bad}: {c:?}"
+            );
         }
     }
     let fresh = Fleet::from_slots(&[
@@ -238,6 +261,42 @@ fn bad_telemetry_falls_back_to_load_only() {
         (0, Reason::CacheHold, None)
     );
     assert!((c.cost - 0.175).abs() < 1e-6, "{c:?}");
+}
+
+/// The scoped rule is conservative: three slots, slot 2 stale and, by its last figures, the
+/// least loaded. Slots 0 and 1 run 4 requests each (n = 5); slot 2 ran 1 (n = 2), none
+/// queued, none holding the 1,600-token prompt: projected 5 × 0.2 + 9 × 0.01 = 1.09 s for
+/// slots 0 and 1, 2 × 0.2 + 3 × 0.01 = 0.43 s for slot 2. One slot of three is under the
+/// 0.5 share, so slot 2 is costed no lower than just above the best fresh cost and its tie
+/// band: the fresh slot 0 (cursor 0 of the tied 0 and 1) takes the request at 1.09 s. With
+/// every slot stale but slot 0 (two of three: fleet-wide), `least_load` over what is known
+/// takes the least loaded, slot 2 (0 queued tokens: 0 s), recording the worst cause.
+#[test]
+fn a_slot_that_is_not_fresh_is_costed_conservatively() {
+    let mut slots = [
+        fig(0.0, 4.0, 0.0, 0.0, 0.0),
+        fig(0.0, 4.0, 0.0, 0.0, 0.0),
+        fig(0.0, 1.0, 0.0, 0.0, 0.0),
+    ];
+    slots[2].validity = Validity::Stale;
+    let f = Fleet::from_slots(&slots.map(Some));
+    let c = both_out(&f, 1_600, 10, &cfg(ENFORCE), 0);
+    assert_eq!(
+        (slot(&c), c.reason, c.fallback),
+        (0, Reason::CacheMiss, None)
+    );
+    assert!((c.cost - 1.09).abs() < 1e-6, "{c:?}");
+    slots[1].validity = Validity::Stale;
+    let f = Fleet::from_slots(&slots.map(Some));
+    let c = both_out(&f, 1_600, 10, &cfg(ENFORCE), 0);
+    assert_eq!(
+        (slot(&c), c.reason, c.fallback),
+        (
+            2,
+            Reason::Fallback(FallbackCause::Stale),
+            Some(FallbackCause::Stale)
+        )
+    );
 }
 
 fn random_fleet(seed: u64, n: usize) -> Fleet {

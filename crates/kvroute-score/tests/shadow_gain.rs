@@ -88,12 +88,20 @@ fn shadow_agreeing_with_dispatch_gains_nothing() {
     assert_eq!(cf.gain(), 0.0);
 }
 
-/// When enforce itself falls back (slot 2 never reported), the counterfactual is the
-/// fallback's: `least_load` over the trusted slots, and the dispatched cost is under that
-/// model too. Slot 2 reads idle (least_load 0 s), so shadow's plain `least_load` dispatches
-/// it; the fallback excludes it (+inf) and picks slot 1 (0 s) over slot 0 (0.1375 s).
+/// Slot 2 never reported (missing; no throughput known, so the defaults π = 8,000 and
+/// δ = 1,000 tokens/s apply): idle as far as is known, projected 2,048/8,000 + 200/1,000 =
+/// 0.456 s, least_load 0 s. Shadow's plain `least_load` ties slots 1 and 2 at 0 s and, at
+/// cursor 0, dispatches slot 1.
+/// * Scoped (one slot of three not fresh, under the 0.5 share): enforce costs slot 2 from
+///   what is known of it (0.456 s, no cache credit to lose), but never below just above the
+///   best fresh cost, slot 0's 0.5015 s: slot 0 keeps its hold; the dispatched slot 1
+///   costs 0.612 s under the same model: gain 0.1105 s.
+/// * Fleet-wide (`fallback_fraction` 0): enforce falls back to `least_load` over every slot
+///   (slot 2 is not excluded): slots 1 and 2 tie at 0 s, the cursor takes slot 1, the
+///   dispatched one: gain 0.
 #[test]
 fn a_fallback_counterfactual_is_costed_by_the_fallback() {
+    use kvroute_score::FallbackCause;
     let missing = SlotFigures {
         validity: kvroute_load::Validity::Missing,
         ..SlotFigures::idle()
@@ -103,21 +111,27 @@ fn a_fallback_counterfactual_is_costed_by_the_fallback() {
         worker(0.0, 0.0, 0.0, 0.0),
         Some(missing),
     ]);
-    // Cursor 1: the two 0 s slots (1 and 2) tie; the rotation takes the (1 mod 2)-th of
-    // them in slot order, slot 2.
-    let c = both_out(&f, 2_048, 200, &cfg(SHADOW), 1);
+    let c = both_out(&f, 2_048, 200, &cfg(SHADOW), 0);
     assert_eq!(
         (c.slot.map(|s| s.0), c.reason),
-        (Some(2), Reason::LeastLoad)
+        (Some(1), Reason::LeastLoad)
     );
     let cf = c.shadow.expect("shadow mode records a counterfactual");
     assert_eq!(
-        (cf.slot.map(|s| s.0), cf.reason),
-        (
-            Some(1),
-            Reason::Fallback(kvroute_score::FallbackCause::Missing)
-        )
+        (cf.slot.map(|s| s.0), cf.reason, cf.overlap_blocks),
+        (Some(0), Reason::CacheHold, 120.0)
     );
-    assert_eq!((cf.cost, cf.overlap_blocks), (0.0, 0.0));
-    assert_eq!(cf.dispatched_cost, f32::INFINITY);
+    assert!((cf.cost - 0.5015).abs() < 1e-6, "{cf:?}");
+    assert!((cf.dispatched_cost - 0.612).abs() < 1e-6, "{cf:?}");
+    assert!((cf.gain() - 0.1105).abs() < 1e-6, "{cf:?}");
+
+    let mut fleet_wide = cfg(SHADOW);
+    fleet_wide.fallback_fraction = 0.0;
+    let c = both_out(&f, 2_048, 200, &fleet_wide, 0);
+    let cf = c.shadow.expect("shadow mode records a counterfactual");
+    assert_eq!(
+        (c.slot.map(|s| s.0), cf.slot.map(|s| s.0), cf.reason),
+        (Some(1), Some(1), Reason::Fallback(FallbackCause::Missing))
+    );
+    assert_eq!((cf.cost, cf.dispatched_cost, cf.gain()), (0.0, 0.0, 0.0));
 }

@@ -21,7 +21,9 @@
 //!    with all its cached blocks;
 //! 4. engine B (no replay socket) loses a batch too: [`Router::skip_replay`] clears B's
 //!    residency and trusts it again at once;
-//! 5. B's telemetry stops: the next publications mark B stale and decisions fall back.
+//! 5. B's telemetry stops: the next publications mark B stale, and B, whose figures are no
+//!    longer current, is costed no better than A (the telemetry rule is scoped to it: one
+//!    worker of two is not past half the fleet).
 //!
 //! Run: `cargo run --release -p kvroute --example engine_events`. The test
 //! `crates/kvroute/tests/engine_events_example.rs` runs the same scenario, so the facts
@@ -33,7 +35,7 @@ use std::io::Write;
 use kvroute::ingest::SeqOutcome;
 use kvroute::{
     Channel, Decision, EngineConfig, KvMessage, Nanos, Reason, ReplayRequest, RouteRequest, Router,
-    RouterConfig, WorkerId,
+    RouterConfig, Validity, WorkerId,
 };
 use kvroute::{END_OF_REPLAY_SEQ, WireCounters, parse_vllm_metrics};
 use serde::Serialize;
@@ -265,7 +267,7 @@ pub struct Summary {
     pub skipped_batches: u64,
     /// Whether B was trusted after `skip_replay`.
     pub b_trusted_after_skip: bool,
-    /// The reason of the decision once B's telemetry went stale.
+    /// The reason of the first decision once B's telemetry went stale.
     pub stale_reason: Reason,
 }
 
@@ -424,14 +426,17 @@ pub fn run(out: &mut dyn Write) -> Result<Summary, Box<dyn Error>> {
     )?;
     gw.tick(t(1500), &both(&load_a, &load_b))?;
     let mut stale_reason = Reason::NoEligibleWorker;
+    let b_slot = router.slot_of(b).expect("B is registered").index();
     for ms in (2000..=4500).step_by(500) {
         gw.tick(t(ms), &[(1, load_a.clone())])?;
+        let b_stale = router.load_reader().load().validity()[b_slot] == Validity::Stale;
         let d = router.route(&RouteRequest::tokens(&document, 128, t(ms + 10)))?;
         stale_reason = d.reason;
-        if matches!(d.reason, Reason::Fallback(_)) {
+        if b_stale {
             writeln!(
                 out,
-                "  t={:.1} s: B's last report is {:.1} s old at publication: worker {}, \
+                "  t={:.1} s: B's last report is {:.1} s old at publication: B is stale, \
+                 costed no better than A (one worker of two: the rule is scoped); worker {}, \
                  reason {}",
                 ms as f64 / 1000.0,
                 (ms - 1500) as f64 / 1000.0,
