@@ -44,7 +44,10 @@
 //!   leave them there), every reserved amount, the carried ones included, came back
 //!   (returned live, swept, reconciled or dropped with its worker), nothing was clamped;
 //! * the router's decision, fallback, redirect, shadow, unchecked, re-score, rejection,
-//!   sweep and ingest counters equal what the threads tallied;
+//!   sweep and ingest counters equal what the threads tallied, and every outcome the
+//!   routing threads recorded is counted once (for its tenancy, or as stale), with breakers
+//!   opening, going half-open and re-opening during the run and none open after the final
+//!   publication;
 //! * with fresh telemetry and the `kv_aware` policy, every tree prompt goes to a worker with
 //!   the deepest overlap the model predicts.
 //!
@@ -65,8 +68,8 @@ use std::time::Duration;
 use index_common::{Model, Rng, check_matches, check_stats};
 use kvroute::ingest::IngestStats;
 use kvroute::{
-    AdmissionConfig, EventError, LoadSample, Policy, RejectionCounts, Reserved, RouteRequest,
-    Router, RouterConfig, RouterStats, ScoreConfig, SequenceHash, Slot, WorkerId,
+    AdmissionConfig, EventError, LoadSample, Nanos, Policy, RejectionCounts, Reserved,
+    RouteRequest, Router, RouterConfig, RouterStats, ScoreConfig, SequenceHash, Slot, WorkerId,
 };
 
 use stress::control::{START, TelemetryOut, knobs, sweeper, telemetry};
@@ -108,6 +111,13 @@ fn config(admission: Option<AdmissionConfig>) -> RouterConfig {
     cfg.max_rescores = MAX_RESCORES;
     cfg.admission = admission;
     cfg.near_tie_seed = 7;
+    // Breakers open on the routing threads' failed outcomes and go half-open at the first
+    // publication 1 ms later: every transition runs during the run, and none is left open
+    // by the final check's publication.
+    let mut breaker = kvroute::BreakerConfig::default();
+    breaker.cooldown = Nanos(1_000_000);
+    breaker.max_cooldown = Nanos(1_000_000);
+    cfg.breaker = Some(breaker);
     cfg
 }
 
@@ -375,6 +385,25 @@ fn check_counters(st: &RouterStats, outs: &Outs, admission: Option<AdmissionConf
         shadow + shadow_extra
     );
     assert_eq!(st.reservations_swept, outs.swept);
+    // Every outcome is counted once: for its worker's tenancy, or as stale (the worker was
+    // removed or replaced since the decision).
+    let mut outcomes = [0u64; 3];
+    for o in &outs.routes {
+        for (t, n) in outcomes.iter_mut().zip(o.outcomes) {
+            *t += n;
+        }
+    }
+    let b = st.breaker;
+    assert_eq!(
+        b.completed + b.failed + b.cancelled + b.stale_outcomes,
+        outcomes.iter().sum::<u64>(),
+        "{b:?}"
+    );
+    assert!(b.completed <= outcomes[0] && b.failed <= outcomes[1] && b.cancelled <= outcomes[2]);
+    // Each opening or re-opening is followed by at most one half-opening, and each closing
+    // ends one half-open period.
+    assert!(b.half_opened <= b.opened + b.reopened, "{b:?}");
+    assert!(b.closed + b.reopened <= b.half_opened, "{b:?}");
 }
 
 /// The ingest counters equal the writers' tallies; counters of paths the writers never
@@ -431,6 +460,11 @@ fn check_final_routing(
         router.update_load(w, idle(), now).unwrap();
     }
     router.publish(now).unwrap();
+    assert_eq!(
+        router.stats().breaker.open_now,
+        0,
+        "every breaker half-open"
+    );
     let kv_aware = ScoreConfig::with_policy(Policy::KvAware);
     router.set_score_config(kv_aware).unwrap();
     for b in 0..BRANCHES {
@@ -458,8 +492,8 @@ fn summary(router: &Router, outs: &Outs, admission: Option<AdmissionConfig>) {
     println!(
         "admission {:?}: {ops} writer ops ({adds} registrations), {decisions} decisions, \
          {} re-scores, {} unchecked, {} redirects, rejections {:?}, {} publications \
-         ({} pinned), {} sweeps, {} knob changes; reservations {:?}; carried {:?}; index: {} \
-         table resizes",
+         ({} pinned), {} sweeps, {} knob changes; reservations {:?}; carried {:?}; breakers \
+         {:?}; index: {} table resizes",
         admission.map(|a| a.max_outstanding_requests),
         st.rescores,
         st.unchecked_reserves,
@@ -471,6 +505,7 @@ fn summary(router: &Router, outs: &Outs, admission: Option<AdmissionConfig>) {
         outs.knob_rounds,
         st.reservations,
         router.stats().carried,
+        st.breaker,
         router.index_stats().table_resizes,
     );
 }

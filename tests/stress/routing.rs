@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kvroute::Work;
 use kvroute::{
-    AdmissionConfig, Decision, FallbackCause, HashNamespace, Prompt, Reason, RejectionCounts,
-    Reservation, Reserved, RouteError, RouteRequest, Router, SequenceHash, Slot, SlotGeneration,
-    WorkerId,
+    AdmissionConfig, Decision, FallbackCause, HashNamespace, Outcome, Prompt, Reason,
+    RejectionCounts, Reservation, Reserved, RouteError, RouteRequest, Router, SequenceHash, Slot,
+    SlotGeneration, WorkerId,
 };
 
 use super::{
@@ -51,6 +51,8 @@ pub struct RouteOut {
     pub first_token_prefill: u64,
     /// Every (worker, slot, tenancy) a decision named.
     pub tenancies: BTreeSet<(WorkerId, Slot, SlotGeneration)>,
+    /// Outcomes recorded for the decisions: completed, failed, cancelled.
+    pub outcomes: [u64; 3],
 }
 
 impl RouteOut {
@@ -288,11 +290,33 @@ pub fn router_thread(
         while held.len() > target {
             let i = rng.below(held.len() as u64) as usize;
             let d = held.swap_remove(i);
-            finish(d.into_reservation(), &mut rng, &mut out);
+            end(router, d, &mut rng, &mut out);
         }
     }
     for d in held {
-        finish(d.into_reservation(), &mut rng, &mut out);
+        end(router, d, &mut rng, &mut out);
     }
     out
+}
+
+/// Ends a decision: its guard as [`finish`] does, then an outcome for the worker's breaker:
+/// every request of an engine whose id is a multiple of 3 fails (so its breakers open, go
+/// half-open, fail their probe and open again), the others' fail 3 % of the time, are
+/// cancelled 3 % and complete otherwise, while decisions, publications and worker churn
+/// run.
+fn end(router: &Router, d: Decision, rng: &mut Rng, out: &mut RouteOut) {
+    let (worker, generation) = (d.worker, d.generation);
+    finish(d.into_reservation(), rng, out);
+    let roll = if worker.engine_id % 3 == 0 {
+        0
+    } else {
+        rng.below(100)
+    };
+    let (outcome, k) = match roll {
+        0..=2 => (Outcome::Failed, 1),
+        3..=5 => (Outcome::Cancelled, 2),
+        _ => (Outcome::Completed, 0),
+    };
+    router.record_outcome(worker, generation, outcome);
+    out.outcomes[k] += 1;
 }
