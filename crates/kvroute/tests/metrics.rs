@@ -52,8 +52,10 @@ fn export(r: &Router) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// The scenario's expected non-zero series.
-fn expected_nonzero(fallback_decisions: u32) -> BTreeMap<String, f64> {
+/// The scenario's expected non-zero series, with `fallback_on` the fallback decisions each
+/// engine got (engine id, decisions).
+fn expected_nonzero(fallback_on: &[(u64, u32)]) -> BTreeMap<String, f64> {
+    let fallback_decisions: u32 = fallback_on.iter().map(|&(_, n)| n).sum();
     let mut m = BTreeMap::new();
     let mut put = |k: &str, v: f64| {
         m.insert(k.to_owned(), v);
@@ -74,10 +76,15 @@ fn expected_nonzero(fallback_decisions: u32) -> BTreeMap<String, f64> {
         "kvroute_worker_decisions_total{dp_rank=0,engine_id=1,generation=1,reason=cache_hold}",
         2.0,
     );
-    put(
-        "kvroute_worker_decisions_total{dp_rank=0,engine_id=2,generation=1,reason=fallback_missing}",
-        f64::from(fallback_decisions),
-    );
+    for &(engine, n) in fallback_on {
+        put(
+            &format!(
+                "kvroute_worker_decisions_total{{dp_rank=0,engine_id={engine},generation=1,\
+                 reason=fallback_missing}}"
+            ),
+            f64::from(n),
+        );
+    }
     put("kvroute_rejections_total{kind=invalid_request}", 1.0);
     put("kvroute_reservations_swept_total{field=requests}", 1.0);
     put(
@@ -105,7 +112,8 @@ fn expected_nonzero(fallback_decisions: u32) -> BTreeMap<String, f64> {
 
 #[test]
 fn export_metrics_reports_hand_counted_values() {
-    let (r, ws) = router(4, 2, |_| {});
+    // Any worker not fresh switches the fleet to the fallback (so one is counted below).
+    let (r, ws) = router(4, 2, |c| c.score.fallback_fraction = 0.0);
     publish(&r, &ws, &[(ws[0], sample(0, 0, 200, 0, 0.0))]);
     let p = tokens(11, 40 * BS);
     r.ingest(ws[0], Channel::Live, &batch(0, vec![store(1, None, &p)]))
@@ -143,7 +151,8 @@ fn export_metrics_reports_hand_counted_values() {
     let wrong = batch(0, vec![KvEvent::BlockStored(wrong)]);
     assert!(r.ingest(ws[1], Channel::Live, &wrong).is_err());
 
-    // Worker 3 joins and never reports: decisions fall back.
+    // Worker 3 joins and never reports: decisions fall back (fleet-wide, `fallback_fraction`
+    // 0).
     r.add_worker(WorkerId::new(3, 0)).unwrap();
     r.publish(NOW).unwrap();
     let d = r.route(&req).unwrap();
@@ -151,7 +160,7 @@ fn export_metrics_reports_hand_counted_values() {
     drop(d);
 
     let got = export(&r);
-    let want = expected_nonzero(1);
+    let want = expected_nonzero(&[(2, 1)]);
     let nonzero: BTreeMap<String, f64> = got
         .iter()
         .filter(|(_, v)| **v != 0.0)
@@ -189,9 +198,11 @@ fn export_metrics_reports_hand_counted_values() {
     }
 
     // Counters are absolute: exporting again after one more decision moves only that one.
+    // Workers 2 and 3 tie at 0 s of `least_load` (worker 3 is costed from what is known of
+    // it, not excluded), and the rotating cursor gives the second fallback to worker 3.
     drop(r.route(&req).unwrap());
     let again: BTreeMap<String, f64> = export(&r).into_iter().filter(|(_, v)| *v != 0.0).collect();
-    assert_eq!(again, expected_nonzero(2));
+    assert_eq!(again, expected_nonzero(&[(2, 1), (3, 1)]));
 }
 
 /// After `describe_metrics`, every exported series carries a unit and a description; an
