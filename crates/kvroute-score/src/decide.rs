@@ -64,7 +64,7 @@ use crate::config::{Policy, ProjectedMode, ScoreConfig};
 use crate::cost::{CostKind, LaneIn, Params, cost};
 use crate::fleet::Fleet;
 use crate::reason::{Choice, Counterfactual, FallbackCause, Reason};
-use crate::select::{Engine, Mask, Scalar, Simd, TieRule, finite};
+use crate::select::{Engine, Mask, Scalar, Simd, TieRule, finite, lane_at};
 
 /// The request as the scorer sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,14 +225,7 @@ impl Ctx<'_> {
             if f.occupied[i] > 0.0 && !fresh(i) {
                 let x = LaneIn {
                     overlap: 0.0,
-                    requests: f.requests[i],
-                    queued: f.queued[i],
-                    decode: f.decode[i],
-                    kv: f.kv[i],
-                    util: f.util[i],
-                    occ: f.occ[i],
-                    ptps: f.ptps[i],
-                    dtps: f.dtps[i],
+                    ..lane_at(f, i)
                 };
                 let own = cost::<f32>(kind, &self.p, &x);
                 *c = if own < floor { floor } else { own };

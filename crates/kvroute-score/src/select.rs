@@ -98,23 +98,25 @@ fn pick_rotating(len: usize, cursor: u32, mut kept: impl FnMut(usize) -> bool) -
     (0..len).filter(|&i| kept(i)).nth(cursor as usize % n)
 }
 
+/// Slot `i`'s figures as one scalar lane.
+pub(crate) fn lane_at(f: &Fleet, i: usize) -> LaneIn<f32> {
+    LaneIn {
+        overlap: f.overlap[i],
+        requests: f.requests[i],
+        queued: f.queued[i],
+        decode: f.decode[i],
+        kv: f.kv[i],
+        util: f.util[i],
+        occ: f.occ[i],
+        ptps: f.ptps[i],
+        dtps: f.dtps[i],
+    }
+}
+
 impl Engine for Scalar {
     fn costs(kind: CostKind, p: &Params, f: &Fleet, out: &mut Vec<f32>) {
         out.clear();
-        out.extend((0..f.lane_len()).map(|i| {
-            let x = LaneIn {
-                overlap: f.overlap[i],
-                requests: f.requests[i],
-                queued: f.queued[i],
-                decode: f.decode[i],
-                kv: f.kv[i],
-                util: f.util[i],
-                occ: f.occ[i],
-                ptps: f.ptps[i],
-                dtps: f.dtps[i],
-            };
-            cost::<f32>(kind, p, &x)
-        }));
+        out.extend((0..f.lane_len()).map(|i| cost::<f32>(kind, p, &lane_at(f, i))));
     }
 
     fn select(f: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize> {

@@ -40,16 +40,7 @@ impl<'a> Sim<'a> {
             }
             Err(_) => {
                 self.res.rejections += 1;
-                let st = &mut self.reqs[i as usize];
-                st.rejections += 1;
-                if st.rejections > self.opts.max_retries {
-                    st.status = Status::Rejected;
-                    st.reason = "rejected";
-                    self.settle(i);
-                } else {
-                    let next = t.saturating_add(secs_to_ns(self.opts.retry_backoff_s));
-                    self.q.push(next, Class::Arrive, Kind::Arrive(i));
-                }
+                self.retry_or_give_up(i, self.opts.retry_backoff_s, "rejected");
             }
         }
     }
@@ -83,14 +74,20 @@ impl<'a> Sim<'a> {
             self.router.finish(d, Outcome::Failed);
         }
         self.res.failed_attempts += 1;
+        self.retry_or_give_up(i, FAILOVER_DELAY_S, "failed");
+    }
+
+    /// Counts one more refused attempt of request `i`: tries it again `delay_s` later, or
+    /// past the retries gives it up with `reason`.
+    fn retry_or_give_up(&mut self, i: u32, delay_s: f64, reason: &'static str) {
         let st = &mut self.reqs[i as usize];
         st.rejections += 1;
         if st.rejections > self.opts.max_retries {
             st.status = Status::Rejected;
-            st.reason = "failed";
+            st.reason = reason;
             self.settle(i);
         } else {
-            let next = self.now.saturating_add(secs_to_ns(FAILOVER_DELAY_S));
+            let next = self.now.saturating_add(secs_to_ns(delay_s));
             self.q.push(next, Class::Arrive, Kind::Arrive(i));
         }
     }
