@@ -305,6 +305,15 @@ impl Model {
                 (self.next, self.last_live, self.pending) = (0, None, false);
                 self.witness = None;
             } else if s <= l {
+                // A late batch, or a new incarnation whose clock is behind: dropped, and
+                // checked by a replay from the witness unless it is a copy of the last one.
+                let copy = s == l && ts.to_bits() == self.last_live_ts;
+                if !copy && !self.pending {
+                    if self.next > 0 {
+                        self.witness = Some(self.next - 1);
+                    }
+                    self.pending = true;
+                }
                 return;
             }
         }
@@ -313,7 +322,7 @@ impl Model {
         if s < self.next {
             return;
         }
-        if s == self.next {
+        if s == self.next && !self.pending {
             self.next += 1;
             self.applied_ts = ts.to_bits();
             self.apply(events, 0, t, q);
@@ -355,6 +364,7 @@ impl Model {
             self.witness = None;
             if s == w && ts.to_bits() == self.applied_ts {
                 // The copy applied: the stream did not restart inside the gap.
+                self.settle();
                 return;
             }
             // Another incarnation's batch at the witness, or the witness is gone: cleared.

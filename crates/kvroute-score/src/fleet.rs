@@ -422,10 +422,19 @@ impl Fleet {
             }
         }
         // A worker the router excluded (its requests fail) is no candidate: to the scorer
-        // it is a vacant slot, in every lane, the aggregates and the fallback rules.
-        for (v, &x) in self.validity[..n].iter_mut().zip(&snapshot.excluded()[..n]) {
-            if x {
-                *v = Validity::Vacant;
+        // it is a vacant slot, in every lane, the aggregates and the fallback rules. Unless
+        // every occupied slot is excluded: routing to a failing worker beats rejecting
+        // every request (the fleet fails open).
+        let excluded = &snapshot.excluded()[..n];
+        let candidates = self.validity[..n]
+            .iter()
+            .zip(excluded)
+            .any(|(v, &x)| *v != Validity::Vacant && !x);
+        if candidates {
+            for (v, &x) in self.validity[..n].iter_mut().zip(excluded) {
+                if x {
+                    *v = Validity::Vacant;
+                }
             }
         }
         let mask = &mut self.mask[..n];

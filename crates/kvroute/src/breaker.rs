@@ -21,7 +21,9 @@
 //! counted. A breaker never opens when that would leave more than
 //! [`BreakerConfig::max_open_fraction`] of the registered workers open (at least one may
 //! always open): failures of every worker at once are more likely the requests' fault
-//! than the fleet's, and routing somewhere beats rejecting everything. The rule follows
+//! than the fleet's, and routing somewhere beats rejecting everything. For the same reason
+//! the fleet fails open: when every registered worker is open (a fleet of one, or the
+//! closed ones removed since), the scorer ignores the exclusions. The rule follows
 //! the usual gateway practice (consecutive-error ejection with a growing ejection time and
 //! a cap on the ejected share, as in Envoy's outlier detection).
 //!

@@ -5,11 +5,16 @@
 //! KV events ──► Router::store / remove_blocks / clear_blocks ──► prefix index
 //! telemetry ──► Router::update_load … ──► Router::publish(now) ──► load snapshot
 //! request  ──► Router::route: hash → match → snapshot → score → reserve ──► Decision
-//! request done / cancelled ──► drop the Decision (its Reservation guard)
+//! request done / failed / cancelled ──► Router::finish(decision, outcome) ──► breaker
 //! ```
 //!
 //! * Workers are DP ranks ([`WorkerId`]); [`Router::add_worker`] / [`Router::remove_worker`]
-//!   manage them (a re-added worker inherits no residency and no reservation).
+//!   manage them (a re-added worker inherits no residency and no reservation guard; the
+//!   same worker id added back within a reservation TTL keeps the work its engine still
+//!   has, until its own telemetry replaces it).
+//! * A decision ends with [`Router::finish`] and its [`Outcome`]: failures feed a
+//!   per-worker breaker that takes a worker whose requests fail out of the candidates
+//!   ([`BreakerConfig`]); dropping a decision releases its work but records no outcome.
 //! * [`Router::route`] returns a [`Decision`]: the worker, its overlap, the cost, the
 //!   [`Reason`], the shadow counterfactual and the [`Reservation`] guard. Concurrent identical
 //!   requests spread through the reservations (module `route`), admission is coupled to the
@@ -24,8 +29,8 @@
 //! # Embedding in an afternoon
 //! ```
 //! use kvroute::{
-//!     BlockStore, EngineHash, HashNamespace, LoadSample, Nanos, RouteRequest, Router,
-//!     RouterConfig, WorkerId,
+//!     BlockStore, EngineHash, HashNamespace, LoadSample, Nanos, Outcome, RouteRequest,
+//!     Router, RouterConfig, WorkerId,
 //! };
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -66,10 +71,12 @@
 //! assert_eq!(decision.overlap_blocks, 2);
 //! assert_eq!(router.reserved(a).map(|r| r.requests), Some(1));
 //!
-//! // The request completes (or is cancelled): dropping the decision releases its work.
-//! drop(decision);
+//! // The request completes: finishing the decision releases its work and tells the
+//! // worker's breaker it served it.
+//! router.finish(decision, Outcome::Completed);
 //! assert_eq!(router.reserved(a).map(|r| r.requests), Some(0));
 //! assert_eq!(router.stats().total_decisions(), 1);
+//! assert_eq!(router.stats().breaker.completed, 1);
 //! # Ok(())
 //! # }
 //! ```

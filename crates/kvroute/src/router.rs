@@ -420,13 +420,22 @@ impl Router {
     /// the clock than `max_clock_lead`; nothing changed (counted in `LoadStats`).
     pub fn publish(&self, now: Nanos) -> Result<u64, PublishError> {
         let mut load = lock(&self.load);
-        for slot in self.breakers.due(now) {
+        let mut seq = load.publisher.publish(now)?;
+        load.last_now = load.last_now.max(now);
+        // Breakers run on the clock of accepted publications only (a refused time never
+        // moves it); those due go half-open and their workers are candidates again at once.
+        let mut readmitted = false;
+        for slot in self.breakers.due(load.last_now) {
             if let Some((worker, _)) = self.registry.worker_at(slot) {
-                let _ = load.publisher.set_excluded(worker, false);
+                readmitted |= load.publisher.set_excluded(worker, false).unwrap_or(false);
             }
         }
-        let seq = load.publisher.publish(now)?;
-        load.last_now = load.last_now.max(now);
+        if readmitted {
+            let clock = load.last_now;
+            if let Ok(s) = load.publisher.publish(clock) {
+                seq = s;
+            }
+        }
         let LoadState {
             publisher,
             carry,
@@ -464,6 +473,13 @@ impl Router {
         let registered = self.registry.len();
         if self.breakers.record(slot, generation, outcome, registered) == Transition::Opened {
             let mut load = lock(&self.load);
+            // Only the tenancy the breaker opened for: a removal or re-addition that ran
+            // meanwhile shows in the registry, and excluding by worker id would then hit
+            // the new tenancy, whose breaker is closed.
+            let current = slot.and_then(|s| self.registry.worker_at(s));
+            if current != Some((worker, generation)) {
+                return;
+            }
             // Excluded from the next publication; published at once so that decisions stop
             // choosing it (skipped when every buffer is pinned: the next one carries it).
             if load.publisher.set_excluded(worker, true).is_ok() {

@@ -241,3 +241,63 @@ fn breaker_settings_out_of_range_are_refused_by_name() {
         }
     }
 }
+
+/// A publication refused as too far ahead of the clock does not move the breakers' clock:
+/// a breaker opened after it still goes half-open 5 s later by the accepted publications
+/// (before, the refused day-ahead time became its clock and it stayed open for a day).
+#[test]
+fn a_refused_publication_does_not_stall_the_breakers() {
+    let (r, ws) = router(8, 4, |_| {});
+    publish(&r, &ws, &[]);
+    assert!(r.publish(at(86_400_000)).is_err(), "a day ahead is refused");
+    let g = generation(&r, ws[0]);
+    for _ in 0..5 {
+        r.record_outcome(ws[0], g, Outcome::Failed);
+    }
+    assert!(excluded(&r, ws[0]));
+    r.publish(at(4_999)).unwrap();
+    assert!(excluded(&r, ws[0]));
+    r.publish(at(5_000)).unwrap();
+    assert!(
+        !excluded(&r, ws[0]),
+        "half-open 5 s after the accepted clock"
+    );
+}
+
+/// When every registered worker is open (a fleet of one, or the closed ones removed
+/// since), the fleet fails open: requests still go to the open workers rather than all
+/// being rejected.
+#[test]
+fn a_fleet_whose_every_worker_is_open_fails_open() {
+    let (r, ws) = router(4, 1, |_| {});
+    publish(&r, &ws, &[]);
+    let g = generation(&r, ws[0]);
+    for _ in 0..5 {
+        r.record_outcome(ws[0], g, Outcome::Failed);
+    }
+    assert_eq!(r.stats().breaker.open_now, 1);
+    let d = r
+        .route(&RouteRequest::tokens(&tokens(3, 64), 8, NOW))
+        .unwrap();
+    assert_eq!(d.worker, ws[0]);
+
+    // 4 workers, 3 failing: 2 open (the cap), then the 2 closed ones are removed.
+    let (r, ws) = router(4, 4, |_| {});
+    publish(&r, &ws, &[]);
+    for w in &ws[..3] {
+        let g = generation(&r, *w);
+        for _ in 0..5 {
+            r.record_outcome(*w, g, Outcome::Failed);
+        }
+    }
+    let b = r.stats().breaker;
+    assert_eq!((b.open_now, b.open_refused), (2, 1));
+    let open: Vec<_> = ws.iter().filter(|w| excluded(&r, **w)).copied().collect();
+    for w in ws.iter().filter(|w| !open.contains(w)) {
+        r.remove_worker(*w).unwrap();
+    }
+    let d = r
+        .route(&RouteRequest::tokens(&tokens(3, 64), 8, NOW))
+        .unwrap();
+    assert!(open.contains(&d.worker), "{d:?}");
+}

@@ -304,7 +304,9 @@ fn a_restart_first_seen_past_the_window_drops_the_old_blocks() {
 
 /// A store overtaken by the clear that followed it: the clear (batch 1) arrives first and
 /// is applied; the late store (batch 0, an earlier clock) is stale, so nothing the engine
-/// cleared is credited.
+/// cleared is credited. A batch that goes back could also be a restart on a clock that is
+/// behind, so the worker waits for a replay from the witness, batch 1, whose copy trusts it
+/// again.
 #[test]
 fn a_store_overtaken_by_a_later_clear_is_never_credited() {
     let (r, [w1, w2], p) = fleet();
@@ -323,6 +325,52 @@ fn a_store_overtaken_by_a_later_clear_is_never_credited() {
     assert_eq!(blocks(&r, w1), 0);
     // Only the other worker's one block (`fleet`) is credited.
     assert_eq!(route(&r, &p), (w2, 1));
+    assert_eq!(r.is_trusted(w1), Some(false));
+    assert_eq!(r.replay_requests()[0].from_seq, 1);
+    let x = r
+        .ingest(
+            w1,
+            REPLAY,
+            &batch_at(1, 2.0, vec![KvEvent::AllBlocksCleared]),
+        )
+        .unwrap();
+    assert_eq!(x.outcome, SeqOutcome::ReplayConfirmed);
+    assert_eq!(r.is_trusted(w1), Some(true));
+    assert_eq!(blocks(&r, w1), 0);
+}
+
+/// An engine restarted on a host whose clock is behind: the old stream (batch 0 stored
+/// `p`'s first 2 blocks) reached 9; the new incarnation's batch 0 carries a clock 30 s
+/// earlier. Dropped as late, but the worker is untrusted (its old blocks are not credited)
+/// and the replay from the witness, 9, brings only the new incarnation's batch 0 and the
+/// end marker: the worker is cleared.
+#[test]
+fn a_restart_with_a_clock_behind_drops_the_old_blocks() {
+    let (r, [w1, w2], p) = fleet();
+    r.ingest(
+        w1,
+        LIVE,
+        &batch_at(0, 100.0, vec![store(1, None, &p[..2 * BS])]),
+    )
+    .unwrap();
+    for s in 1..10 {
+        r.ingest(w1, LIVE, &batch_at(s, 100.0 + s as f64, Vec::new()))
+            .unwrap();
+    }
+    assert_eq!(route(&r, &p), (w1, 2));
+    let x = r.ingest(w1, LIVE, &batch_at(0, 70.0, Vec::new())).unwrap();
+    assert_eq!((x.outcome, x.trusted), (SeqOutcome::Stale, false));
+    assert_eq!(
+        route(&r, &p),
+        (w2, 1),
+        "untrusted: the old blocks are not credited"
+    );
+    assert_eq!(r.replay_requests()[0].from_seq, 9);
+    r.ingest(w1, REPLAY, &batch_at(0, 70.0, Vec::new()))
+        .unwrap();
+    let x = r.ingest(w1, REPLAY, &KvMessage::EndOfReplay).unwrap();
+    assert!(matches!(x.outcome, SeqOutcome::ReplayShort { .. }));
+    assert_eq!(blocks(&r, w1), 0, "cleared");
     assert_eq!(r.is_trusted(w1), Some(true));
 }
 

@@ -9,9 +9,10 @@
 //! |--------------------------------------------------|----------------------------------|
 //! | `s < last live`, `ts` later than the last live `ts` | reset: clear the worker, frontier 0, then as below |
 //! | `s == last live` and `s <` [`RESET_WINDOW`], batch holds `AllBlocksCleared` or its `ts` differs | reset, as above |
-//! | `s <= last live` otherwise (a late or re-delivered batch) | stale: dropped          |
+//! | `s == last live` with the same `ts` otherwise (a re-delivered copy) | stale: dropped |
+//! | `s <= last live` otherwise (a late batch, or a new incarnation whose clock is behind) | stale: dropped, worker untrusted, replay from the witness requested |
 //! | `s < next` (a replay applied it already)         | stale: dropped                   |
-//! | `s == next`                                      | contiguous: applied              |
+//! | `s == next`                                      | contiguous: applied (held while a replay is pending) |
 //! | `s > next`, batch holds `AllBlocksCleared`       | gap made moot: applied from the clear |
 //! | `s > next` otherwise                             | gap (or held while a replay is pending): not applied, replay from `next` requested, worker untrusted |
 //!
@@ -191,6 +192,17 @@ impl Sequencer {
         }
     }
 
+    /// Asks for a replay from the witness (the worker is untrusted until it answers), when
+    /// none is pending.
+    fn verify(&mut self) {
+        if !self.pending {
+            if self.next > 0 {
+                self.witness = Some(self.next - 1);
+            }
+            self.pending = true;
+        }
+    }
+
     /// The first sequence number a pending replay must bring: the witness, or the frontier.
     pub fn replay_from(&self) -> u64 {
         self.witness.unwrap_or(self.next)
@@ -211,12 +223,18 @@ impl Sequencer {
             let new_incarnation = s == l && (last_clear.is_some() || ts != self.last_live_ts);
             // Backwards with a later engine clock: a new incarnation, whatever the number
             // (its first batches may all have been lost). Backwards with an earlier or equal
-            // one: a late batch, which must not undo what later batches did.
+            // one: a late batch, which must not undo what later batches did, or a new
+            // incarnation on a host whose clock is behind: dropped, and checked by a replay
+            // from the witness (an exact copy of the last live batch needs no check).
             let restarted = s < l && f64::from_bits(ts) > f64::from_bits(self.last_live_ts);
             if restarted || (new_incarnation && s < RESET_WINDOW) {
                 reset_from = Some(l);
                 *self = Self::default();
             } else if s <= l {
+                let copy = s == l && ts == self.last_live_ts;
+                if !copy {
+                    self.verify();
+                }
                 return Self::verdict(SeqOutcome::Stale, SKIP);
             }
         }
@@ -241,7 +259,9 @@ impl Sequencer {
         if s < self.next {
             return Self::verdict(SeqOutcome::Stale, SKIP);
         }
-        if s == self.next {
+        // While a replay is pending (a check from the witness after a batch that went
+        // back), the next batch waits for it too (held, below).
+        if s == self.next && !self.pending {
             self.applied(s, ts);
             let mut v = Self::verdict(SeqOutcome::Contiguous, APPLY);
             self.settle(&mut v);
@@ -283,7 +303,9 @@ impl Sequencer {
             }
             self.witness = None;
             if s == w && ts == self.applied_ts {
-                return Self::verdict(SeqOutcome::ReplayConfirmed, SKIP);
+                let mut v = Self::verdict(SeqOutcome::ReplayConfirmed, SKIP);
+                self.settle(&mut v);
+                return v;
             }
             let clear_from = Action {
                 clear: true,
@@ -295,7 +317,7 @@ impl Sequencer {
                 v
             } else {
                 // `s > w`: the batches from the frontier up to `s` are not delivered either.
-                let missing = s - self.next;
+                let missing = s.saturating_sub(self.next);
                 Self::verdict(SeqOutcome::ReplayTruncated { missing }, clear_from)
             };
             self.applied(s, ts);
@@ -485,7 +507,9 @@ mod tests {
 
     /// A batch delivered after the one that followed it (which cleared the cache) carries
     /// its earlier clock: a late batch, dropped; it is not a restart that would clear and
-    /// then apply it, crediting blocks the clear removed.
+    /// then apply it, crediting blocks the clear removed. It could also be a new
+    /// incarnation whose clock is behind, so a replay from the witness (batch 1) checks:
+    /// the copy of batch 1 confirms the stream and trust returns.
     #[test]
     fn a_late_batch_behind_a_clear_is_stale() {
         let mut s = Sequencer::default();
@@ -498,7 +522,33 @@ mod tests {
         let v = s.live(0, at(0), None);
         assert_eq!(outcome(v), (SeqOutcome::Stale, None, false));
         assert_eq!(v.reset_from, None);
-        assert_eq!((s.next, s.last_live, s.pending), (2, Some(1), false));
+        assert_eq!((s.next, s.last_live, s.pending), (2, Some(1), true));
+        assert_eq!(s.replay_from(), 1);
+        let v = s.replay(1, at(1), Some(0));
+        assert_eq!(v.outcome, SeqOutcome::ReplayConfirmed);
+        assert!(v.replay_completed && !s.pending);
+    }
+
+    /// A new incarnation on a host whose clock is behind: the old stream reached 9; the
+    /// engine restarts and sends 0 with a clock 30 s earlier. Dropped as late, but checked:
+    /// the replay from the witness (9) has only the new incarnation's batches 0 and 1, then
+    /// the end marker: short, the worker is cleared.
+    #[test]
+    fn a_restart_with_a_clock_behind_is_checked_by_the_witness() {
+        let mut s = Sequencer::default();
+        for i in 0..10 {
+            s.live(i, at(i), None);
+        }
+        let behind = |i: u64| at(i) - 30.0;
+        assert_eq!(s.live(0, behind(0), None).outcome, SeqOutcome::Stale);
+        assert!(s.pending && s.replay_from() == 9);
+        assert_eq!(s.replay(0, behind(0), None).outcome, SeqOutcome::Stale);
+        assert_eq!(s.replay(1, behind(1), None).outcome, SeqOutcome::Stale);
+        assert_eq!(
+            outcome(s.end_of_replay()),
+            (SeqOutcome::ReplayShort { unreplayed: 0 }, None, true)
+        );
+        assert!(!s.pending);
     }
 
     #[test]
