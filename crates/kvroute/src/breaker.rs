@@ -14,8 +14,9 @@
 //!   `publish` time); the first cooldown is [`BreakerConfig::cooldown`], each re-opening
 //!   doubles it up to [`BreakerConfig::max_cooldown`];
 //! * **half-open**, from the first publication past the cooldown: the worker is a candidate
-//!   again, and its next outcome decides: a completion closes the breaker (and resets the
-//!   cooldown), a failure opens it again.
+//!   again, and the next outcome of a request routed since decides (one routed before, a
+//!   slow request still running when the breaker opened, is no probe): a completion closes
+//!   the breaker (and resets the cooldown), a failure opens it again.
 //!
 //! Cancelled requests (the client went away) say nothing about the worker and are only
 //! counted. A breaker never opens when that would leave more than
@@ -163,7 +164,10 @@ enum State {
     Open {
         until: Nanos,
     },
-    HalfOpen,
+    /// Since the router's clock read this.
+    HalfOpen {
+        since: Nanos,
+    },
 }
 
 /// One slot's breaker, for one tenancy.
@@ -248,13 +252,14 @@ impl Breakers {
     }
 
     /// Records `outcome` of a decision on `slot` under `generation` (`None`: the worker is
-    /// no longer registered), with `registered` workers in the fleet, at the router's
-    /// clock.
+    /// no longer registered), made at `decided_at` (the request's time; `None`: unknown,
+    /// taken as now), with `registered` workers in the fleet, at the router's clock.
     pub fn record(
         &self,
         slot: Option<Slot>,
         generation: SlotGeneration,
         outcome: Outcome,
+        decided_at: Option<Nanos>,
         registered: usize,
     ) -> Transition {
         let now = Nanos(self.clock.load(Relaxed));
@@ -280,12 +285,14 @@ impl Breakers {
         match b.state {
             // Outcomes of requests routed before the breaker opened: no news.
             State::Open { .. } => Transition::None,
-            State::HalfOpen if failed => {
+            // A request routed before the breaker went half-open is no probe.
+            State::HalfOpen { since } if decided_at.is_some_and(|t| t < since) => Transition::None,
+            State::HalfOpen { .. } if failed => {
                 self.reopened.fetch_add(1, Relaxed);
                 self.open_now(&mut b, cfg, now);
                 Transition::Opened
             }
-            State::HalfOpen => {
+            State::HalfOpen { .. } => {
                 self.closed.fetch_add(1, Relaxed);
                 *b = Breaker {
                     generation: b.generation,
@@ -353,7 +360,7 @@ impl Breakers {
             let mut b = m.lock().unwrap_or_else(|p| p.into_inner());
             if let State::Open { until } = b.state {
                 if now >= until {
-                    b.state = State::HalfOpen;
+                    b.state = State::HalfOpen { since: now };
                     self.open.fetch_sub(1, Relaxed);
                     self.half_opened.fetch_add(1, Relaxed);
                     out.push(Slot(i as u32));

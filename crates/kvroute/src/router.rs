@@ -460,18 +460,36 @@ impl Router {
     /// records no outcome.
     pub fn finish(&self, decision: Decision, outcome: Outcome) {
         let (worker, generation) = (decision.worker, decision.generation);
+        let decided_at = decision.reservation.reserved_at();
         drop(decision);
-        self.record_outcome(worker, generation, outcome);
+        self.outcome(worker, generation, outcome, Some(decided_at));
     }
 
     /// Records the outcome of a request routed to `worker` under the tenancy `generation`
     /// ([`Decision::generation`]) when the decision itself was not kept (its reservation
     /// handed to the engine's telemetry, say). An outcome of a removed worker, or of an
     /// earlier tenancy of its slot, is counted as stale and changes nothing.
+    ///
+    /// Without the decision's time, an outcome recorded while the worker's breaker is
+    /// half-open counts as its probe, even for a request routed before the breaker opened
+    /// ([`finish`](Self::finish) tells them apart).
     pub fn record_outcome(&self, worker: WorkerId, generation: SlotGeneration, outcome: Outcome) {
+        self.outcome(worker, generation, outcome, None);
+    }
+
+    fn outcome(
+        &self,
+        worker: WorkerId,
+        generation: SlotGeneration,
+        outcome: Outcome,
+        decided_at: Option<Nanos>,
+    ) {
         let slot = self.registry.slot_of(worker);
         let registered = self.registry.len();
-        if self.breakers.record(slot, generation, outcome, registered) == Transition::Opened {
+        let t = self
+            .breakers
+            .record(slot, generation, outcome, decided_at, registered);
+        if t == Transition::Opened {
             let mut load = lock(&self.load);
             // Only the tenancy the breaker opened for: a removal or re-addition that ran
             // meanwhile shows in the registry, and excluding by worker id would then hit

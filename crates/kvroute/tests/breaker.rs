@@ -301,3 +301,42 @@ fn a_fleet_whose_every_worker_is_open_fails_open() {
         .unwrap();
     assert!(open.contains(&d.worker), "{d:?}");
 }
+
+/// A request routed before the breaker opened (a slow one still running) that completes
+/// while it is half-open is no probe: the breaker stays half-open, and the first request
+/// routed since then decides.
+#[test]
+fn a_request_routed_before_the_breaker_opened_is_no_probe() {
+    let (r, ws) = router(4, 2, |_| {});
+    publish(&r, &ws, &[]);
+    let slow = loop {
+        let d = r
+            .route(&RouteRequest::tokens(&tokens(1, 64), 8, NOW))
+            .unwrap();
+        if d.worker == ws[0] {
+            break d;
+        }
+    };
+    let g = generation(&r, ws[0]);
+    for _ in 0..5 {
+        r.record_outcome(ws[0], g, Outcome::Failed);
+    }
+    r.publish(at(5_000)).unwrap();
+    assert_eq!(r.stats().breaker.half_opened, 1);
+    r.finish(slow, Outcome::Completed);
+    let b = r.stats().breaker;
+    assert_eq!((b.closed, b.completed), (0, 1), "no probe: {b:?}");
+    assert!(!excluded(&r, ws[0]), "still half-open");
+    // A request routed now is the probe; its failure opens the breaker again.
+    let probe = loop {
+        let d = r
+            .route(&RouteRequest::tokens(&tokens(2, 64), 8, at(5_000)))
+            .unwrap();
+        if d.worker == ws[0] {
+            break d;
+        }
+    };
+    r.finish(probe, Outcome::Failed);
+    assert_eq!(r.stats().breaker.reopened, 1);
+    assert!(excluded(&r, ws[0]));
+}
