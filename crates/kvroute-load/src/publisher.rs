@@ -99,6 +99,19 @@ pub struct EngineConfig {
     pub decode_tps: Option<f32>,
     /// Prefill throughput per rank used when telemetry reports none (tokens/s, finite, >= 0).
     pub prefill_tps: Option<f32>,
+    /// Tokens/s one sequence decodes at when it runs alone on a rank (the inverse of the
+    /// inter-token latency at batch 1; finite, >= 0). Together with [`decode_tps`] taken
+    /// as the throughput with the batch full and the cap ([`max_running_per_rank`], else
+    /// the reported cap), it gives the rank's decode step model: a step of `n` sequences
+    /// lasts `base + n·per_seq` seconds, with `base + per_seq = 1/single` and
+    /// `base + cap·per_seq = cap/decode_tps` (the two measured points of a line;
+    /// `LoadSnapshot::decode_step_base_s`). Without it, or where the two points do not
+    /// make a line with `base, per_seq >= 0`, the step is taken as processor sharing at the
+    /// decode throughput (`base` 0).
+    ///
+    /// [`decode_tps`]: Self::decode_tps
+    /// [`max_running_per_rank`]: Self::max_running_per_rank
+    pub single_sequence_decode_tps: Option<f32>,
 }
 
 /// Valid [`LoadConfig::capacity`]: `1..=2^32 - 1` slots.
@@ -113,7 +126,8 @@ pub const BUFFERS: Bounds = Bounds::ints(2, 65_536, "");
 pub const DP_SIZE: Bounds = Bounds::ints(1, u32::MAX as u64, "ranks");
 /// Valid [`EngineConfig::max_running_per_rank`]: `1..=2^32 - 1` requests.
 pub const MAX_RUNNING_PER_RANK: Bounds = Bounds::ints(1, u32::MAX as u64, "requests");
-/// Valid [`EngineConfig::decode_tps`] and [`EngineConfig::prefill_tps`]: `0..=1e9`
+/// Valid [`EngineConfig::decode_tps`], [`EngineConfig::prefill_tps`] and
+/// [`EngineConfig::single_sequence_decode_tps`]: `0..=1e9`
 /// tokens/s.
 pub const ENGINE_TPS: Bounds = Bounds::floats(0.0, 1e9, "tokens/s");
 
@@ -272,6 +286,7 @@ impl EngineConfig {
             max_running_per_rank: None,
             decode_tps: None,
             prefill_tps: None,
+            single_sequence_decode_tps: None,
         }
     }
 
@@ -307,6 +322,15 @@ impl EngineConfig {
         }
     }
 
+    /// Each rank's decode speed for one sequence alone (tokens/s; see
+    /// [`single_sequence_decode_tps`](Self::single_sequence_decode_tps)).
+    pub const fn with_single_sequence_decode_tps(self, tps: f32) -> Self {
+        Self {
+            single_sequence_decode_tps: Some(tps),
+            ..self
+        }
+    }
+
     /// Checks every field that is set against its bounds ([`DP_SIZE`],
     /// [`MAX_RUNNING_PER_RANK`], [`ENGINE_TPS`]).
     ///
@@ -324,6 +348,9 @@ impl EngineConfig {
         }
         if let Some(v) = self.prefill_tps {
             ENGINE_TPS.check_f32("prefill_tps", v)?;
+        }
+        if let Some(v) = self.single_sequence_decode_tps {
+            ENGINE_TPS.check_f32("single_sequence_decode_tps", v)?;
         }
         Ok(())
     }
@@ -877,6 +904,8 @@ fn write_slot(
         snap.kv_usage[i] = 0.0;
         snap.utilization[i] = 0.0;
         snap.decode_tps[i] = 0.0;
+        snap.decode_step_base_s[i] = 0.0;
+        snap.decode_step_tps[i] = 0.0;
         snap.prefill_tps[i] = 0.0;
         snap.engine_occupancy[i] = 0.0;
         snap.engine_requests[i] = 0;
@@ -911,6 +940,13 @@ fn write_slot(
     snap.kv_usage[i] = s.kv_usage;
     snap.utilization[i] = s.utilization.unwrap_or(0.0);
     snap.decode_tps[i] = decode.unwrap_or(0.0);
+    let cap = cfg
+        .max_running_per_rank
+        .or((s.max_running > 0).then_some(s.max_running));
+    let (base, step_tps) = decode_step(cfg.single_sequence_decode_tps, cfg.decode_tps, cap)
+        .unwrap_or((0.0, decode.unwrap_or(0.0)));
+    snap.decode_step_base_s[i] = base;
+    snap.decode_step_tps[i] = step_tps;
     snap.prefill_tps[i] = prefill.unwrap_or(0.0);
     let occupancy = e.occupancy();
     snap.engine_occupancy[i] = occupancy.unwrap_or(0.0);
@@ -928,4 +964,53 @@ fn write_slot(
     snap.generation[i] = generation.0;
     snap.worker[i] = Some(worker);
     snap.engine_index[i] = engine;
+}
+
+/// The decode step model `(base seconds, tokens/s per sequence)` of a rank from its configured
+/// single-sequence speed `single`, full-batch throughput `full` and cap (requests): the line
+/// through `(1, 1/single)` and `(cap, cap/full)` in (batch, step seconds), so a step of `n`
+/// sequences lasts `base + n/step_tps` (`EngineConfig::single_sequence_decode_tps`).
+/// `None` where a figure is missing or zero, the cap is below 2, or the line has a negative
+/// base or slope (then processor sharing applies).
+pub(crate) fn decode_step(single: Option<f32>, full: Option<f32>, cap: Option<u32>) -> Option<(f32, f32)> {
+    let (single, full, cap) = (f64::from(single?), f64::from(full?), f64::from(cap?));
+    if !(single > 0.0 && full > 0.0 && cap >= 2.0) {
+        return None;
+    }
+    let (s1, sm) = (1.0 / single, cap / full);
+    let per_seq = (sm - s1) / (cap - 1.0);
+    let base = s1 - per_seq;
+    (per_seq > 0.0 && base >= 0.0).then(|| (base as f32, (1.0 / per_seq) as f32))
+}
+
+#[cfg(test)]
+mod decode_step_tests {
+    use super::decode_step;
+
+    /// A step of `0.0069 + 0.0001·n` seconds (the simulator's 8B engine): alone a sequence
+    /// decodes at 1/0.007 = 142.857 tokens/s, a batch of 32 at 32/0.0101 = 3,168.3 tokens/s.
+    /// The line through (1, 0.007) and (32, 0.0101) has slope 0.0031/31 = 0.0001 s (10,000
+    /// tokens/s inverted) and base 0.0069 s.
+    #[test]
+    fn two_measured_points_give_the_step_line() {
+        let (base, tps) = decode_step(Some(1.0 / 0.007), Some(32.0 / 0.0101), Some(32)).unwrap();
+        assert!((base - 0.0069).abs() < 1e-7, "{base}");
+        assert!((tps - 10_000.0).abs() < 0.5, "{tps}");
+    }
+
+    /// No line: a figure missing or zero, a cap below 2, a step of the full batch shorter
+    /// than one sequence's alone (32 at 6,400 tokens/s: 0.005 s against 0.01 s at 100
+    /// tokens/s alone, a negative slope), or a slope so steep that the base would be
+    /// negative (a batch of 4 at 100 tokens/s against 200 alone: slope (0.04 − 0.005)/3,
+    /// base 0.005 − 0.011 67 < 0).
+    #[test]
+    fn no_line_without_two_consistent_points() {
+        assert_eq!(decode_step(None, Some(3_000.0), Some(32)), None);
+        assert_eq!(decode_step(Some(140.0), None, Some(32)), None);
+        assert_eq!(decode_step(Some(140.0), Some(3_000.0), None), None);
+        assert_eq!(decode_step(Some(0.0), Some(3_000.0), Some(32)), None);
+        assert_eq!(decode_step(Some(140.0), Some(3_000.0), Some(1)), None);
+        assert_eq!(decode_step(Some(100.0), Some(6_400.0), Some(32)), None);
+        assert_eq!(decode_step(Some(200.0), Some(100.0), Some(4)), None);
+    }
 }

@@ -101,6 +101,12 @@ pub struct SlotLoad {
     pub active_decode_tokens: u32,
     /// Decode throughput (tokens/s).
     pub decode_tps: f32,
+    /// Fixed part of a decode step (seconds; 0 = processor sharing), see
+    /// [`LoadSnapshot::decode_step_base_s`].
+    pub decode_step_base_s: f32,
+    /// Per-sequence part of a decode step, inverted (tokens/s; 0 = unknown), see
+    /// [`LoadSnapshot::decode_step_tps`].
+    pub decode_step_tps: f32,
     /// Prefill throughput (tokens/s).
     pub prefill_tps: f32,
     /// Scheduler utilisation (ratio).
@@ -124,6 +130,8 @@ pub struct LoadSnapshot {
     pub(crate) kv_usage: Vec<f32>,
     pub(crate) utilization: Vec<f32>,
     pub(crate) decode_tps: Vec<f32>,
+    pub(crate) decode_step_base_s: Vec<f32>,
+    pub(crate) decode_step_tps: Vec<f32>,
     pub(crate) prefill_tps: Vec<f32>,
     pub(crate) engine_occupancy: Vec<f32>,
     pub(crate) engine_requests: Vec<u64>,
@@ -156,6 +164,8 @@ impl LoadSnapshot {
             kv_usage: vec![0.0; n],
             utilization: vec![0.0; n],
             decode_tps: vec![0.0; n],
+            decode_step_base_s: vec![0.0; n],
+            decode_step_tps: vec![0.0; n],
             prefill_tps: vec![0.0; n],
             engine_occupancy: vec![0.0; n],
             engine_requests: vec![0; n],
@@ -232,6 +242,21 @@ impl LoadSnapshot {
     /// else 0).
     pub fn decode_tps(&self) -> &[f32] {
         &self.decode_tps
+    }
+    /// The fixed part of a decode step per slot (seconds): a step of `n` decoding
+    /// sequences lasts `decode_step_base_s + n / decode_step_tps`. From the engine's
+    /// configured single-sequence speed and full-batch throughput
+    /// (`EngineConfig::single_sequence_decode_tps`); 0 where they are not both configured
+    /// (processor sharing: the step grows in proportion to the batch).
+    pub fn decode_step_base_s(&self) -> &[f32] {
+        &self.decode_step_base_s
+    }
+    /// The per-sequence part of a decode step per slot, inverted (tokens/s): one more
+    /// decoding sequence lengthens a step by `1 / decode_step_tps` seconds. With
+    /// [`decode_step_base_s`](Self::decode_step_base_s) 0 it is the decode throughput
+    /// (telemetry, else configured; 0 when unknown).
+    pub fn decode_step_tps(&self) -> &[f32] {
+        &self.decode_step_tps
     }
     /// Prefill throughput per slot (tokens/s; telemetry, else configured, else 0).
     pub fn prefill_tps(&self) -> &[f32] {
@@ -323,6 +348,8 @@ impl LoadSnapshot {
             waiting_prefill_tokens: self.waiting_prefill_tokens[i],
             active_decode_tokens: self.active_decode_tokens[i],
             decode_tps: self.decode_tps[i],
+            decode_step_base_s: self.decode_step_base_s[i],
+            decode_step_tps: self.decode_step_tps[i],
             prefill_tps: self.prefill_tps[i],
             utilization: self.utilization[i],
             observed_at: self.observed_at[i],

@@ -17,33 +17,57 @@
 //! token of every running request together with up to a chunk of prefill tokens, and lasts
 //! `base + per_seq·batch + per_ctx·context + prefill_tokens/ptps`; waiting requests are
 //! admitted in FIFO order while a running slot (at most `max_running`) and token budget
-//! remain. With `π = ptps`, `δ = dtps` (the configured defaults where a lane reports none),
-//! `q = requests`, `U = uncached`, `O = out`:
+//! remain. With `π = ptps` (the configured default where a lane reports none), `q =
+//! requests`, `U = uncached`, `O = out`, and the decode step model of the lane, a step of
+//! `n` decoding sequences lasting `s(n) = b + a·n` seconds (`b = dbase`, `a = 1/dtps`, the
+//! configured default decode throughput where a lane has none):
 //!
-//! 1. **Batch.** The request decodes in a batch of `n` sequences: `n = q + 1` while the
-//!    batch has room (`occ < 1`, or occupancy unknown), else the cap `M = q/occ`
-//!    (`occ = q/M`), so `n = M` (at least 1).
+//! 1. **Batch.** The request runs in a batch of `n` sequences. When the batch is full
+//!    (`occ >= 1`) that is the cap `M = q/occ` (`occ = q/M`; at least 1). While it has room
+//!    it is what the worker holds with the request, `q + 1`, lifted to the fleet's mean
+//!    load: `n = max(q + 1, min(M, mean + 1))`, `mean` the mean `requests` of the occupied
+//!    slots. A worker below the mean is the cheaper one, so the next decisions send it work
+//!    until it holds about the mean: by the time the request's prefill (seconds for a long
+//!    prompt) and decode run, the batch they share has grown to the fleet's. Without the
+//!    lift, under overload every full worker is costed at `M` and a worker with room at its
+//!    current `q + 1`, so the workers busy with a few long prefills (few requests, a long
+//!    prefill queue) look cheapest for every further long prompt and pile up prefill work
+//!    while their generation starves. An idle worker (occupancy 0: no cap to lift to)
+//!    keeps `n = 1`.
 //! 2. **Start.** Its prefill starts after the prefill queued ahead of it, `queued/π`, and,
-//!    when the batch is full, after a running slot frees. A full batch generates `δ`
-//!    tokens/s; with requests like this one (`O` tokens each) it completes one every
-//!    `O/δ` seconds, and the request needs the `(q − M + 1)`-th slot to free:
-//!    `wait = (q − M + 1)·O/δ`. The two overlap (queued requests are admitted as slots
-//!    free), so `start = max(queued/π, wait)` (`wait = 0` while there is room).
+//!    when the batch is full, after a running slot frees. A full batch steps every
+//!    `s(M)` seconds and, with requests like this one (`O` tokens each), completes one every
+//!    `O·s(M)/M` seconds; the request needs the `(q − M + 1)`-th slot to free:
+//!    `wait = (q − M + 1)·O·(b/M + a)`. The two overlap (queued requests are admitted as
+//!    slots free), so `start = max(queued/π, wait)` (`wait = 0` while there is room).
 //! 3. **Prefill.** Its `U` uncached tokens take `U/π` of engine time, which delays its own
 //!    first token and stalls every other request of the batch for as long (a prefill chunk
 //!    lengthens the step they decode in): `n·U/π`.
-//! 4. **Decode.** Processor sharing: the engine's decode throughput `δ` is shared evenly by
-//!    the batch, so a step takes `n/δ` seconds. Its `O` tokens, one per step: `n·O/δ`; and
-//!    it takes `1/δ` of every step from each of the `n − 1` other sequences for its `O`
-//!    steps: `(n − 1)·O/δ`.
+//! 4. **Decode.** Its `O` tokens, one per step of the batch: `O·s(n) = O·(b + a·n)`; and,
+//!    as one of the batch, it lengthens each of those steps by `a` for the `n − 1` other
+//!    sequences: `(n − 1)·O·a`. Together `O·(b + (2n − 1)·a)`.
 //! 5. **KV pressure**: `barrier` (the gateway's; preemption risk near a full cache).
 //!
-//! `projected = max(queued/π, wait) + n·U/π + (2n − 1)·O/δ + barrier`.
+//! `projected = max(queued/π, wait) + n·U/π + O·(b + (2n − 1)·a) + barrier`.
+//!
+//! **The step model.** A decode step reads the weights once for the whole batch, then
+//! does per-sequence work, so its time is close to a line in the batch (`kvroute-sim`'s
+//! engine: `0.0069 + 0.0001·n` s for an 8B model on one H100). With the engine's configured
+//! single-sequence speed (`1/s(1)`) and full-batch throughput (`M/s(M)`), the load
+//! publisher draws that line (`LoadSnapshot::decode_step_base_s`, `decode_step_tps`);
+//! without them `b = 0` and `a = 1/δ`, processor sharing at the decode throughput `δ` (the
+//! engine's report, else configured): a step of `n` lasts `n/δ`. Processor sharing at a
+//! throughput measured at the current batch `r` over-states a small batch's step (it
+//! charges `n/δ(r)` where the step takes `b + a·n`): with the 8B engine's 2 running
+//! requests, `δ(2)` = 282 tokens/s and one more request looks 2 × 350/282 = 2.5 s dearer in
+//! decode, against 0.07 s on the line, far above the cache credit of a typical
+//! conversation prefix, so at light load the formula spread requests off their cache
+//! owners for nothing.
 //!
 //! Units: tokens over tokens/s throughout, so seconds; the request terms are seconds of
 //! latency summed over the requests they delay. The cache enters through `U`: a cached
 //! prefix saves `n·matched/π`, its prefill time for every request of the batch. An idle
-//! worker costs `U/π + O/δ + barrier`, the request's prefill and decode alone.
+//! worker costs `U/π + O·s(1) + barrier`, the request's prefill and decode alone.
 //!
 //! Why the others' delay counts: scored by its own latency alone, a request would take any
 //! worker where its own prefill is short, however many requests decode there; but each
@@ -52,10 +76,14 @@
 //! placement costs. Counting it is what makes a miss go where few requests decode, and a
 //! hit stay with its owner while the owner's batch is small.
 //!
-//! Where it is approximate: processor sharing over-states the step time of a small batch
-//! (a step's fixed cost, reading the weights once, is shared: `δ` grows with the batch), so
-//! the decode terms lean towards spreading at low load; the outputs of the running requests
-//! are unknown and taken as this request's `O`; the prefill queue is
+//! Where it is approximate: without a configured step model, processor sharing over-states
+//! the step time of a small batch (above), so the decode terms lean towards spreading at
+//! low load; the step model leaves out the context term (each step also reads every
+//! sequence's KV) and the prefill chunks a step carries while the engine has prefill
+//! queued, which at overload make a step many times longer than `s(n)`; the lift takes the
+//! fleet's mean, which one hot worker far above the cap raises for every worker with
+//! room (their costs then rise together, and the one with less queued wins); the outputs of
+//! the running requests are unknown and taken as this request's `O`; the prefill queue is
 //! the engine's report, which counts a waiting request's whole prompt (its prefix hit is
 //! known only at admission); the active context tokens (`decode`) are left out: what they
 //! cost a step is in the reported `δ`. With DP ranks, `M = q/occ` estimates one rank's cap
@@ -85,8 +113,8 @@ pub(crate) enum CostKind {
     /// occupancy is unknown: `max(k, util)` (ratio).
     OldPressure,
     /// `projected_time` (seconds): the latency the request adds to the worker (module docs,
-    /// derivation): `max(queued/π, wait) + n·uncached/π + (2n − 1)·out/δ + barrier`,
-    /// `wait = (q − M + 1)·out/δ` when the batch is full.
+    /// derivation): `max(queued/π, wait) + n·uncached/π + out·(b + (2n − 1)·a) + barrier`,
+    /// `wait = (q − M + 1)·out·(b/M + a)` when the batch is full.
     Projected,
     /// Peers (`docs/FAILURE-MODES.md`), Dynamo-style (blocks): `w·((queued + prompt)/bs − overlap)
     /// + decode/bs + max(prompt/bs − overlap, 0)`.
@@ -96,6 +124,10 @@ pub(crate) enum CostKind {
     /// `requests` (requests): the gateway's "least loaded".
     Requests,
 }
+
+/// Below this occupancy a worker's cap is taken as unknown (an idle worker's occupancy is
+/// 0, which gives no cap `q/occ`): its batch is `q + 1`, not lifted to the fleet's mean.
+const MIN_OCCUPANCY: f32 = 1e-6;
 
 /// Scalars shared by every lane of one pass.
 #[derive(Clone, Copy, Debug)]
@@ -125,6 +157,7 @@ pub(crate) struct LaneIn<V> {
     pub occ: V,
     pub ptps: V,
     pub dtps: V,
+    pub dbase: V,
 }
 
 #[inline(always)]
@@ -164,21 +197,27 @@ pub(crate) fn cost<V: Lane>(kind: CostKind, p: &Params, x: &LaneIn<V>) -> V {
         CostKind::OldPressure => x.kv.max_(x.util),
         CostKind::Projected => {
             let one = V::splat(1.0);
-            // Seconds per prefill token and per decode token of the whole engine.
+            let out = V::splat(p.output);
+            // Seconds per prefill token; the step model's per-sequence seconds `a` and fixed
+            // seconds `b` (b = 0: processor sharing at the decode throughput).
             let spp = one / x.ptps.pos_or(V::splat(p.default_prefill_tps));
-            let spd = one / x.dtps.pos_or(V::splat(p.default_decode_tps));
-            let out_s = V::splat(p.output) * spd;
-            // The batch it decodes in: q + 1 with room, the cap M = q/occ when full, at least
-            // 1 (a DP rank holding few requests of an engine full on its other ranks; a NaN
-            // occupancy).
+            let a = one / x.dtps.pos_or(V::splat(p.default_decode_tps));
+            let b = x.dbase.max_(V::splat(0.0));
+            // The batch it runs in: the cap M = q/occ when full, at least 1 (a DP rank
+            // holding few requests of an engine full on its other ranks; a NaN occupancy);
+            // with room, q + 1, lifted to the fleet's mean batch (mean + 1, at most M) where
+            // the cap is known.
             let q1 = x.requests + one;
-            let n = x.occ.below_or(1.0, q1, (x.requests / x.occ).max_(one));
-            // A full batch frees a slot every out/δ seconds; it needs the (q − M + 1)-th
-            // (0 with room, where n = q + 1).
-            let wait = (q1 - n) * out_s;
+            let cap = (x.requests / x.occ).max_(one);
+            let lifted = cap.min_(V::splat(p.mean_load + 1.0)).max_(q1);
+            let room = x.occ.below_or(MIN_OCCUPANCY, q1, lifted);
+            let n = x.occ.below_or(1.0, room, cap);
+            // A full batch of M frees a slot every out·(b + M·a)/M seconds; it needs the
+            // (q − M + 1)-th (0 with room, where q + 1 <= n).
+            let wait = (q1 - n).max_(V::splat(0.0)) * out * (b / n + a);
             let start = (x.queued * spp).max_(wait);
             let prefill = n * (uncached(p, x) * spp);
-            let decode = (n + n - one) * out_s;
+            let decode = out * (b + (n + n - one) * a);
             start + prefill + decode + barrier(p, x.kv)
         }
         CostKind::Dynamo => {
@@ -226,6 +265,7 @@ mod tests {
             occ,
             ptps,
             dtps,
+            dbase: 0.0,
         }
     }
 
@@ -274,6 +314,7 @@ mod tests {
             occ: col(|x| x.occ),
             ptps: col(|x| x.ptps),
             dtps: col(|x| x.dtps),
+            dbase: col(|x| x.dbase),
         };
         let simd = cost::<f32x8>(CostKind::Projected, &p, &v).to_array();
         for (i, x) in lanes.iter().enumerate() {
@@ -281,4 +322,40 @@ mod tests {
             assert_eq!(simd[i].to_bits(), scalar.to_bits(), "lane {i}");
         }
     }
+
+    /// The step model and the batch lift, by hand: 1,000-token prompt, 10 blocks held
+    /// (U = 840), π 4,000, 200 output tokens, a step of `n` sequences `b + n·a` with
+    /// `a` = 1/2,000 s.
+    /// * Step base b = 0.01 s, room (q 3, occupancy 0.5: M 6; mean 0: n = 4), 2,000 queued,
+    ///   KV 0.5: 0.5 + 4 × 0.21 + 200 × (0.01 + 7 × 0.0005) + 0.15 = 0.5 + 0.84 + 2.7 + 0.15
+    ///   = 4.19 s.
+    /// * b = 0.01, full (q 12, occupancy 1.5: M = n = 8), 1,000 queued (0.25 s): a slot
+    ///   frees every 200 × (0.01/8 + 0.0005) = 0.35 s, the 5th after 1.75 s; 8 × 0.21 +
+    ///   200 × (0.01 + 15 × 0.0005) = 1.68 + 3.5: 1.75 + 5.18 = 6.93 s.
+    /// * Processor sharing (b = 0), room (q 3, M 6), 2,000 queued, KV 0.5, fleet mean 9:
+    ///   n = min(6, 10) = 6: 0.5 + 6 × 0.21 + 200 × 11 × 0.0005 + 0.15 = 0.5 + 1.26 + 1.1 +
+    ///   0.15 = 3.01 s; mean 3.5: n = 4.5: 0.5 + 0.945 + 200 × 8 × 0.0005 + 0.15 = 2.395 s;
+    ///   mean 1 (below its own q): n = q + 1 = 4: 0.5 + 0.84 + 0.7 + 0.15 = 2.19 s.
+    /// * Idle (q 0, occupancy 0: no cap), mean 9: n = 1: 0.21 + 200 × 0.0005 = 0.31 s.
+    #[test]
+    fn step_model_and_mean_lift_by_hand() {
+        let with = |mean: f32| Params {
+            mean_load: mean,
+            ..params()
+        };
+        let based = |x: LaneIn<f32>| LaneIn { dbase: 0.01, ..x };
+        let cases = [
+            (0.0, based(lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0)), 4.19),
+            (0.0, based(lane(12.0, 1_000.0, 1.5, 0.0, 4_000.0, 2_000.0)), 6.93),
+            (9.0, lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0), 3.01),
+            (3.5, lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0), 2.395),
+            (1.0, lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0), 2.19),
+            (9.0, lane(0.0, 0.0, 0.0, 0.0, 4_000.0, 2_000.0), 0.31),
+        ];
+        for (mean, x, want) in cases {
+            let got = cost::<f32>(CostKind::Projected, &with(mean), &x);
+            assert!((got - want).abs() < 1e-5, "mean {mean} {x:?}: {got} != {want}");
+        }
+    }
+
 }

@@ -44,8 +44,15 @@ pub struct SlotFigures {
     pub occupancy: Option<f32>,
     /// Prefill throughput (tokens/s; 0 = unknown, the configured default is used).
     pub prefill_tps: f32,
-    /// Decode throughput (tokens/s; 0 = unknown).
+    /// Decode throughput (tokens/s; 0 = unknown): with
+    /// [`decode_step_base_s`](Self::decode_step_base_s) 0, the engine's throughput shared
+    /// by its batch (processor sharing); otherwise the per-sequence part of a step,
+    /// inverted: a step of `n` decoding sequences lasts `decode_step_base_s + n/decode_tps`
+    /// seconds (`kvroute_load::LoadSnapshot::decode_step_tps`).
     pub decode_tps: f32,
+    /// Fixed part of a decode step (seconds, >= 0; 0 = processor sharing), from the
+    /// engine's configured step model (`kvroute_load::LoadSnapshot::decode_step_base_s`).
+    pub decode_step_base_s: f32,
 }
 
 impl SlotFigures {
@@ -63,6 +70,7 @@ impl SlotFigures {
             occupancy: Some(0.0),
             prefill_tps: 0.0,
             decode_tps: 0.0,
+            decode_step_base_s: 0.0,
         }
     }
 }
@@ -102,6 +110,7 @@ pub struct Fleet {
     pub(crate) occ: Vec<f32>,
     pub(crate) ptps: Vec<f32>,
     pub(crate) dtps: Vec<f32>,
+    pub(crate) dbase: Vec<f32>,
     pub(crate) validity: Vec<Validity>,
     pub(crate) occ_known: Vec<bool>,
     pub(crate) agg: Option<Aggregates>,
@@ -180,7 +189,7 @@ impl Fleet {
     }
 
     /// Every `f32` lane, for sizing them together.
-    fn f32_lanes(&mut self) -> [&mut Vec<f32>; 10] {
+    fn f32_lanes(&mut self) -> [&mut Vec<f32>; 11] {
         [
             &mut self.occupied,
             &mut self.overlap,
@@ -192,6 +201,7 @@ impl Fleet {
             &mut self.occ,
             &mut self.ptps,
             &mut self.dtps,
+            &mut self.dbase,
         ]
     }
 
@@ -240,6 +250,7 @@ impl Fleet {
         self.occ_known[i] = s.occupancy.is_some();
         self.ptps[i] = s.prefill_tps;
         self.dtps[i] = s.decode_tps;
+        self.dbase[i] = s.decode_step_base_s;
         self.validity[i] = s.validity;
     }
 
@@ -475,7 +486,8 @@ impl Fleet {
             (&mut self.kv, snapshot.kv_usage()),
             (&mut self.util, snapshot.utilization()),
             (&mut self.ptps, snapshot.prefill_tps()),
-            (&mut self.dtps, snapshot.decode_tps()),
+            (&mut self.dtps, snapshot.decode_step_tps()),
+            (&mut self.dbase, snapshot.decode_step_base_s()),
         ] {
             for ((d, s), m) in dst[..n].iter_mut().zip(&src[..n]).zip(mask) {
                 *d = f32::from_bits(s.to_bits() & m);
@@ -688,7 +700,8 @@ mod tests {
                     utilization: s.utilization,
                     occupancy,
                     prefill_tps: s.prefill_tps,
-                    decode_tps: s.decode_tps,
+                    decode_tps: s.decode_step_tps,
+                    decode_step_base_s: s.decode_step_base_s,
                 },
             );
         }
@@ -712,6 +725,7 @@ mod tests {
             ("occ", &a.occ, &b.occ),
             ("ptps", &a.ptps, &b.ptps),
             ("dtps", &a.dtps, &b.dtps),
+            ("dbase", &a.dbase, &b.dbase),
         ] {
             assert_eq!(bits(x), bits(y), "{what}: lane {name}");
         }

@@ -110,6 +110,7 @@ pub(crate) fn lane_at(f: &Fleet, i: usize) -> LaneIn<f32> {
         occ: f.occ[i],
         ptps: f.ptps[i],
         dtps: f.dtps[i],
+        dbase: f.dbase[i],
     }
 }
 
@@ -205,6 +206,7 @@ struct Cols<'a> {
     occ: &'a [[f32; 8]],
     ptps: &'a [[f32; 8]],
     dtps: &'a [[f32; 8]],
+    dbase: &'a [[f32; 8]],
 }
 
 impl<'a> Cols<'a> {
@@ -223,6 +225,7 @@ impl<'a> Cols<'a> {
             occ: chunked(&f.occ, n),
             ptps: chunked(&f.ptps, n),
             dtps: chunked(&f.dtps, n),
+            dbase: chunked(&f.dbase, n),
         }
     }
 
@@ -239,6 +242,7 @@ impl<'a> Cols<'a> {
             occ: f32x8::from(self.occ[c]),
             ptps: f32x8::from(self.ptps[c]),
             dtps: f32x8::from(self.dtps[c]),
+            dbase: f32x8::from(self.dbase[c]),
         }
     }
 

@@ -65,6 +65,7 @@ fn slots(n: usize, seed: u64, specials: bool, vacancy: u64) -> Vec<Option<SlotFi
                 occupancy: (r.next_u64() % 8 != 0).then(|| val(&mut r, 2.0, sp)),
                 prefill_tps: val(&mut r, 20_000.0, sp),
                 decode_tps: val(&mut r, 3_000.0, sp),
+                decode_step_base_s: val(&mut r, 0.02, sp),
             })
         })
         .collect();
@@ -173,7 +174,19 @@ fn check_counterfactual(
     // Alone, the slot's cost is the one it had in the fleet; a slot that is not fresh was
     // costed there without its cache credit (the scoped telemetry rule), as a fresh slot
     // holding nothing is alone, and raised to just above the best fresh cost when below it.
+    // Where the slot's batch has room and the fleet's mean load is above its own, the
+    // projected batch is lifted to that mean (`src/cost.rs`), which a fleet of the slot
+    // alone does not have: that case is checked by hand in `tests/projected_time.rs` and
+    // `tests/shadow_gain.rs`, not here.
     let mut own_figures = figures[d.index()];
+    let mean = f.aggregates().mean_load;
+    let lifted = own_figures.is_some_and(|fg| {
+        let occ = fg.occupancy.unwrap_or(0.0);
+        occ >= 1e-6 && occ < 1.0 && !(mean <= fg.requests)
+    });
+    if lifted {
+        return Ok(());
+    }
     let unfresh = own_figures.is_some_and(|fg| fg.validity != Validity::Fresh);
     if let Some(fg) = own_figures.as_mut().filter(|_| unfresh) {
         fg.overlap_blocks = 0.0;

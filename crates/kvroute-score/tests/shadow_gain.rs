@@ -1,7 +1,8 @@
 //! `projected_time` in shadow mode: the counterfactual's worker, overlap and projected
 //! seconds, and the dispatched worker's projected seconds under the same model, against
 //! figures worked out by hand from the formula in `src/cost.rs`:
-//! `projected = max(queued/π, wait) + n·uncached/π + (2n − 1)·out/δ + barrier`,
+//! `projected = max(queued/π, wait) + n·uncached/π + (2n − 1)·out/δ + barrier` (processor
+//! sharing: no step base), `n` lifted to the fleet's mean load + 1 while the batch has room,
 //! `barrier = 0.15·k/(1 − k)`, `least_load = (queued + decode)/π + barrier`.
 
 mod common;
@@ -25,6 +26,7 @@ fn worker(overlap: f32, requests: f32, queued: f32, kv: f32) -> Option<SlotFigur
         occupancy: Some(requests / 64.0),
         prefill_tps: 4_000.0,
         decode_tps: 2_000.0,
+        decode_step_base_s: 0.0,
         ..SlotFigures::idle()
     })
 }
@@ -66,8 +68,10 @@ fn shadow_reports_the_counterfactual_and_the_gain_by_hand() {
 }
 
 /// Without the idle slot, `least_load` dispatches slot 0 (0.1375 s against 0.3 s), which
-/// is also enforce's choice: the dispatched cost is the counterfactual's, 0.5015 s, and the
-/// gain is 0.
+/// is also enforce's choice. The fleet's mean load is now 1.5 requests, so slot 0's batch
+/// is lifted to the mean + 1 = 2.5 (module docs of `src/cost.rs`): 0.1 + 2.5 × 0.032 +
+/// 4 × 0.1 + 0.0375 = 0.6175 s (slot 2 keeps n = 3: 1.568 s). The dispatched cost is the
+/// counterfactual's and the gain is 0.
 #[test]
 fn shadow_agreeing_with_dispatch_gains_nothing() {
     let f = Fleet::from_slots(&[
@@ -83,7 +87,7 @@ fn shadow_agreeing_with_dispatch_gains_nothing() {
     let cf = c.shadow.expect("shadow mode records a counterfactual");
     assert_eq!((cf.slot, cf.reason), (c.slot, Reason::CacheHold));
     assert_eq!(cf.overlap_blocks, 120.0);
-    assert!((cf.cost - 0.5015).abs() < 1e-6, "{cf:?}");
+    assert!((cf.cost - 0.6175).abs() < 1e-6, "{cf:?}");
     assert_eq!(cf.dispatched_cost.to_bits(), cf.cost.to_bits());
     assert_eq!(cf.gain(), 0.0);
 }

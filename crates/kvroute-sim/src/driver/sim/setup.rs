@@ -141,6 +141,7 @@ impl<'a> Sim<'a> {
                         .with_dp_size(1)
                         .with_max_running_per_rank(fleet.engine.max_running)
                         .with_decode_tps(fleet.engine.decode_tps(fleet.engine.max_running) as f32)
+                        .with_single_sequence_decode_tps(fleet.engine.decode_tps(1) as f32)
                         .with_prefill_tps(fleet.engine.prefill_tps as f32),
                 )
                 .map_err(|e| RunError::Router(e.to_string()))?;
