@@ -972,7 +972,11 @@ fn write_slot(
 /// sequences lasts `base + n/step_tps` (`EngineConfig::single_sequence_decode_tps`).
 /// `None` where a figure is missing or zero, the cap is below 2, or the line has a negative
 /// base or slope (then processor sharing applies).
-pub(crate) fn decode_step(single: Option<f32>, full: Option<f32>, cap: Option<u32>) -> Option<(f32, f32)> {
+pub(crate) fn decode_step(
+    single: Option<f32>,
+    full: Option<f32>,
+    cap: Option<u32>,
+) -> Option<(f32, f32)> {
     let (single, full, cap) = (f64::from(single?), f64::from(full?), f64::from(cap?));
     if !(single > 0.0 && full > 0.0 && cap >= 2.0) {
         return None;

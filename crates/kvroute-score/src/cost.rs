@@ -36,10 +36,18 @@
 //!    keeps `n = 1`.
 //! 2. **Start.** Its prefill starts after the prefill queued ahead of it, `queued/π`, and,
 //!    when the batch is full, after a running slot frees. A full batch steps every
-//!    `s(M)` seconds and, with requests like this one (`O` tokens each), completes one every
-//!    `O·s(M)/M` seconds; the request needs the `(q − M + 1)`-th slot to free:
-//!    `wait = (q − M + 1)·O·(b/M + a)`. The two overlap (queued requests are admitted as
-//!    slots free), so `start = max(queued/π, wait)` (`wait = 0` while there is room).
+//!    `s(M)` seconds and, its requests generating `T` tokens each, completes one every
+//!    `T·s(M)/M` seconds; the request needs the `(q − M + 1)`-th slot to free:
+//!    `wait = (q − M + 1)·T·(b/M + a)` (`wait = 0` while there is room). The engine runs
+//!    the queued prefill and those decode steps in the same steps, and a step lasts its
+//!    prefill chunk's time plus its decode's (the step formula above), so the two add:
+//!    `start = queued/π + wait`. `T` is the typical request's output
+//!    (`ScoreConfig::tokens_per_request`), not this request's `O`: the requests ahead are
+//!    other requests. (Taking the larger of the two instead, as if the queue drained while
+//!    slots freed, and this request's own `O` for `T`, made a request with a long output
+//!    avoid full workers and one with a short output ignore their slot wait: with prompts
+//!    shared by nothing, at 16x load, the workers' request counts drifted apart (imbalance
+//!    1.62 against 1.19 for `cache_aware`) and TTFT p95 rose 15 %.)
 //! 3. **Prefill.** Its `U` uncached tokens take `U/π` of engine time, which delays its own
 //!    first token and stalls every other request of the batch for as long (a prefill chunk
 //!    lengthens the step they decode in): `n·U/π`.
@@ -48,7 +56,7 @@
 //!    sequences: `(n − 1)·O·a`. Together `O·(b + (2n − 1)·a)`.
 //! 5. **KV pressure**: `barrier` (the gateway's; preemption risk near a full cache).
 //!
-//! `projected = max(queued/π, wait) + n·U/π + O·(b + (2n − 1)·a) + barrier`.
+//! `projected = queued/π + wait + n·U/π + O·(b + (2n − 1)·a) + barrier`.
 //!
 //! **The step model.** A decode step reads the weights once for the whole batch, then
 //! does per-sequence work, so its time is close to a line in the batch (`kvroute-sim`'s
@@ -113,8 +121,8 @@ pub(crate) enum CostKind {
     /// occupancy is unknown: `max(k, util)` (ratio).
     OldPressure,
     /// `projected_time` (seconds): the latency the request adds to the worker (module docs,
-    /// derivation): `max(queued/π, wait) + n·uncached/π + out·(b + (2n − 1)·a) + barrier`,
-    /// `wait = (q − M + 1)·out·(b/M + a)` when the batch is full.
+    /// derivation): `queued/π + wait + n·uncached/π + out·(b + (2n − 1)·a) + barrier`,
+    /// `wait = (q − M + 1)·T·(b/M + a)` when the batch is full, `T` the typical output.
     Projected,
     /// Peers (`docs/FAILURE-MODES.md`), Dynamo-style (blocks): `w·((queued + prompt)/bs − overlap)
     /// + decode/bs + max(prompt/bs − overlap, 0)`.
@@ -143,6 +151,9 @@ pub(crate) struct Params {
     pub dynamo_weight: f32,
     /// The request's expected output (tokens).
     pub output: f32,
+    /// The output assumed for each request already on a worker (tokens): the typical
+    /// request's, `ScoreConfig::tokens_per_request`.
+    pub typical_output: f32,
 }
 
 /// One vector (or one scalar) of worker figures.
@@ -214,8 +225,8 @@ pub(crate) fn cost<V: Lane>(kind: CostKind, p: &Params, x: &LaneIn<V>) -> V {
             let n = x.occ.below_or(1.0, room, cap);
             // A full batch of M frees a slot every out·(b + M·a)/M seconds; it needs the
             // (q − M + 1)-th (0 with room, where q + 1 <= n).
-            let wait = (q1 - n).max_(V::splat(0.0)) * out * (b / n + a);
-            let start = (x.queued * spp).max_(wait);
+            let wait = (q1 - n).max_(V::splat(0.0)) * V::splat(p.typical_output) * (b / n + a);
+            let start = x.queued * spp + wait;
             let prefill = n * (uncached(p, x) * spp);
             let decode = out * (b + (n + n - one) * a);
             start + prefill + decode + barrier(p, x.kv)
@@ -251,6 +262,7 @@ mod tests {
             kv_barrier_s: 0.15,
             dynamo_weight: 1.0,
             output: 200.0,
+            typical_output: 200.0,
         }
     }
 
@@ -276,8 +288,8 @@ mod tests {
     ///   2,000/4,000 + 4 × 840/4,000 + 7 × 200/2,000 + 0.15 × 0.5/0.5
     ///   = 0.5 + 0.84 + 0.7 + 0.15 = 2.19 s.
     /// * Full (q 12, occupancy 1.5: M = n = 8), 1,000 queued (0.25 s): the 5th slot to free,
-    ///   5 × 200/2,000 = 0.5 s; 8 × 0.21 + 15 × 0.1 = 1.68 + 1.5: 3.68 s. With 4,000 queued
-    ///   the queue (1 s) is longer than the wait: 1 + 3.18 = 4.18 s.
+    ///   5 × 200/2,000 = 0.5 s (typical output 200); 8 × 0.21 + 15 × 0.1 = 1.68 + 1.5:
+    ///   0.25 + 0.5 + 3.18 = 3.93 s. With 4,000 queued: 1 + 0.5 + 3.18 = 4.68 s.
     /// * Occupancy 2 with no request on this slot (a DP rank of an engine full on its other
     ///   ranks): M = 0/2, so n = 1 and nothing to wait for: 840/4,000 + 200/2,000 = 0.31 s.
     /// * No throughput reported (defaults 8,000 and 1,000), idle: 840/8,000 + 200/1,000
@@ -288,8 +300,8 @@ mod tests {
         let p = params();
         let cases = [
             (lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0), 2.19),
-            (lane(12.0, 1_000.0, 1.5, 0.0, 4_000.0, 2_000.0), 3.68),
-            (lane(12.0, 4_000.0, 1.5, 0.0, 4_000.0, 2_000.0), 4.18),
+            (lane(12.0, 1_000.0, 1.5, 0.0, 4_000.0, 2_000.0), 3.93),
+            (lane(12.0, 4_000.0, 1.5, 0.0, 4_000.0, 2_000.0), 4.68),
             (lane(0.0, 0.0, 2.0, 0.0, 4_000.0, 2_000.0), 0.31),
             (lane(0.0, 0.0, 0.0, 0.0, 0.0, 0.0), 0.305),
             (lane(1.0, 0.0, 0.0, 0.0, 0.0, 0.0), 0.81),
@@ -331,7 +343,7 @@ mod tests {
     ///   = 4.19 s.
     /// * b = 0.01, full (q 12, occupancy 1.5: M = n = 8), 1,000 queued (0.25 s): a slot
     ///   frees every 200 × (0.01/8 + 0.0005) = 0.35 s, the 5th after 1.75 s; 8 × 0.21 +
-    ///   200 × (0.01 + 15 × 0.0005) = 1.68 + 3.5: 1.75 + 5.18 = 6.93 s.
+    ///   200 × (0.01 + 15 × 0.0005) = 1.68 + 3.5: 0.25 + 1.75 + 5.18 = 7.18 s.
     /// * Processor sharing (b = 0), room (q 3, M 6), 2,000 queued, KV 0.5, fleet mean 9:
     ///   n = min(6, 10) = 6: 0.5 + 6 × 0.21 + 200 × 11 × 0.0005 + 0.15 = 0.5 + 1.26 + 1.1 +
     ///   0.15 = 3.01 s; mean 3.5: n = 4.5: 0.5 + 0.945 + 200 × 8 × 0.0005 + 0.15 = 2.395 s;
@@ -345,8 +357,16 @@ mod tests {
         };
         let based = |x: LaneIn<f32>| LaneIn { dbase: 0.01, ..x };
         let cases = [
-            (0.0, based(lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0)), 4.19),
-            (0.0, based(lane(12.0, 1_000.0, 1.5, 0.0, 4_000.0, 2_000.0)), 6.93),
+            (
+                0.0,
+                based(lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0)),
+                4.19,
+            ),
+            (
+                0.0,
+                based(lane(12.0, 1_000.0, 1.5, 0.0, 4_000.0, 2_000.0)),
+                7.18,
+            ),
             (9.0, lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0), 3.01),
             (3.5, lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0), 2.395),
             (1.0, lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0), 2.19),
@@ -354,8 +374,10 @@ mod tests {
         ];
         for (mean, x, want) in cases {
             let got = cost::<f32>(CostKind::Projected, &with(mean), &x);
-            assert!((got - want).abs() < 1e-5, "mean {mean} {x:?}: {got} != {want}");
+            assert!(
+                (got - want).abs() < 1e-5,
+                "mean {mean} {x:?}: {got} != {want}"
+            );
         }
     }
-
 }

@@ -459,6 +459,7 @@ fn decide<E: Engine>(
             } else {
                 cfg.tokens_per_request as f32
             },
+            typical_output: cfg.tokens_per_request as f32,
         },
         rule: TieRule {
             band: if random.is_some() {

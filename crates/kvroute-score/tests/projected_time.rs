@@ -9,11 +9,12 @@
 //! 2,000 tokens/s, barrier 0.15 s · k/(1−k), escape margin 2 s + 2 × the other slots' mean
 //! `least_load` seconds, block size 16.
 //!
-//! Projected seconds (`kvroute_score` module `cost`): `max(queued/π, wait) + n·U/π +
+//! Projected seconds (`kvroute_score` module `cost`): `queued/π + wait + n·U/π +
 //! (2n − 1)·O/δ + barrier`, `q` requests, `U` uncached tokens, `O` expected output tokens,
 //! `n = q + 1` while occupancy is below 1 (lifted to the fleet's mean load + 1, at most the
 //! cap, where the occupancy is not 0), else the cap `M = q/occupancy`, and then
-//! `wait = (q − M + 1)·O/δ` (0 while there is room). No step base: processor sharing.
+//! `wait = (q − M + 1)·T/δ` (0 while there is room), `T` the typical output
+//! (`tokens_per_request`, 512). No step base: processor sharing.
 
 mod common;
 
@@ -46,8 +47,10 @@ fn fig(overlap: f32, requests: f32, queued: f32, decode: f32, kv: f32) -> SlotFi
 /// 51 workers of 38 slots; slot 0 owns the 4,096-token prefix (256 blocks) of
 /// 4,160-token prompts (256 output tokens) with 38 running and 109 waiting: q = 147,
 /// occupancy 147/38, so M = 38 = n; queued 109 × 64 = 6,976 tokens (0.872 s), KV 0.6.
-/// Its wait for the 110th free slot: 110 × 0.256 = 28.16 s; prefill 38 × 64/8,000 =
-/// 0.304 s; decode 75 × 0.256 = 19.2 s; barrier 0.15·0.6/0.4 = 0.225 s: 47.889 s. Slot 50 has 2 running (n = 3, KV 0.05): 3 × 4,160/8,000 + 5 × 0.256 +
+/// Its wait for the 110th free slot, the running requests taken to generate the typical 512
+/// tokens each (`tokens_per_request`): 110 × 0.512 = 56.32 s, after the queue's 0.872 s;
+/// prefill 38 × 64/8,000 = 0.304 s; decode 75 × 0.256 = 19.2 s; barrier 0.15·0.6/0.4 =
+/// 0.225 s: 76.921 s. Slot 50 has 2 running (n = 3, KV 0.05): 3 × 4,160/8,000 + 5 × 0.256 +
 /// 0.15·0.05/0.95 = 1.56 + 1.28 + 0.0079 = 2.8479 s. The 49 idle peers: 4,160/8,000 +
 /// 0.256 = 0.776 s (an idle worker's batch is 1: no cap to lift it to the fleet's mean;
 /// alone, slot 50's batch is the fleet's mean + 1 = 3 = q + 1). Each pick reserves one
@@ -74,7 +77,7 @@ fn hot_owner_among_51_workers_spills_to_the_idle_peers() {
         &cfg(ENFORCE),
         0,
     );
-    assert!((owner.cost - 47.889).abs() < 1e-3, "{owner:?}");
+    assert!((owner.cost - 76.921).abs() < 1e-3, "{owner:?}");
     let light = both_out(
         &Fleet::from_slots(&slots[50..]),
         4_160,
@@ -98,7 +101,10 @@ fn hot_owner_among_51_workers_spills_to_the_idle_peers() {
         } else {
             (50..51, 4.790_47)
         };
-        assert!(want_slots.contains(&s), "request {cursor} went to {s}: {c:?}");
+        assert!(
+            want_slots.contains(&s),
+            "request {cursor} went to {s}: {c:?}"
+        );
         assert_eq!(c.reason, Reason::Spill);
         assert!((c.cost - want).abs() < 1e-4, "request {cursor}: {c:?}");
         seen[s] += 1;
@@ -181,10 +187,11 @@ fn active_decode_occupancy_changes_the_winner() {
 
 /// Decode occupancy of a full batch: the owner waits for a running slot. 1,600-token prompts
 /// expecting 100 output tokens. Slot 0 holds the prompt, 32 running + 8 waiting of a 32-slot
-/// cap (occupancy 1.25, so M = n = 32): it needs the 9th slot to free, one every 0.1 s:
-/// 0.9 s; prefill 0; decode 63 × 0.1 = 6.3 s: 7.2 s. Slot 1 has room
-/// (31 running, occupancy 31/32, n = 32) but must prefill: 32 × 1,600/8,000 + 6.3 = 12.7 s;
-/// the owner keeps it. Against an idle slot 1 (0.2 + 0.1 = 0.3 s) the owner loses.
+/// cap (occupancy 1.25, so M = n = 32): it needs the 9th slot to free; the running requests
+/// are taken to generate the typical 512 tokens (`tokens_per_request`), so one frees every
+/// 0.512 s: 4.608 s; prefill 0; decode 63 × 0.1 = 6.3 s: 10.908 s. Slot 1 has room
+/// (31 running, occupancy 31/32, n = 32; the fleet's mean + 1 = 36.5 is above the cap)
+/// but must prefill: 32 × 1,600/8,000 + 6.3 = 12.7 s; the owner keeps it. Against an idle slot 1 (0.2 + 0.1 = 0.3 s) the owner loses.
 #[test]
 fn a_full_batch_waits_for_a_slot() {
     let owner = SlotFigures {
@@ -198,7 +205,7 @@ fn a_full_batch_waits_for_a_slot() {
     let f = Fleet::from_slots(&[Some(owner), Some(nearly_full)]);
     let c = both_out(&f, 1_600, 100, &cfg(ENFORCE), 1);
     assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
-    assert!((c.cost - 7.2).abs() < 1e-4, "{c:?}");
+    assert!((c.cost - 10.908).abs() < 1e-4, "{c:?}");
     let f = Fleet::from_slots(&[Some(owner), Some(fig(0.0, 0.0, 0.0, 0.0, 0.0))]);
     let c = both_out(&f, 1_600, 100, &cfg(ENFORCE), 0);
     assert_eq!((slot(&c), c.reason), (1, Reason::Spill));

@@ -3,7 +3,7 @@
 //! Units: prefill 8,000 tokens/s and decode 1,000 tokens/s (reported), 64 slots per
 //! worker, KV barrier 0.15 s · k/(1 − k), blocks of 16 tokens, policy `projected_time`
 //! enforce (default). Projected seconds (`kvroute_score`, module `cost`):
-//! `max(queued/π, wait) + n·U/π + (2n − 1)·O/δ + barrier` (no step model configured:
+//! `queued/π + wait + n·U/π + (2n − 1)·O/δ + barrier` (no step model configured:
 //! processor sharing), `U` uncached and `O` expected output tokens, `n = q + 1` for `q`
 //! requests while the batch has room, lifted to the fleet's mean load + 1 (at most the cap)
 //! where the cap is known and the worker holds a request, else the cap.
@@ -47,9 +47,10 @@ fn route_picks_the_cache_owner_when_idle() {
 }
 
 /// The hot owner in small, 256 output tokens: worker 1 owns the prefix with 38 running and 109
-/// waiting (q 147 > 64 slots: n = 64), queued 6,976 tokens, KV 0.6 → it waits for the 84th
-/// free slot, one every 0.256 s: 21.504 s (> 0.872 s of queue), + 64 × 0.008 +
-/// 127 × 0.256 + 0.225 = 54.753 s. Worker 5 is lightly loaded (2 running, n = 3, KV 0.05):
+/// waiting (q 147 > 64 slots: n = 64), queued 6,976 tokens, KV 0.6 → after 0.872 s of
+/// queue it waits for the 84th free slot, one every 0.512 s (the running requests taken to
+/// generate the typical 512 tokens): 43.008 s, + 64 × 0.008 + 127 × 0.256 + 0.225 =
+/// 77.129 s. Worker 5 is lightly loaded (2 running, n = 3, KV 0.05):
 /// 3 × 0.52 + 5 × 0.256 + 0.0079 = 2.848 s. Workers 2–4 are idle: 0.52 + 0.256 = 0.776 s
 /// each (an idle worker's batch is 1). Each routed request reserves one request, 4,160
 /// prefill and 256 decode tokens on its worker, whose batch then has room and is lifted to
