@@ -70,6 +70,14 @@ pub enum Policy {
     LMetric,
     /// The gateway's imbalance-gated `cache_aware` (peer model).
     CacheAware,
+    /// Pure affinity as the original `kv_aware` router describes it (a labelled control,
+    /// `docs/FAILURE-MODES.md`, incident C): the first worker holding the deepest prefix,
+    /// however busy, first in slot order (the order a router scanning its worker list
+    /// meets them; the index keeps no store order, and a prefix held by several workers
+    /// goes to the same one every time); a miss (no worker holds any of it) to the fewest
+    /// requests. Unlike [`KvAware`](Self::KvAware), holders of the same depth are not
+    /// split by load.
+    KvAwareFirst,
 }
 
 impl Default for Policy {

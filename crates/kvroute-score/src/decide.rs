@@ -5,6 +5,9 @@
 //! * `least_load` (peers, the gateway): least `(queued + decode)/tps + barrier` seconds.
 //! * `kv_aware` (pure affinity, the control): deepest overlap exactly, then fewest
 //!   requests, then the cursor. Never falls back.
+//! * `kv_aware_first` (pure affinity as the original router describes it, a control): the
+//!   first slot holding the deepest prefix, however busy; a miss to the fewest requests,
+//!   then the cursor. Never falls back.
 //! * `load_aware { beta }`: least negated score (hit rate less the load penalty).
 //! * `owner_pressure`: owners are the slots holding the deepest prefix.
 //!   pressure = `max(k, util, occ)`, `occ` summed over DP ranks. The least-pressured owner
@@ -498,6 +501,28 @@ fn decide<E: Engine>(
             match ctx.run::<E>(&mut s.costs, CostKind::Overlap, Mask::ALL, &rule) {
                 Some((i, c)) => ctx.choice(i, ctx.classify(i), c),
                 None => none(),
+            }
+        }
+        Policy::KvAwareFirst => {
+            if agg.deepest > 0.0 {
+                // The first holder of the deepest prefix in slot order: exact ties, no
+                // load, the 0th tied slot.
+                let rule = TieRule {
+                    band: 0.0,
+                    load: false,
+                    overlap: false,
+                    cursor: 0,
+                    random: None,
+                };
+                match ctx.run::<E>(&mut s.costs, CostKind::Overlap, Mask::ALL, &rule) {
+                    Some((i, c)) => ctx.choice(i, Reason::CacheHold, c),
+                    None => none(),
+                }
+            } else {
+                match ctx.run::<E>(&mut s.costs, CostKind::Requests, Mask::ALL, &ctx.rule) {
+                    Some((i, c)) => ctx.choice(i, Reason::CacheMiss, c),
+                    None => none(),
+                }
             }
         }
         Policy::LoadAware { .. } => ctx.model::<E>(s, CostKind::LoadAware),

@@ -26,16 +26,18 @@
 //! * `round_robin`: 0; the cursor decides.
 //! * `least_load` (peers, the gateway): `(queued + decode)/tps + barrier` seconds.
 //! * `kv_aware` (pure affinity, the control): `−overlap`, exact ties, then fewer requests.
+//! * `kv_aware_first` (the original router's affinity, a control): the first slot holding
+//!   the deepest prefix however busy; misses to the fewest requests.
 //! * `load_aware{beta}` (hit rate less a load penalty):
 //!   `−(matched/prompt − beta·(requests − mean)/max(1, mean))`.
 //! * `owner_pressure` (scheduler occupancy in the owner's pressure): `max(k, util,
 //!   occupancy)` with DP-summed occupancy, 0.9 watermark, 0.1 slack, hold on the
 //!   least-pressured owner, old-pressure fallback.
 //! * `projected_time` (the default): the latency the request adds to the worker, seconds:
-//!   `max(queued/prefill_tps, slot wait) + n·uncached/prefill_tps +
-//!   (2n − 1)·output/decode_tps + barrier`, `n` the batch it decodes in (derivation in
-//!   module `cost`); off | shadow | enforce with the hard escape (an absolute and a
-//!   load-relative margin).
+//!   `queued/prefill_tps + slot wait + n·uncached/prefill_tps + output·(b + (2n − 1)·a) +
+//!   barrier`, `n` the batch it runs in, a step of `n` sequences `b + a·n` seconds
+//!   (derivation in module `cost`); off | shadow | enforce with the hard escape (an absolute
+//!   and a load-relative margin).
 //! * `dynamo_cost`, `lmetric`, `cache_aware`: the peers' models (`docs/FAILURE-MODES.md`).
 //!
 //! Policies that weigh load against cache fall back to `least_load` when any occupied

@@ -49,11 +49,13 @@ pub enum PolicyKind {
     LMetric,
     /// [`Policy::CacheAware`].
     CacheAware,
+    /// [`Policy::KvAwareFirst`].
+    KvAwareFirst,
 }
 
 impl PolicyKind {
     /// Every kind, in declaration order (`ALL[k.index()] == k`).
-    pub const ALL: [PolicyKind; 9] = [
+    pub const ALL: [PolicyKind; 10] = [
         PolicyKind::RoundRobin,
         PolicyKind::LeastLoad,
         PolicyKind::KvAware,
@@ -63,6 +65,7 @@ impl PolicyKind {
         PolicyKind::DynamoCost,
         PolicyKind::LMetric,
         PolicyKind::CacheAware,
+        PolicyKind::KvAwareFirst,
     ];
 
     /// Number of kinds (`ALL.len()`).
@@ -81,6 +84,7 @@ impl PolicyKind {
             PolicyKind::DynamoCost => "dynamo_cost",
             PolicyKind::LMetric => "lmetric",
             PolicyKind::CacheAware => "cache_aware",
+            PolicyKind::KvAwareFirst => "kv_aware_first",
         }
     }
 
@@ -107,6 +111,7 @@ impl PolicyKind {
             PolicyKind::DynamoCost => Policy::DynamoCost,
             PolicyKind::LMetric => Policy::LMetric,
             PolicyKind::CacheAware => Policy::CacheAware,
+            PolicyKind::KvAwareFirst => Policy::KvAwareFirst,
         }
     }
 }
@@ -245,6 +250,7 @@ impl Policy {
             Policy::DynamoCost => PolicyKind::DynamoCost,
             Policy::LMetric => PolicyKind::LMetric,
             Policy::CacheAware => PolicyKind::CacheAware,
+            Policy::KvAwareFirst => PolicyKind::KvAwareFirst,
         }
     }
 
@@ -454,7 +460,7 @@ mod tests {
         }
         assert_eq!(
             (PolicyKind::COUNT, Policy::LABEL_COUNT, Reason::COUNT),
-            (9, 11, 12)
+            (10, 12, 12)
         );
     }
 
@@ -477,6 +483,7 @@ mod tests {
                 "dynamo_cost",
                 "lmetric",
                 "cache_aware",
+                "kv_aware_first",
             ]
         );
         assert_eq!(Policy::LoadAware { beta: 3.0 }.label(), "load_aware");
@@ -604,7 +611,7 @@ mod tests {
             unknown.to_string(),
             "unknown policy `magic`; accepted: round_robin, least_load, kv_aware, load_aware, \
              load_aware:BETA (BETA in 0.0..=100.0), owner_pressure, projected_time, \
-             projected_time:enforce|shadow|off, dynamo_cost, lmetric, cache_aware"
+             projected_time:enforce|shadow|off, dynamo_cost, lmetric, cache_aware, kv_aware_first"
         );
         assert_eq!(
             unknown.to_string(),

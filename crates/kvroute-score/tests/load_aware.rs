@@ -39,3 +39,40 @@ fn kv_aware_control_chases_the_cache() {
     let c = both(&f, 2_048, &cfg(Policy::KvAware), 2);
     assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
 }
+
+/// The original router's control, `kv_aware_first`: of several holders of the deepest
+/// prefix it takes the first in slot order however busy, where `kv_aware` takes the one
+/// with fewer requests. Slots 1 and 3 hold all 128 blocks with 50 and 3 requests, slot 0
+/// holds 64, slot 2 nothing: `kv_aware_first` takes slot 1 at every cursor, `kv_aware`
+/// slot 3. With no holder (a miss) it takes the fewest requests (slot 2 of 9, 4, 1, 7) at
+/// every cursor; with two workers tied on fewest, the cursor rotates over them.
+#[test]
+fn kv_aware_first_takes_the_first_deepest_holder_however_busy() {
+    let f = Fleet::from_slots(&[w(64.0, 0.0), w(128.0, 50.0), w(0.0, 0.0), w(128.0, 3.0)]);
+    for cursor in 0..4 {
+        let c = both(&f, 2_048, &cfg(Policy::KvAwareFirst), cursor);
+        assert_eq!(
+            (slot(&c), c.reason),
+            (1, Reason::CacheHold),
+            "cursor {cursor}"
+        );
+        assert_eq!(c.cost, -128.0);
+        let c = both(&f, 2_048, &cfg(Policy::KvAware), cursor);
+        assert_eq!(slot(&c), 3, "cursor {cursor}");
+    }
+    let miss = Fleet::from_slots(&[w(0.0, 9.0), w(0.0, 4.0), w(0.0, 1.0), w(0.0, 7.0)]);
+    for cursor in 0..4 {
+        let c = both(&miss, 2_048, &cfg(Policy::KvAwareFirst), cursor);
+        assert_eq!(
+            (slot(&c), c.reason),
+            (2, Reason::CacheMiss),
+            "cursor {cursor}"
+        );
+        assert_eq!(c.cost, 1.0);
+    }
+    let tied = Fleet::from_slots(&[w(0.0, 2.0), w(0.0, 5.0), w(0.0, 2.0)]);
+    let picks: Vec<u32> = (0..4)
+        .map(|cursor| slot(&both(&tied, 2_048, &cfg(Policy::KvAwareFirst), cursor)))
+        .collect();
+    assert_eq!(picks, [0, 2, 0, 2]);
+}

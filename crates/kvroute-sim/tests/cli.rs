@@ -60,7 +60,7 @@ fn list_names_the_default_policies_and_entries_are_trimmed() {
     let defaults = "policies (--policies a,b,c; these by default):\n  round_robin\n  \
                     least_load\n  kv_aware\n  load_aware:0.5\n  owner_pressure\n  \
                     projected_time\n  projected_time:shadow\n  dynamo_cost\n  lmetric\n  \
-                    cache_aware\naccepted:\n";
+                    cache_aware\n  kv_aware_first\naccepted:\n";
     assert!(s.contains(defaults), "{s}");
     let out = sim(&[
         "scenario",

@@ -150,15 +150,17 @@ fn owner_canary_occupancy_pressure_splits_generation() {
 }
 
 #[test]
-#[ignore = "the model disagrees: on seed 1 load_aware:0.5 makes kv_aware's decisions \
-            (imbalance 1.07 for both, not <= 0.6x); with two engines the load term reaches \
-            the ~0.95 match rate only when the peer is idle"]
+#[ignore = "the model disagrees: the faithful control kv_aware_first is already balanced on \
+            seed 1 (imbalance 1.02, load_aware:0.5 1.09): every prefix is first a miss routed \
+            by load, and with the 5 ms event delay a second engine almost never gets a copy, \
+            so the first holder is the only one; the 2.36 measured needs prefixes held by \
+            both engines and always sent to the first"]
 fn zipf_prefixes_load_aware_balances_at_the_same_hit_rate() {
     let w = zipf::build(SEED);
     let runs = run_all(
         &w,
         &[
-            ("kv_aware", Policy::KvAware),
+            ("kv_aware_first", Policy::KvAwareFirst),
             ("load_aware:0.5", Policy::LoadAware { beta: 0.5 }),
         ],
     );
