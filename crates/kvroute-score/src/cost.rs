@@ -26,14 +26,14 @@
 //!    (`occ >= 1`) that is the cap `M = q/occ` (`occ = q/M`; at least 1). While it has room
 //!    it is what the worker holds with the request, `q + 1`, lifted to the fleet's mean
 //!    load: `n = max(q + 1, min(M, mean + 1))`, `mean` the mean `requests` of the occupied
-//!    slots. A worker below the mean is the cheaper one, so the next decisions send it work
+//!    slots (without a known cap, no upper bound). A worker below the mean is the cheaper one, so the next decisions send it work
 //!    until it holds about the mean: by the time the request's prefill (seconds for a long
 //!    prompt) and decode run, the batch they share has grown to the fleet's. Without the
 //!    lift, under overload every full worker is costed at `M` and a worker with room at its
 //!    current `q + 1`, so the workers busy with a few long prefills (few requests, a long
 //!    prefill queue) look cheapest for every further long prompt and pile up prefill work
-//!    while their generation starves. An idle worker (occupancy 0: no cap to lift to)
-//!    keeps `n = 1`.
+//!    while their generation starves. An idle worker keeps `n = 1` (its `q/occ` is 0/0, a
+//!    NaN, and the cap is taken as 1).
 //! 2. **Start.** Its prefill starts after the prefill queued ahead of it, `queued/π`, and,
 //!    when the batch is full, after a running slot frees. A full batch steps every
 //!    `s(M)` seconds and, its requests generating `T` tokens each, completes one every
@@ -133,10 +133,6 @@ pub(crate) enum CostKind {
     Requests,
 }
 
-/// Below this occupancy a worker's cap is taken as unknown (an idle worker's occupancy is
-/// 0, which gives no cap `q/occ`): its batch is `q + 1`, not lifted to the fleet's mean.
-const MIN_OCCUPANCY: f32 = 1e-6;
-
 /// Scalars shared by every lane of one pass.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
@@ -213,15 +209,15 @@ pub(crate) fn cost<V: Lane>(kind: CostKind, p: &Params, x: &LaneIn<V>) -> V {
             // seconds `b` (b = 0: processor sharing at the decode throughput).
             let spp = one / x.ptps.pos_or(V::splat(p.default_prefill_tps));
             let a = one / x.dtps.pos_or(V::splat(p.default_decode_tps));
-            let b = x.dbase.max_(V::splat(0.0));
+            let b = x.dbase;
             // The batch it runs in: the cap M = q/occ when full, at least 1 (a DP rank
             // holding few requests of an engine full on its other ranks; a NaN occupancy);
-            // with room, q + 1, lifted to the fleet's mean batch (mean + 1, at most M) where
-            // the cap is known.
+            // with room, q + 1 lifted to the fleet's mean batch, mean + 1, at most M (an idle
+            // worker's 0/0 gives M = 1, so n = 1; an unknown occupancy, 0 in the lane, gives
+            // M = ∞: no cap to the lift).
             let q1 = x.requests + one;
             let cap = (x.requests / x.occ).max_(one);
-            let lifted = cap.min_(V::splat(p.mean_load + 1.0)).max_(q1);
-            let room = x.occ.below_or(MIN_OCCUPANCY, q1, lifted);
+            let room = cap.min_(V::splat(p.mean_load + 1.0)).max_(q1);
             let n = x.occ.below_or(1.0, room, cap);
             // A full batch of M frees a slot every out·(b + M·a)/M seconds; it needs the
             // (q − M + 1)-th (0 with room, where q + 1 <= n).
@@ -348,7 +344,9 @@ mod tests {
     ///   n = min(6, 10) = 6: 0.5 + 6 × 0.21 + 200 × 11 × 0.0005 + 0.15 = 0.5 + 1.26 + 1.1 +
     ///   0.15 = 3.01 s; mean 3.5: n = 4.5: 0.5 + 0.945 + 200 × 8 × 0.0005 + 0.15 = 2.395 s;
     ///   mean 1 (below its own q): n = q + 1 = 4: 0.5 + 0.84 + 0.7 + 0.15 = 2.19 s.
-    /// * Idle (q 0, occupancy 0: no cap), mean 9: n = 1: 0.21 + 200 × 0.0005 = 0.31 s.
+    /// * Idle (q 0, occupancy 0: 0/0 gives the cap 1), mean 9: n = 1: 0.21 + 200 × 0.0005 =
+    ///   0.31 s. Occupancy unknown (0 in the lane) with q 3, mean 9: no cap, n = 10:
+    ///   0.5 + 10 × 0.21 + 200 × 19 × 0.0005 + 0.15 = 0.5 + 2.1 + 1.9 + 0.15 = 4.65 s.
     #[test]
     fn step_model_and_mean_lift_by_hand() {
         let with = |mean: f32| Params {
@@ -371,6 +369,7 @@ mod tests {
             (3.5, lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0), 2.395),
             (1.0, lane(3.0, 2_000.0, 0.5, 0.5, 4_000.0, 2_000.0), 2.19),
             (9.0, lane(0.0, 0.0, 0.0, 0.0, 4_000.0, 2_000.0), 0.31),
+            (9.0, lane(3.0, 2_000.0, 0.0, 0.5, 4_000.0, 2_000.0), 4.65),
         ];
         for (mean, x, want) in cases {
             let got = cost::<f32>(CostKind::Projected, &with(mean), &x);

@@ -182,7 +182,7 @@ fn check_counterfactual(
     let mean = f.aggregates().mean_load;
     let lifted = own_figures.is_some_and(|fg| {
         let occ = fg.occupancy.unwrap_or(0.0);
-        occ >= 1e-6 && occ < 1.0 && !(mean <= fg.requests)
+        !(occ >= 1.0) && !(mean <= fg.requests)
     });
     if lifted {
         return Ok(());
