@@ -115,6 +115,7 @@ mod route;
 mod router;
 mod scratch;
 mod stats;
+mod tick;
 
 pub use breaker::{BreakerConfig, BreakerStats, Outcome};
 pub use carry::{CarryStats, MAX_CARRIED};
@@ -141,6 +142,7 @@ pub use extra_keys::{block_extra_keys, extra_keys_digest};
 pub use ingest::{Channel, IngestError, IngestReport, IngestStats, ReplayRequest};
 pub use request::{Prompt, RouteRequest};
 pub use router::Router;
+pub use tick::TickReport;
 pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats, WorkerDecisions};
 
 // The vocabulary (kvroute-core).
