@@ -153,8 +153,8 @@ impl EngineSpec {
             .collect()
     }
 
-    /// Checks the spec: at least one rank, distinct ranks, a cap for vLLM telemetry, a
-    /// non-zero poll interval and timeout.
+    /// Checks the spec: at least one rank, distinct ranks, a cap for vLLM telemetry and
+    /// for `LoadStat` frames, a non-zero poll interval and timeout.
     ///
     /// # Errors
     /// [`ConfigError::Engine`] naming the engine and the problem.
@@ -173,6 +173,10 @@ impl EngineSpec {
             && self.max_running_per_rank.is_none()
         {
             return bad("vLLM telemetry needs max_running_per_rank (max_num_seqs)".into());
+        }
+        if self.ranks.iter().any(|r| r.load_stat.is_some()) && self.max_running_per_rank.is_none()
+        {
+            return bad("LoadStat frames need max_running_per_rank (they do not carry it)".into());
         }
         if self.poll_interval.is_zero() || self.poll_timeout.is_zero() {
             return bad("poll_interval_ms and poll_timeout_ms must be > 0".into());
