@@ -552,8 +552,7 @@ impl<'a> Writer<'a> {
                 } else {
                     // Replayed in order: trust comes back with the last live batch.
                     if let Some(w) = &witness {
-                        let mut confirmed =
-                            report(Some(s - 1), SeqOutcome::ReplayConfirmed, false);
+                        let mut confirmed = report(Some(s - 1), SeqOutcome::ReplayConfirmed, false);
                         confirmed.replay = pending_from(s);
                         self.send(id, slot, Channel::Replay, w, confirmed, false);
                         self.ingest.replays_confirmed += 1;

@@ -174,8 +174,7 @@ impl EngineSpec {
         {
             return bad("vLLM telemetry needs max_running_per_rank (max_num_seqs)".into());
         }
-        if self.ranks.iter().any(|r| r.load_stat.is_some()) && self.max_running_per_rank.is_none()
-        {
+        if self.ranks.iter().any(|r| r.load_stat.is_some()) && self.max_running_per_rank.is_none() {
             return bad("LoadStat frames need max_running_per_rank (they do not carry it)".into());
         }
         if self.poll_interval.is_zero() || self.poll_timeout.is_zero() {

@@ -15,7 +15,7 @@ use crate::clock::Clock;
 use crate::config::{ConfigError, ConnectOptions, EngineSpec};
 use crate::rank::RankIngest;
 use crate::socket::{self, SocketParams};
-use crate::stats::{RankCounters, RankStats, TelemetryCounters, TelemetryStats, Tally};
+use crate::stats::{RankCounters, RankStats, Tally, TelemetryCounters, TelemetryStats};
 use crate::telemetry::{self, EngineTelemetry, TelemetryError};
 
 /// Why an engine could not be added or removed.
@@ -80,7 +80,11 @@ impl EngineHandle {
             r.thread_stop.store(true, Ordering::Relaxed);
             threads.append(&mut r.threads);
         }
-        let mut tasks: Vec<JoinHandle<()>> = self.ranks.iter_mut().filter_map(|r| r.task.take()).collect();
+        let mut tasks: Vec<JoinHandle<()>> = self
+            .ranks
+            .iter_mut()
+            .filter_map(|r| r.task.take())
+            .collect();
         tasks.extend(self.poller.take());
         for t in tasks {
             let _ = t.await;
@@ -319,7 +323,10 @@ impl Connector {
     /// [`ConnectError::UnknownEngine`]; [`ConnectError::Worker`] when the Router no longer
     /// held one of its workers (the others are removed).
     pub async fn remove_engine(&self, id: u64) -> Result<(), ConnectError> {
-        let h = self.lock().remove(&id).ok_or(ConnectError::UnknownEngine(id))?;
+        let h = self
+            .lock()
+            .remove(&id)
+            .ok_or(ConnectError::UnknownEngine(id))?;
         let workers = h.spec.workers();
         h.stop().await;
         let mut first = Ok(());
@@ -361,7 +368,11 @@ impl Connector {
     pub fn last_telemetry_error(&self, id: u64) -> Option<TelemetryError> {
         let e = self.lock();
         let h = e.get(&id)?;
-        let last = h.telemetry.last_error.lock().unwrap_or_else(|p| p.into_inner());
+        let last = h
+            .telemetry
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         last.clone()
     }
 
@@ -374,7 +385,11 @@ impl Connector {
             h.stop().await;
         }
         let _ = self.tick_stop.send(true);
-        let task = self.tick_task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let task = self
+            .tick_task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         if let Some(t) = task {
             let _ = t.await;
         }

@@ -57,7 +57,9 @@ fn split_url(url: &str) -> Result<(String, String), HttpError> {
     if authority.is_empty() {
         return Err(HttpError::BadUrl(url.to_owned()));
     }
-    let has_port = authority.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']'));
+    let has_port = authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.contains(']'));
     let addr = if has_port {
         authority.to_owned()
     } else {
@@ -81,9 +83,8 @@ pub async fn get(url: &str, timeout: Duration) -> Result<String, HttpError> {
 async fn exchange(addr: &str, path: &str) -> Result<String, HttpError> {
     let io = |e: std::io::Error| HttpError::Io(e.to_string());
     let mut s = TcpStream::connect(addr).await.map_err(io)?;
-    let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: */*\r\nConnection: close\r\n\r\n"
-    );
+    let req =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: */*\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.map_err(io)?;
     let mut raw = Vec::new();
     let mut buf = [0u8; 16 * 1024];
@@ -140,7 +141,9 @@ fn parse_response(raw: &[u8]) -> Result<String, HttpError> {
     let body = if chunked {
         dechunk(rest)?
     } else if let Some(n) = length {
-        rest.get(..n).ok_or_else(|| bad("body shorter than Content-Length"))?.to_vec()
+        rest.get(..n)
+            .ok_or_else(|| bad("body shorter than Content-Length"))?
+            .to_vec()
     } else {
         rest.to_vec()
     };
@@ -185,9 +188,15 @@ mod tests {
         assert_eq!(parse_response(ch).unwrap(), "hello");
         let e = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n";
         assert_eq!(parse_response(e), Err(HttpError::Status(500)));
-        assert!(matches!(parse_response(b"garbage"), Err(HttpError::BadResponse(_))));
+        assert!(matches!(
+            parse_response(b"garbage"),
+            Err(HttpError::BadResponse(_))
+        ));
         let short = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhello";
-        assert!(matches!(parse_response(short), Err(HttpError::BadResponse(_))));
+        assert!(matches!(
+            parse_response(short),
+            Err(HttpError::BadResponse(_))
+        ));
         assert_eq!(
             split_url("http://h:8000/metrics").unwrap(),
             ("h:8000".into(), "/metrics".into())

@@ -69,6 +69,4 @@ pub(crate) async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
 }
 
 // The kvroute types this crate's signatures use.
-pub use kvroute::{
-    Nanos, OutOfRange, Router, UpdateError, WireError, WorkerError, WorkerId,
-};
+pub use kvroute::{Nanos, OutOfRange, Router, UpdateError, WireError, WorkerError, WorkerId};

@@ -14,11 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kvroute::{
-    Channel, IngestError, IngestReport, KvMessage, ReplayRequest, Router, WorkerId,
-    decode_message,
-};
 use kvroute::ingest::SeqOutcome;
+use kvroute::{
+    Channel, IngestError, IngestReport, KvMessage, ReplayRequest, Router, WorkerId, decode_message,
+};
 use tokio::sync::{mpsc, watch};
 
 use crate::socket::Frames;

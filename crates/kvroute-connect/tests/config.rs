@@ -51,7 +51,10 @@ fn dp_size_expands_ranks_by_port_offset() {
     assert_eq!(e1.workers()[2], kvroute::WorkerId::new(1, 2));
     let e2 = &c.engines[1];
     assert_eq!(e2.ranks, vec![RankSpec::new(4, "ipc:///run/e2")]);
-    assert_eq!((e2.topic.as_str(), e2.max_running_per_rank), ("kv", Some(256)));
+    assert_eq!(
+        (e2.topic.as_str(), e2.max_running_per_rank),
+        ("kv", Some(256))
+    );
     assert_eq!(e2.poll_interval, Duration::from_secs(1));
     assert_eq!(e2.poll_timeout, Duration::from_secs(1));
 }

@@ -64,7 +64,10 @@ async fn settle(router: &Router, e: &EmulatedRank, worker: WorkerId, want: &Resi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gaps_are_replayed_and_a_restart_is_handled() {
-    let ranks = [EmulatedRank::start("", Some(10_000)), EmulatedRank::start("", Some(10_000))];
+    let ranks = [
+        EmulatedRank::start("", Some(10_000)),
+        EmulatedRank::start("", Some(10_000)),
+    ];
     let mut model = [Residency::default(), Residency::default()];
     // Published before anyone subscribed: only a replay can bring these.
     for (r, e) in ranks.iter().enumerate() {
@@ -98,7 +101,11 @@ async fn gaps_are_replayed_and_a_restart_is_handled() {
     // Rank 0 restarts: sequence from 0, its first batch clears the cache (as SGLang's).
     ranks[0].restart();
     model[0] = Residency::default();
-    let first = batch(wall() + 1.0, vec![kvroute_wire::KvEvent::AllBlocksCleared], 0);
+    let first = batch(
+        wall() + 1.0,
+        vec![kvroute_wire::KvEvent::AllBlocksCleared],
+        0,
+    );
     ranks[0].publish(&first, false);
     assert!(wait_until(LONG, || c.rank(w(0)).unwrap().reconnects >= 1, || {}).await);
     for i in 100..140 {
@@ -140,10 +147,16 @@ async fn a_range_the_engine_no_longer_holds_clears_the_worker() {
     let b = step(30, 0);
     e.publish(&b, true);
     all.push(b);
-    assert!(wait_until(LONG, || !e.served().is_empty(), || {
-        e.publish(&batch(wall(), vec![], 0), true);
-    })
-    .await);
+    assert!(
+        wait_until(
+            LONG,
+            || !e.served().is_empty(),
+            || {
+                e.publish(&batch(wall(), vec![], 0), true);
+            }
+        )
+        .await
+    );
     let (asked, first) = e.served()[0];
     assert_eq!(asked, 0);
     let first = first.expect("the buffer is never empty here") as usize;
@@ -178,9 +191,13 @@ async fn a_rank_without_replay_socket_skips_and_is_trusted() {
     want.apply(&b);
     e.publish(&b, true);
     assert!(
-        wait_until(LONG, || c.rank(w).unwrap().replays_skipped >= 1, || {
-            e.publish(&batch(wall(), vec![], 0), true);
-        })
+        wait_until(
+            LONG,
+            || c.rank(w).unwrap().replays_skipped >= 1,
+            || {
+                e.publish(&batch(wall(), vec![], 0), true);
+            }
+        )
         .await
     );
     assert_eq!(router.is_trusted(w), Some(true));

@@ -59,7 +59,8 @@ fn step(i: i64, r: u32) -> Value {
     let base = (i64::from(r) * 1_000_003 + i * 2 + 1) * if i % 2 == 0 { -1 } else { 1 };
     let mut ev = vec![json!({"store": [base, base + 7], "parent": null})];
     if i % 3 == 2 {
-        let old = (i64::from(r) * 1_000_003 + (i - 1) * 2 + 1) * if (i - 1) % 2 == 0 { -1 } else { 1 };
+        let old =
+            (i64::from(r) * 1_000_003 + (i - 1) * 2 + 1) * if (i - 1) % 2 == 0 { -1 } else { 1 };
         ev.push(json!({"remove": [old + 7]}));
     }
     if i % 5 == 4 {
@@ -77,7 +78,10 @@ async fn sglang_publisher_gap_replay_restart_exact_residency() {
         );
         return;
     };
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/real_publisher.py");
+    let root = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/real_publisher.py"
+    );
     let mut child = Command::new(python)
         .arg(root)
         .stdin(Stdio::piped())
@@ -107,7 +111,8 @@ async fn sglang_publisher_gap_replay_restart_exact_residency() {
 
     let router = Arc::new(Router::new(RouterConfig::new(16, BLOCK as usize)).unwrap());
     let c = Connector::start(router.clone(), ConnectOptions::default());
-    c.add_engine(EngineSpec::new(9, EngineKind::Sglang, ranks)).unwrap();
+    c.add_engine(EngineSpec::new(9, EngineKind::Sglang, ranks))
+        .unwrap();
     let w = |r: u32| WorkerId::new(9, r);
     assert!(wait_until(LONG, || c.rank_stats().iter().all(|s| s.connected), || {}).await);
     for r in 0..2 {

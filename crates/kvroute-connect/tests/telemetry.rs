@@ -45,7 +45,10 @@ async fn serve(mode: Arc<Mutex<Mode>>, body: fn() -> String) -> String {
                 let (status, text) = match m {
                     Mode::Good => ("200 OK", body()),
                     Mode::Status500 => ("500 Internal Server Error", "oops".to_owned()),
-                    Mode::Malformed => ("200 OK", "{\"loads\": [ vllm:num_requests_running{engine=\"0\"} x".to_owned()),
+                    Mode::Malformed => (
+                        "200 OK",
+                        "{\"loads\": [ vllm:num_requests_running{engine=\"0\"} x".to_owned(),
+                    ),
                     Mode::Hang => {
                         tokio::time::sleep(Duration::from_secs(3600)).await;
                         return;
@@ -110,7 +113,12 @@ fn options() -> ConnectOptions {
 }
 
 /// Runs the failure sequence for one engine kind: good, 500, good, malformed, hang.
-async fn failures_make_the_worker_stale(kind: EngineKind, body: fn() -> String, path: &str, want: (u32, u32)) {
+async fn failures_make_the_worker_stale(
+    kind: EngineKind,
+    body: fn() -> String,
+    path: &str,
+    want: (u32, u32),
+) {
     let mode = Arc::new(Mutex::new(Mode::Good));
     let url = serve(mode.clone(), body).await;
     let router = router();
@@ -128,7 +136,11 @@ async fn failures_make_the_worker_stale(kind: EngineKind, body: fn() -> String, 
     };
     let stale = || load(&router, w).2 == Validity::Stale;
     let errors = |k| c.telemetry_stats()[0].errors_of(k);
-    assert!(wait_until(LONG, fresh, || {}).await, "{:?}", c.last_telemetry_error(1));
+    assert!(
+        wait_until(LONG, fresh, || {}).await,
+        "{:?}",
+        c.last_telemetry_error(1)
+    );
 
     for (m, k) in [
         (Mode::Status500, K::Status),
@@ -136,7 +148,10 @@ async fn failures_make_the_worker_stale(kind: EngineKind, body: fn() -> String, 
         (Mode::Hang, K::Timeout),
     ] {
         *mode.lock().unwrap() = m;
-        assert!(wait_until(LONG, || errors(k) >= 1 && stale(), || {}).await, "{m:?}");
+        assert!(
+            wait_until(LONG, || errors(k) >= 1 && stale(), || {}).await,
+            "{m:?}"
+        );
         let e = c.last_telemetry_error(1).unwrap();
         assert_eq!(e.kind(), k, "{e}");
         if m == Mode::Status500 {
@@ -170,13 +185,22 @@ async fn a_refused_connection_is_a_connect_error() {
         .port();
     let router = router();
     let c = Connector::start(router.clone(), options());
-    let spec = EngineSpec::new(2, EngineKind::Sglang, vec![RankSpec::new(0, "tcp://127.0.0.1:1")])
-        .with_telemetry(format!("http://127.0.0.1:{port}/v1/loads"))
-        .with_polling(Duration::from_millis(50), Duration::from_millis(300));
+    let spec = EngineSpec::new(
+        2,
+        EngineKind::Sglang,
+        vec![RankSpec::new(0, "tcp://127.0.0.1:1")],
+    )
+    .with_telemetry(format!("http://127.0.0.1:{port}/v1/loads"))
+    .with_polling(Duration::from_millis(50), Duration::from_millis(300));
     c.add_engine(spec).unwrap();
     let w = WorkerId::new(2, 0);
     assert!(
-        wait_until(LONG, || c.telemetry_stats()[0].errors_of(K::Connect) >= 2, || {}).await
+        wait_until(
+            LONG,
+            || c.telemetry_stats()[0].errors_of(K::Connect) >= 2,
+            || {}
+        )
+        .await
     );
     // Never reported: missing, not fresh.
     assert_eq!(load(&router, w).2, Validity::Missing);
@@ -205,7 +229,12 @@ async fn sglang_load_stat_frames_are_applied_and_bad_ones_counted() {
     };
     let good = kvroute_wire::encode::encode_load_stat(5, 6, 100, 1000, 0);
     assert!(
-        wait_until(LONG, || load(&router, w) == (5, 6, Validity::Fresh), || send(&good)).await
+        wait_until(
+            LONG,
+            || load(&router, w) == (5, 6, Validity::Fresh),
+            || send(&good)
+        )
+        .await
     );
     // A frame one field short: malformed, counted, not zero-filled; the worker goes stale.
     let short = &good[..good.len() - 1];
@@ -214,7 +243,8 @@ async fn sglang_load_stat_frames_are_applied_and_bad_ones_counted() {
     assert!(
         wait_until(
             LONG,
-            || c.telemetry_stats()[0].errors_of(K::Malformed) >= 1 && load(&router, w).2 == Validity::Stale,
+            || c.telemetry_stats()[0].errors_of(K::Malformed) >= 1
+                && load(&router, w).2 == Validity::Stale,
             || send(&short)
         )
         .await

@@ -167,7 +167,11 @@ pub fn encode_batch(batch: &KvEventBatch, style: HashStyle) -> Vec<u8> {
 /// The three frames of a live message (or of a newer publisher's replay answer):
 /// `[topic, seq as 8 big-endian bytes, payload]`.
 pub fn encode_frames(topic: &str, seq: u64, payload: Vec<u8>) -> [Vec<u8>; 3] {
-    [topic.as_bytes().to_vec(), seq.to_be_bytes().to_vec(), payload]
+    [
+        topic.as_bytes().to_vec(),
+        seq.to_be_bytes().to_vec(),
+        payload,
+    ]
 }
 
 /// The replay end marker as the engines send it: `[topic, 0xFFFF_FFFF_FFFF_FFFF, empty]`

@@ -369,7 +369,10 @@ fn sglang_load_stat_frames() {
         V::U(6789),
     ]));
     let st = decode_load_stat(&long).unwrap();
-    assert_eq!((st.running, st.waiting, st.num_tokens, st.dp_rank), (3, 4, 500, 1));
+    assert_eq!(
+        (st.running, st.waiting, st.num_tokens, st.dp_rank),
+        (3, 4, 500, 1)
+    );
     let tag = mp(&V::A(vec![V::S("Other"), V::U(3)]));
     assert_eq!(
         decode_load_stat(&tag).unwrap_err().kind(),

@@ -142,8 +142,8 @@ pub use extra_keys::{block_extra_keys, extra_keys_digest};
 pub use ingest::{Channel, IngestError, IngestReport, IngestStats, ReplayRequest};
 pub use request::{Prompt, RouteRequest};
 pub use router::Router;
-pub use tick::TickReport;
 pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats, WorkerDecisions};
+pub use tick::TickReport;
 
 // The vocabulary (kvroute-core).
 pub use kvroute_core::{
