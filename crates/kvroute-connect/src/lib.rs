@@ -1,4 +1,4 @@
-//! The I/O around a kvroute [`Router`](kvroute::Router): connects it to live vLLM and
+//! The I/O around a kvroute [`Router`]: connects it to live vLLM and
 //! SGLang engines, as quinn is around quinn-proto. The Router stays sans-IO; this crate
 //! owns the sockets, the timers and the tokio tasks.
 //!

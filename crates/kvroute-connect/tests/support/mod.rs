@@ -23,13 +23,12 @@ impl Residency {
     pub fn apply(&mut self, batch: &KvEventBatch) {
         for e in &batch.events {
             match e {
-                KvEvent::BlockStored(s) => {
+                KvEvent::BlockStored(s)
                     if s.parent_block_hash
-                        .is_none_or(|p| self.0.contains_key(&p.0))
-                    {
-                        for h in &s.block_hashes {
-                            *self.0.entry(h.0).or_default() += 1;
-                        }
+                        .is_none_or(|p| self.0.contains_key(&p.0)) =>
+                {
+                    for h in &s.block_hashes {
+                        *self.0.entry(h.0).or_default() += 1;
                     }
                 }
                 KvEvent::BlockRemoved(r) => {
