@@ -1,27 +1,7 @@
 //! Per-rank and per-engine counters and gauges: kept as plain atomics (read with
 //! [`RankStats`] / [`TelemetryStats`]) and mirrored, as they change, into the process's
 //! `metrics` recorder.
-//!
-//! | metric | kind | labels | meaning |
-//! |---|---|---|---|
-//! | `kvroute_connect_connected` | gauge | `engine_id`, `dp_rank` | 1 while the rank's PUB socket is connected |
-//! | `kvroute_connect_batches_total` | counter | same | live messages received from the socket |
-//! | `kvroute_connect_ingested_total` | counter | same | messages (live and replayed) handed to `Router::ingest` |
-//! | `kvroute_connect_gaps_total` | counter | same | gaps in the live sequence (`SeqOutcome::Gap`) |
-//! | `kvroute_connect_resets_total` | counter | same | engine restarts the Router detected |
-//! | `kvroute_connect_replays_total` | counter | same | replays served from the replay socket |
-//! | `kvroute_connect_replay_failures_total` | counter | same | replays that failed (no answer, socket error) |
-//! | `kvroute_connect_replays_skipped_total` | counter | same | pending replays given up (`skip_replay`) |
-//! | `kvroute_connect_reconnects_total` | counter | same | connections after the first |
-//! | `kvroute_connect_overflows_total` | counter | same | batches that met a full queue (worker marked for replay) |
-//! | `kvroute_connect_decode_errors_total` | counter | same | messages `decode_message` rejected |
-//! | `kvroute_connect_ingest_errors_total` | counter | same | messages `Router::ingest` rejected (wholly or partly) |
-//! | `kvroute_connect_queue_depth` | gauge | same | batches waiting between socket and ingest |
-//! | `kvroute_connect_lag_seconds` | gauge | same | wall clock minus the last batch's `ts` (seconds) |
-//! | `kvroute_connect_ticks_total` | counter | | `Router::tick` calls |
-//! | `kvroute_connect_publish_errors_total` | counter | | ticks whose publication failed |
-//! | `kvroute_connect_telemetry_polls_total` | counter | `engine_id` | telemetry reports applied |
-//! | `kvroute_connect_telemetry_errors_total` | counter | `engine_id`, `kind` | failed polls or frames, by [`TelemetryErrorKind::name`](crate::TelemetryErrorKind::name) |
+//! (metric names: the crate docs, "Metrics").
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
