@@ -379,6 +379,9 @@ impl Connector {
     /// Stops everything this connector started (every engine's sockets, tasks and
     /// threads, the tick timer) and waits for all of them to end. The workers stay
     /// registered in the Router.
+    ///
+    /// A rank in the middle of a replay finishes it first (bounded by the replay timeout
+    /// per silent message), and a poll in flight by its poll timeout.
     pub async fn shutdown(self) {
         let engines = core::mem::take(&mut *self.lock());
         for (_, h) in engines {
@@ -393,6 +396,20 @@ impl Connector {
         if let Some(t) = task {
             let _ = t.await;
         }
+    }
+}
+
+impl Drop for Connector {
+    /// A connector dropped without [`shutdown`](Connector::shutdown) still stops what it
+    /// started (tasks and threads end on their own soon after, unjoined).
+    fn drop(&mut self) {
+        for h in self.lock().values() {
+            let _ = h.stop.send(true);
+            for r in &h.ranks {
+                r.thread_stop.store(true, Ordering::Relaxed);
+            }
+        }
+        let _ = self.tick_stop.send(true);
     }
 }
 
