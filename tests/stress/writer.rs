@@ -228,6 +228,7 @@ fn report(seq: Option<u64>, outcome: SeqOutcome, trusted: bool) -> IngestReport 
         replay_completed: false,
         trusted,
         applied: EventTally::default(),
+        replay: None,
     }
 }
 
@@ -521,19 +522,26 @@ impl<'a> Writer<'a> {
                 // Batch `s` is lost; `s + 1` reveals the gap and is held.
                 let lost = batch(s, self.events(false), id.dp_rank);
                 let held = batch(s + 1, self.events(false), id.dp_rank);
-                let gap = report(Some(s + 1), SeqOutcome::Gap { missed: 1 }, false);
-                self.send(id, slot, Channel::Live, &held, gap, false);
-                self.ingest.gaps += 1;
-                self.ingest.missed_batches += 1;
-                assert_eq!(self.router.is_trusted(id), Some(false));
-                // The replay starts at the witness, the last batch applied, when there is
-                // one (its copy shows the engine did not restart inside the gap).
                 let witness = o.last_live.clone().filter(|_| s > 0);
                 let request = ReplayRequest {
                     worker: id,
                     from_seq: if witness.is_some() { s - 1 } else { s },
                     last_live_seq: Some(s + 1),
                 };
+                let pending_from = |from_seq| {
+                    Some(ReplayRequest {
+                        from_seq,
+                        ..request
+                    })
+                };
+                let mut gap = report(Some(s + 1), SeqOutcome::Gap { missed: 1 }, false);
+                gap.replay = Some(request);
+                self.send(id, slot, Channel::Live, &held, gap, false);
+                self.ingest.gaps += 1;
+                self.ingest.missed_batches += 1;
+                assert_eq!(self.router.is_trusted(id), Some(false));
+                // The replay starts at the witness, the last batch applied, when there is
+                // one (its copy shows the engine did not restart inside the gap).
                 assert!(self.router.replay_requests().contains(&request));
                 if roll < 92 {
                     // Given up: both batches are never applied, the worker is cleared.
@@ -544,11 +552,13 @@ impl<'a> Writer<'a> {
                 } else {
                     // Replayed in order: trust comes back with the last live batch.
                     if let Some(w) = &witness {
-                        let confirmed = report(Some(s - 1), SeqOutcome::ReplayConfirmed, false);
+                        let mut confirmed = report(Some(s - 1), SeqOutcome::ReplayConfirmed, false);
+                        confirmed.replay = pending_from(s);
                         self.send(id, slot, Channel::Replay, w, confirmed, false);
                         self.ingest.replays_confirmed += 1;
                     }
-                    let replayed = report(Some(s), SeqOutcome::Replayed, false);
+                    let mut replayed = report(Some(s), SeqOutcome::Replayed, false);
+                    replayed.replay = pending_from(s + 1);
                     self.send(id, slot, Channel::Replay, &lost, replayed, true);
                     let mut done = report(Some(s + 1), SeqOutcome::Replayed, true);
                     done.replay_completed = true;

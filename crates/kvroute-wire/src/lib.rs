@@ -13,6 +13,8 @@
 //! * [`load`]: vLLM Prometheus text, SGLang `/v1/loads` JSON and `LoadStat` frames to typed
 //!   engine updates ([`VllmLoadUpdate`], [`SglangRankLoad`], [`SglangLoadStat`]) and from
 //!   them to engine-neutral `kvroute_core::LoadSample`s and `RankReport`s.
+//! * [`encode`]: the inverse, for emulated engines and tests: batches, frames, the replay
+//!   end marker and `LoadStat` as the engines' own classes write them.
 //! * [`WireCounters`]: counts of decoded batches, events, blocks and of every
 //!   [`WireError`] kind.
 //!
@@ -27,6 +29,7 @@
 
 mod batch;
 mod counters;
+pub mod encode;
 mod error;
 mod event;
 mod fast;

@@ -354,6 +354,25 @@ fn sglang_load_stat_frames() {
             min: 6
         })
     );
+    // SGLang 0.5.23 appends five fields after the sixth; they are ignored.
+    let long = mp(&V::A(vec![
+        V::S("LoadStat"),
+        V::U(3),
+        V::U(4),
+        V::U(500),
+        V::U(1000),
+        V::U(1),
+        V::U(77),
+        V::U(900),
+        V::U(32),
+        V::U(12345),
+        V::U(6789),
+    ]));
+    let st = decode_load_stat(&long).unwrap();
+    assert_eq!(
+        (st.running, st.waiting, st.num_tokens, st.dp_rank),
+        (3, 4, 500, 1)
+    );
     let tag = mp(&V::A(vec![V::S("Other"), V::U(3)]));
     assert_eq!(
         decode_load_stat(&tag).unwrap_err().kind(),

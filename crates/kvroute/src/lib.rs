@@ -115,6 +115,7 @@ mod route;
 mod router;
 mod scratch;
 mod stats;
+mod tick;
 
 pub use breaker::{BreakerConfig, BreakerStats, Outcome};
 pub use carry::{CarryStats, MAX_CARRIED};
@@ -142,6 +143,7 @@ pub use ingest::{Channel, IngestError, IngestReport, IngestStats, ReplayRequest}
 pub use request::{Prompt, RouteRequest};
 pub use router::Router;
 pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats, WorkerDecisions};
+pub use tick::TickReport;
 
 // The vocabulary (kvroute-core).
 pub use kvroute_core::{

@@ -1,6 +1,11 @@
 //! SGLang's pushed load frames (ZMQ topic `load`): msgpack
 //! `["LoadStat", running, waiting, num_tokens, max_total_num_tokens, attn_dp_rank]`.
-//! A shorter array is malformed ([`WireError::TooFewFields`]), never zero-filled.
+//! A shorter array is malformed ([`WireError::TooFewFields`]), never zero-filled. Positions
+//! after the sixth are ignored: SGLang 0.5.23's `LoadStat`
+//! (`sglang/srt/managers/scheduler_components/load_publisher.py`) appends
+//! `num_waiting_uncached_tokens`, `num_total_tokens`, `max_running_requests`,
+//! `total_prefill_uncached_tokens` and `total_prefill_busy_us`, and says routers ignore
+//! appended fields.
 
 use core::fmt;
 use kvroute_core::load::{TokenCapacity, check_token_capacity, int_count as count};
@@ -80,7 +85,7 @@ impl<'de> Visitor<'de> for RawVisitor {
 ///
 /// # Errors
 /// [`WireError::Malformed`] (not an array, a non-integer field), [`WireError::UnexpectedTag`],
-/// [`WireError::TooFewFields`], [`WireError::TooManyFields`], [`WireError::OutOfRange`]
+/// [`WireError::TooFewFields`], [`WireError::OutOfRange`]
 /// for a rank that is not a `u32`, [`WireError::TrailingBytes`].
 pub fn decode_load_stat(payload: &[u8]) -> Result<SglangLoadStat, WireError> {
     const R: &str = "LoadStat";
@@ -95,13 +100,6 @@ pub fn decode_load_stat(payload: &[u8]) -> Result<SglangLoadStat, WireError> {
             record: R,
             got: raw.len,
             min: FIELDS,
-        });
-    }
-    if raw.len > FIELDS {
-        return Err(WireError::TooManyFields {
-            record: R,
-            got: raw.len,
-            max: FIELDS,
         });
     }
     let [running, waiting, num_tokens, max_total_num_tokens, rank] = raw.nums;

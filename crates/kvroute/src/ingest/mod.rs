@@ -80,6 +80,11 @@ pub struct IngestReport {
     pub trusted: bool,
     /// What the applied events did (all zero when nothing was applied).
     pub applied: EventTally,
+    /// The worker's pending replay after this message, if one is pending: serve it (send
+    /// [`ReplayRequest::request_bytes`] to the engine's replay socket and ingest the answer
+    /// with [`Channel::Replay`]) or call [`Router::skip_replay`]. The same request as
+    /// [`Router::replay_requests`] lists for this worker, without a fleet-wide scan.
+    pub replay: Option<ReplayRequest>,
 }
 
 /// A batch applied except for some events (see [`IngestError::Rejected`]).
@@ -310,6 +315,11 @@ impl Router {
         };
         state.count(&verdict);
         let pending = p.seq.pending;
+        let replay = pending.then(|| ReplayRequest {
+            worker,
+            from_seq: p.seq.replay_from(),
+            last_live_seq: p.seq.last_live,
+        });
         let Publisher {
             flags, main_group, ..
         } = &mut *p;
@@ -342,6 +352,7 @@ impl Router {
             replay_completed: verdict.replay_completed,
             trusted: flags == 0,
             applied: out.tally,
+            replay,
         };
         if out.rejected.is_empty() {
             return Ok(report);
@@ -374,6 +385,34 @@ impl Router {
             }
         }
         out
+    }
+
+    /// Marks `worker` for a replay from the last batch applied (its witness), as a gap
+    /// would: its overlap counts as zero in `route` until the replay reaches the last live
+    /// batch seen. For a caller that dropped live batches before they reached
+    /// [`ingest`](Self::ingest) (a full queue): the gap would otherwise show only when the
+    /// next batch arrives. Returns the request to serve (the pending one when a replay was
+    /// already pending); counted in [`IngestStats::replays_requested`].
+    ///
+    /// # Errors
+    /// [`IngestError::UnknownWorker`].
+    pub fn request_replay(&self, worker: WorkerId) -> Result<ReplayRequest, IngestError> {
+        let r = self.with_slot(worker, |slot| {
+            let Some(cell) = self.ingest.publishers.get(slot.index()) else {
+                return Err(crate::error::EventError::UnknownWorker(worker));
+            };
+            let mut p = lock(cell);
+            p.seq.verify();
+            p.flags |= SEQUENCE;
+            self.ingest.trust.set(slot, p.flags);
+            IngestCounters::add(&self.ingest.counters.replays_requested, 1);
+            Ok(ReplayRequest {
+                worker,
+                from_seq: p.seq.replay_from(),
+                last_live_seq: p.seq.last_live,
+            })
+        });
+        r.map_err(|_| IngestError::UnknownWorker(worker))
     }
 
     /// Gives up a pending replay of `worker`: clears its residency and trusts it again

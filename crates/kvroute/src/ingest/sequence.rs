@@ -194,7 +194,7 @@ impl Sequencer {
 
     /// Asks for a replay from the witness (the worker is untrusted until it answers), when
     /// none is pending.
-    fn verify(&mut self) {
+    pub(crate) fn verify(&mut self) {
         if !self.pending {
             if self.next > 0 {
                 self.witness = Some(self.next - 1);

@@ -111,6 +111,10 @@ counters! {
     replays_short,
     /// Pending replays the caller gave up on ([`Router::skip_replay`](crate::Router::skip_replay)): worker cleared.
     replays_skipped,
+    /// Replays the caller asked for without a gap showing
+    /// ([`Router::request_replay`](crate::Router::request_replay): batches it dropped
+    /// before ingest).
+    replays_requested,
     /// Replayed batches ahead of the live stream while no replay was pending: ignored.
     replay_ignored,
     /// Replay end markers received.
