@@ -182,7 +182,13 @@ fn check_counterfactual(
     let mean = f.aggregates().mean_load;
     let lifted = own_figures.is_some_and(|fg| {
         let occ = fg.occupancy.unwrap_or(0.0);
-        !(occ >= 1.0) && !(mean <= fg.requests)
+        // Room (occupancy below 1, or NaN) and a mean above its own load (or NaN).
+        let room = occ.partial_cmp(&1.0) != Some(core::cmp::Ordering::Greater)
+            && occ.partial_cmp(&1.0) != Some(core::cmp::Ordering::Equal);
+        let below_mean = mean.partial_cmp(&fg.requests) == Some(core::cmp::Ordering::Greater)
+            || mean.is_nan()
+            || fg.requests.is_nan();
+        room && below_mean
     });
     if lifted {
         return Ok(());
