@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use kvroute::{RouteRequest, Router, RouterConfig};
 use kvroute_connect::{ConnectConfig, Connector};
-use kvroute_wire::{BlockStored, EventEncoding, KvEvent, KvEventBatch, Medium};
+use kvroute_wire::{BlockStored, KvEvent, KvEventBatch};
 
 struct Args {
     config: Option<String>,
@@ -65,21 +65,12 @@ fn emulated_step(i: u64, rank: u32, block: usize) -> KvEventBatch {
         ts: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
-        events: vec![KvEvent::BlockStored(BlockStored {
-            block_hashes: hashes.iter().map(|&h| kvroute::EngineHash(h)).collect(),
-            parent_block_hash: None,
-            token_ids: tokens,
-            block_size: block as u32,
-            lora_id: None,
-            medium: Medium::Gpu,
-            lora_name: None,
-            cache_salt: None,
-            extra_keys: None,
-            group_idx: None,
-            kv_cache_spec_kind: None,
-            kv_cache_spec_sliding_window: None,
-            encoding: EventEncoding::Named,
-        })],
+        events: vec![KvEvent::BlockStored(BlockStored::device(
+            hashes.iter().map(|&h| kvroute::EngineHash(h)).collect(),
+            None,
+            tokens,
+            block as u32,
+        ))],
         dp_rank: Some(rank),
     }
 }

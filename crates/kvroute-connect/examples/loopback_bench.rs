@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use kvroute::{EngineHash, Router, RouterConfig, WorkerId};
 use kvroute_connect::{ConnectOptions, Connector, EngineKind, EngineSpec, RankSpec};
-use kvroute_wire::{BlockStored, EventEncoding, KvEvent, KvEventBatch, Medium};
+use kvroute_wire::{BlockStored, KvEvent, KvEventBatch};
 
 const BLOCK: u32 = 16;
 
@@ -27,21 +27,9 @@ fn batch(i: u64, blocks: u64) -> KvEventBatch {
         .collect();
     KvEventBatch {
         ts: 1.7e9 + i as f64 * 1e-3,
-        events: vec![KvEvent::BlockStored(BlockStored {
-            block_hashes: hashes,
-            parent_block_hash: None,
-            token_ids,
-            block_size: BLOCK,
-            lora_id: None,
-            medium: Medium::Gpu,
-            lora_name: None,
-            cache_salt: None,
-            extra_keys: None,
-            group_idx: None,
-            kv_cache_spec_kind: None,
-            kv_cache_spec_sliding_window: None,
-            encoding: EventEncoding::Named,
-        })],
+        events: vec![KvEvent::BlockStored(BlockStored::device(
+            hashes, None, token_ids, BLOCK,
+        ))],
         dp_rank: Some(0),
     }
 }

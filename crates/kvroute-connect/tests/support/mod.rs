@@ -69,21 +69,12 @@ pub fn store(hashes: &[u64], parent: Option<u64>) -> KvEvent {
         .iter()
         .flat_map(|&h| (0..BLOCK).map(move |t| (h as u32).wrapping_mul(7).wrapping_add(t)))
         .collect();
-    KvEvent::BlockStored(BlockStored {
-        block_hashes: hashes.iter().map(|&h| EngineHash(h)).collect(),
-        parent_block_hash: parent.map(EngineHash),
+    KvEvent::BlockStored(BlockStored::device(
+        hashes.iter().map(|&h| EngineHash(h)).collect(),
+        parent.map(EngineHash),
         token_ids,
-        block_size: BLOCK,
-        lora_id: None,
-        medium: Medium::Gpu,
-        lora_name: None,
-        cache_salt: None,
-        extra_keys: None,
-        group_idx: None,
-        kv_cache_spec_kind: None,
-        kv_cache_spec_sliding_window: None,
-        encoding: EventEncoding::Named,
-    })
+        BLOCK,
+    ))
 }
 
 /// A removal of one copy of each of `hashes`.
