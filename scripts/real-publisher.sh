@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 venv=target/real-publisher-venv
 if ! "$venv/bin/python" -c "import msgspec, zmq, pydantic, psutil" 2>/dev/null \
-   || ! "$venv/bin/pip" show sglang 2>/dev/null | grep -q '^Version: 0.5.23$'; then
+   || [ "$("$venv/bin/pip" show sglang 2>/dev/null | sed -n 's/^Version: //p')" != 0.5.23 ]; then
   rm -rf "$venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check --no-deps sglang==0.5.23

@@ -112,6 +112,10 @@ async fn main() {
         eprintln!("{e}");
         std::process::exit(2)
     });
+    if config.engines.is_empty() {
+        eprintln!("no [[engine]] in the configuration: nothing to connect to");
+        std::process::exit(2)
+    }
     let router = Arc::new(Router::new(RouterConfig::new(256, a.block_size)).expect("router"));
     let c = Connector::start(router.clone(), config.options.clone());
     for spec in config.engines {
@@ -127,6 +131,7 @@ async fn main() {
         .collect();
     let mut every = tokio::time::interval(Duration::from_secs(1));
     let mut step = 0u64;
+    let mut seconds = 0u64;
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
@@ -175,7 +180,8 @@ async fn main() {
                     .map_or(String::new(), |e| format!(" (last: {e})"))
             );
         }
-        if a.seconds.is_some_and(|n| step / 6 >= n) {
+        seconds += 1;
+        if a.seconds.is_some_and(|n| seconds >= n) {
             break;
         }
     }
