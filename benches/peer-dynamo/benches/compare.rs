@@ -1,9 +1,11 @@
-//! kvroute and `dynamo-kv-router` 1.6.1 on the same workload, in one run, side by side.
+//! kvroute, `dynamo-kv-router` 1.6.1 and `kv-index` 2.0.0 on the same workload, in one run,
+//! side by side.
 //!
 //! Run from `benches/peer-dynamo`: `cargo bench --bench compare` (criterion flags after `--`,
 //! e.g. `-- --warm-up-time 1 --measurement-time 2`, or a filter such as `-- match`).
-//! Each criterion group holds both sides of one row; after the run the table of medians and
-//! ratios (peer time / kvroute time) is printed. `README.md` says what each side does.
+//! Each criterion group holds every side of one row (`kv-index` has match and ingest rows
+//! only: it has no worker selector); after the run the table of medians and ratios (peer
+//! time / kvroute time) is printed. `README.md` says what each side does.
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -14,6 +16,7 @@ use dynamo_kv_router::protocols::RouterEvent;
 use dynamo_kv_router::{RadixTree, SyncIndexer};
 use kvroute_bench::{ConversationFleet, StoreWorkload};
 use kvroute_index::index::PrefixIndex;
+use kvroute_peer_dynamo::chain::{self, ChainFleet, ChainPeer, ChainStore, same_dense_overlaps};
 use kvroute_peer_dynamo::decide::{PeerDecider, kvroute_decide, kvroute_router};
 use kvroute_peer_dynamo::peer::{PeerFleet, PeerPool, PeerStoreWorkload, same_overlaps};
 use kvroute_peer_dynamo::report::{BenchRef, Row, table};
@@ -49,7 +52,10 @@ fn main() {
     c.final_summary();
 
     rows.sort_by_key(|r| order_key(&r.label));
-    println!("\nkvroute vs dynamo-kv-router 1.6.1 (criterion medians; ratio = peer / kvroute)\n");
+    println!(
+        "\nkvroute vs dynamo-kv-router 1.6.1 and kv-index 2.0.0 \
+         (criterion medians; ratio = peer / kvroute)\n"
+    );
     println!("{}", table(&rows, &dir, since));
 }
 
@@ -92,6 +98,37 @@ fn check_overlaps(
     }
 }
 
+/// Checks kvroute and `kv-index` index the same workload: equal per-worker overlaps for the
+/// first [`CHECKED_QUERIES`] rotating queries and the cold one.
+fn check_chain_overlaps(
+    index: &PrefixIndex,
+    fleet: &ConversationFleet,
+    peer: &ChainPeer,
+    chain: &ChainFleet,
+    order: &[usize],
+) {
+    let mut out = index.new_overlaps();
+    let mut got = vec![0u32; fleet.workers];
+    for &q in order.iter().take(CHECKED_QUERIES) {
+        index.match_prefix(&fleet.requests[q], &mut out);
+        peer.overlaps_into(&chain.requests[q], &mut got);
+        if let Err(e) = same_dense_overlaps(out.as_slice(), &got) {
+            panic!(
+                "kv-index disagrees with kvroute at {} workers, conversation {q}: {e}",
+                fleet.workers
+            );
+        }
+    }
+    index.match_prefix(&fleet.cold_request(COLD_SEED), &mut out);
+    peer.overlaps_into(&ChainFleet::cold_request(fleet, COLD_SEED), &mut got);
+    if let Err(e) = same_dense_overlaps(out.as_slice(), &got) {
+        panic!(
+            "kv-index disagrees with kvroute at {} workers, cold request: {e}",
+            fleet.workers
+        );
+    }
+}
+
 /// Match and decision rows at `workers` workers.
 fn match_and_decide(
     c: &mut Criterion,
@@ -108,6 +145,10 @@ fn match_and_decide(
     let pool = peer.pool(1, rt).expect("peer index builds");
     let peer_cold = PeerFleet::cold_request(&fleet, COLD_SEED);
     check_overlaps(&index, &fleet, &pool, &peer, &order);
+    let chain = ChainFleet::new(&fleet);
+    let chain_peer = chain.build().expect("kv-index builds");
+    let chain_cold = ChainFleet::cold_request(&fleet, COLD_SEED);
+    check_chain_overlaps(&index, &fleet, &chain_peer, &chain, &order);
     let mut decider = PeerDecider::new(workers);
 
     // Informative only (the policies differ): how often each side picks a cache holder.
@@ -119,8 +160,8 @@ fn match_and_decide(
     }
     let n = order.len().min(CHECKED_QUERIES);
     println!(
-        "{workers} workers: overlaps equal on both sides; a cache holder chosen in \
-         {k_hold}/{n} (kvroute) and {p_hold}/{n} (peer) rotating queries"
+        "{workers} workers: overlaps equal on all three sides; a cache holder chosen in \
+         {k_hold}/{n} (kvroute) and {p_hold}/{n} (dynamo-kv-router) rotating queries"
     );
 
     let w = workers.to_string();
@@ -155,8 +196,25 @@ fn match_and_decide(
                 black_box(tree.find_matches(black_box(q), false).scores.len())
             });
         });
+        let mut dense = vec![0u32; workers];
+        let mut i = 0usize;
+        group.bench_function("kv_index", |b| {
+            b.iter(|| {
+                let q = if warm {
+                    i = (i + 1) % order.len();
+                    &chain.requests[order[i]]
+                } else {
+                    &chain_cold
+                };
+                chain_peer.overlaps_into(black_box(q), &mut dense);
+                black_box(dense[0])
+            });
+        });
         group.finish();
-        rows.push(row(&format!("match {mode} {w}"), &group_name, None));
+        rows.push(Row {
+            kv_index: Some(BenchRef::new(&group_name, "kv_index", None)),
+            ..row(&format!("match {mode} {w}"), &group_name, None)
+        });
 
         let group_name = format!("decision/{mode}/{w}");
         let mut group = c.benchmark_group(&group_name);
@@ -189,14 +247,51 @@ fn match_and_decide(
     }
 }
 
-/// A row of the two functions `kvroute` and `dynamo` of `group`.
+/// A row of the two functions `kvroute` and `dynamo` of `group` (no `kv-index` figure).
 fn row(label: &str, group: &str, blocks: Option<u64>) -> Row {
     Row {
         label: label.to_owned(),
         kvroute: BenchRef::new(group, "kvroute", None),
-        peer: BenchRef::new(group, "dynamo", None),
+        peer: Some(BenchRef::new(group, "dynamo", None)),
+        kv_index: None,
         blocks,
     }
+}
+
+/// [`row`] with the function `kv_index` of `group` as the `kv-index` figure.
+fn row3(label: &str, group: &str, blocks: Option<u64>) -> Row {
+    Row {
+        kv_index: Some(BenchRef::new(group, "kv_index", None)),
+        ..row(label, group, blocks)
+    }
+}
+
+/// Replays `stores` `iters` times on `kv-index`: each store, then its removal. Only the calls
+/// selected by `time_store` / `time_remove` are timed (the index takes its events by
+/// reference, so nothing is cloned).
+fn replay_chain(
+    iters: u64,
+    peer: &mut ChainPeer,
+    stores: &[ChainStore],
+    time_store: bool,
+    time_remove: bool,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        for s in stores {
+            let t = Instant::now();
+            peer.store(s).expect("store applies");
+            if time_store {
+                total += t.elapsed();
+            }
+            let t = Instant::now();
+            peer.remove(s);
+            if time_remove {
+                total += t.elapsed();
+            }
+        }
+    }
+    total
 }
 
 /// Replays the peer's events `iters` times on `tree`: each store, then its remove. Only the
@@ -239,6 +334,9 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
     let mut tree = peer.radix_tree().expect("peer tree builds");
     let pool = peer.pool(1, rt).expect("peer index builds");
     let tree_size = tree.current_size();
+    let chain_stores = chain::store_workload(&fleet, &load);
+    let mut chain_peer = ChainFleet::new(&fleet).build().expect("kv-index builds");
+    let chain_size = chain_peer.index.current_size();
 
     let mut group = c.benchmark_group("ingest/store");
     group.sampling_mode(SamplingMode::Flat);
@@ -261,8 +359,11 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
     group.bench_function("dynamo", |b| {
         b.iter_custom(|iters| replay_peer(iters, &mut tree, &peer_load, true, false));
     });
+    group.bench_function("kv_index", |b| {
+        b.iter_custom(|iters| replay_chain(iters, &mut chain_peer, &chain_stores, true, false));
+    });
     group.finish();
-    rows.push(row("ingest 512 store", "ingest/store", Some(blocks)));
+    rows.push(row3("ingest 512 store", "ingest/store", Some(blocks)));
 
     let mut group = c.benchmark_group("ingest/store_remove");
     group.sampling_mode(SamplingMode::Flat);
@@ -282,6 +383,9 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
     });
     group.bench_function("dynamo", |b| {
         b.iter_custom(|iters| replay_peer(iters, &mut tree, &peer_load, true, true));
+    });
+    group.bench_function("kv_index", |b| {
+        b.iter_custom(|iters| replay_chain(iters, &mut chain_peer, &chain_stores, true, true));
     });
     group.bench_function("dynamo_pool", |b| {
         b.iter_custom(|iters| {
@@ -304,7 +408,7 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
         });
     });
     group.finish();
-    rows.push(row(
+    rows.push(row3(
         "ingest 512 store+remove",
         "ingest/store_remove",
         Some(blocks),
@@ -312,7 +416,8 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
     rows.push(Row {
         label: "ingest 512 store+remove, peer thread pool (1 thread)".to_owned(),
         kvroute: BenchRef::new("ingest/store_remove", "kvroute", None),
-        peer: BenchRef::new("ingest/store_remove", "dynamo_pool", None),
+        peer: Some(BenchRef::new("ingest/store_remove", "dynamo_pool", None)),
+        kv_index: None,
         blocks: Some(blocks),
     });
 
@@ -324,5 +429,16 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
     println!(
         "peer radix tree: {tree_size} blocks before the ingest rows, {} after",
         tree.current_size()
+    );
+    assert_eq!(
+        chain_peer.index.current_size(),
+        chain_size,
+        "kv-index drifted over the ingest rows"
+    );
+    let stats = chain_peer.index.stats();
+    println!(
+        "kv-index: {chain_size} held blocks before and after the ingest rows; \
+         {} engine-hash conflicts, {} runs live",
+        stats.engine_conflicts, stats.runs_live
     );
 }

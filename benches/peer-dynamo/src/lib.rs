@@ -1,5 +1,6 @@
 //! Side-by-side benchmark of kvroute against `dynamo-kv-router` 1.6.1 from crates.io (NVIDIA
-//! Dynamo's KV-aware router: its compressed radix tree and its default worker selector).
+//! Dynamo's KV-aware router: its compressed radix tree and its default worker selector) and
+//! SMG's `kv-index` 2.0.0 (its run-compressed `ChainIndex`; match and ingest rows only).
 //!
 //! Both sides get the same workload, built once by `kvroute_bench` with the same fixed seeds
 //! as kvroute's own criterion benches:
@@ -8,6 +9,9 @@
 //!   `RouterEvent`s (its engine block hashes = the same engine hashes kvroute stores; its
 //!   per-block `LocalBlockHash`es computed from the same token ids with the peer's own
 //!   `compute_block_hash_for_seq`), and the peer's indexes built from them.
+//! * [`chain`]: the same fleet and store events as `kv-index` stores (its content hashes
+//!   computed from the same token ids with its own `compute_request_content_hashes`), and its
+//!   `ChainIndex` with one block map per worker built from them.
 //! * [`load`]: one load table per fleet, given to kvroute as `LoadSample`s and to the
 //!   peer as `WorkerLoadProjection`s.
 //! * [`decide`]: the two decision paths (kvroute's `Router::route` with precomputed hashes;
@@ -16,6 +20,7 @@
 //!
 //! Run it with `cargo bench` from this crate's folder; `README.md` says what each row times.
 
+pub mod chain;
 pub mod decide;
 pub mod load;
 pub mod peer;

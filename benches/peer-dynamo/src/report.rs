@@ -1,5 +1,5 @@
-//! The side-by-side table: the medians criterion saved during this run, per row, and the
-//! ratio peer time / kvroute time.
+//! The side-by-side table: the medians criterion saved during this run, per row, and for each
+//! peer the ratio peer time / kvroute time.
 //!
 //! criterion keeps each bench's estimates in `<dir>/<group>/<function>/<value>/new/
 //! estimates.json` (each part made file-name safe); rows whose files were not written
@@ -48,15 +48,17 @@ fn safe(s: &str) -> String {
     )
 }
 
-/// One row of the table: the same work measured on both sides.
+/// One row of the table: the same work measured on kvroute and on one or both peers.
 #[derive(Clone, Debug)]
 pub struct Row {
     /// What the row measures.
     pub label: String,
     /// kvroute's bench.
     pub kvroute: BenchRef,
-    /// The peer's bench.
-    pub peer: BenchRef,
+    /// `dynamo-kv-router`'s bench, if the row has one.
+    pub peer: Option<BenchRef>,
+    /// `kv-index`'s bench, if the row has one.
+    pub kv_index: Option<BenchRef>,
     /// Blocks per iteration, for rows that report a rate (blocks/s) too.
     pub blocks: Option<u64>,
 }
@@ -99,26 +101,42 @@ pub fn fmt_rate(blocks: u64, ns: f64) -> String {
     format!("{:.2} M/s", blocks as f64 / ns * 1e3)
 }
 
-/// The markdown table of every row measured since `since` (rows without both figures are
-/// skipped), with the ratio peer / kvroute.
+/// The markdown table of every row measured since `since` (rows without kvroute's figure or
+/// without any peer figure are skipped), with each peer's ratio peer / kvroute (`—` where a
+/// row has no figure for that peer).
 pub fn table(rows: &[Row], dir: &Path, since: SystemTime) -> String {
     let mut out = String::new();
-    out.push_str("| row | kvroute | dynamo-kv-router | peer / kvroute |\n");
-    out.push_str("|---|---:|---:|---:|\n");
+    out.push_str(
+        "| row | kvroute | dynamo-kv-router | dynamo / kvroute | kv-index | kv-index / kvroute |\n",
+    );
+    out.push_str("|---|---:|---:|---:|---:|---:|\n");
     for r in rows {
-        let k = median_ns(&r.kvroute.estimates_path(dir), since);
-        let p = median_ns(&r.peer.estimates_path(dir), since);
-        let (Some(k), Some(p)) = (k, p) else {
+        let Some(k) = median_ns(&r.kvroute.estimates_path(dir), since) else {
             continue;
         };
-        let (ks, ps) = match r.blocks {
-            Some(b) => (
-                format!("{} ({})", fmt_time(k), fmt_rate(b, k)),
-                format!("{} ({})", fmt_time(p), fmt_rate(b, p)),
-            ),
-            None => (fmt_time(k), fmt_time(p)),
+        let median = |b: &Option<BenchRef>| {
+            b.as_ref()
+                .and_then(|b| median_ns(&b.estimates_path(dir), since))
         };
-        let _ = writeln!(out, "| {} | {ks} | {ps} | {:.1}x |", r.label, p / k);
+        let (d, x) = (median(&r.peer), median(&r.kv_index));
+        if d.is_none() && x.is_none() {
+            continue;
+        }
+        let cell = |ns: f64| match r.blocks {
+            Some(b) => format!("{} ({})", fmt_time(ns), fmt_rate(b, ns)),
+            None => fmt_time(ns),
+        };
+        let pair = |p: Option<f64>| match p {
+            Some(p) => (cell(p), format!("{:.1}x", p / k)),
+            None => ("—".to_owned(), "—".to_owned()),
+        };
+        let ((ds, dr), (xs, xr)) = (pair(d), pair(x));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {ds} | {dr} | {xs} | {xr} |",
+            r.label,
+            cell(k)
+        );
     }
     out
 }
@@ -149,5 +167,47 @@ mod tests {
         assert_eq!(fmt_time(1_234_567.0), "1.23 ms");
         // 68,197 blocks in 23.76 ms = 2.87 M blocks/s.
         assert_eq!(fmt_rate(68_197, 23.76e6), "2.87 M/s");
+    }
+
+    #[test]
+    fn table_shows_each_peer_and_dashes_a_missing_one() {
+        let dir = std::env::temp_dir().join(format!("peer-table-{}", std::process::id()));
+        let since = SystemTime::now() - std::time::Duration::from_secs(1);
+        let write = |b: &BenchRef, ns: f64| {
+            let p = b.estimates_path(&dir);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            let json = format!("{{\"median\":{{\"point_estimate\":{ns}}}}}");
+            std::fs::write(p, json).unwrap();
+        };
+        let k = BenchRef::new("g", "kvroute", None);
+        let d = BenchRef::new("g", "dynamo", None);
+        let x = BenchRef::new("g", "kv_index", None);
+        write(&k, 100.0);
+        write(&d, 400.0);
+        write(&x, 250.0);
+        let both = Row {
+            label: "both".into(),
+            kvroute: k.clone(),
+            peer: Some(d),
+            kv_index: Some(x.clone()),
+            blocks: None,
+        };
+        let one = Row {
+            label: "one".into(),
+            kvroute: k,
+            peer: None,
+            kv_index: Some(x),
+            blocks: None,
+        };
+        let t = table(&[both, one], &dir, since);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            t.contains("| both | 100 ns | 400 ns | 4.0x | 250 ns | 2.5x |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| one | 100 ns | — | — | 250 ns | 2.5x |"),
+            "{t}"
+        );
     }
 }
