@@ -47,7 +47,8 @@
 //!    slots freed, and this request's own `O` for `T`, made a request with a long output
 //!    avoid full workers and one with a short output ignore their slot wait: with prompts
 //!    shared by nothing, at 16x load, the workers' request counts drifted apart (imbalance
-//!    1.62 against 1.19 for `cache_aware`) and TTFT p95 rose 15 %.)
+//!    1.60 against 1.22 for `cache_aware`) and TTFT p95 was 14 % above its 19.4 s, in
+//!    `docs/RESULTS.md`'s sweep before the change.)
 //! 3. **Prefill.** Its `U` uncached tokens take `U/π` of engine time, which delays its own
 //!    first token and stalls every other request of the batch for as long (a prefill chunk
 //!    lengthens the step they decode in): `n·U/π`.

@@ -14,6 +14,7 @@
 
 use crate::event::{BlockRemoved, BlockStored, KvEvent, KvEventBatch, Medium};
 use crate::frame::END_OF_REPLAY_SEQ;
+use kvroute_core::EngineHash;
 use rmp::encode as w;
 
 /// How block hashes are written.
@@ -31,6 +32,14 @@ pub enum HashStyle {
 // `let _ =` keeps the encoder panic-free all the same.
 fn str(out: &mut Vec<u8>, s: &str) {
     let _ = w::write_str(out, s);
+}
+
+/// An array of block hashes in `style`.
+fn hashes(out: &mut Vec<u8>, hs: &[EngineHash], style: HashStyle) {
+    let _ = w::write_array_len(out, hs.len() as u32);
+    for h in hs {
+        hash(out, h.0, style);
+    }
 }
 
 fn hash(out: &mut Vec<u8>, h: u64, style: HashStyle) {
@@ -66,10 +75,7 @@ fn stored(out: &mut Vec<u8>, e: &BlockStored, style: HashStyle) {
     str(out, "type");
     str(out, "BlockStored");
     str(out, "block_hashes");
-    let _ = w::write_array_len(out, e.block_hashes.len() as u32);
-    for h in &e.block_hashes {
-        hash(out, h.0, style);
-    }
+    hashes(out, &e.block_hashes, style);
     if let Some(p) = e.parent_block_hash {
         str(out, "parent_block_hash");
         hash(out, p.0, style);
@@ -110,10 +116,7 @@ fn removed(out: &mut Vec<u8>, e: &BlockRemoved, style: HashStyle) {
     str(out, "type");
     str(out, "BlockRemoved");
     str(out, "block_hashes");
-    let _ = w::write_array_len(out, e.block_hashes.len() as u32);
-    for h in &e.block_hashes {
-        hash(out, h.0, style);
-    }
+    hashes(out, &e.block_hashes, style);
     if let Some(m) = med {
         str(out, "medium");
         str(out, m);
