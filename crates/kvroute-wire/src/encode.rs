@@ -9,7 +9,7 @@
 //! `[topic, 0xFFFF_FFFF_FFFF_FFFF, empty]`; a `LoadStat` is SGLang's tagged array.
 //!
 //! Block hashes are written as unsigned integers (vLLM's default) or as signed ones
-//! (SGLang's, [`HashStyle`]); both decode to the same [`EngineHash`](kvroute_core::EngineHash).
+//! (SGLang's, [`HashStyle`]); both decode to the same [`EngineHash`].
 //! Encoding cannot fail: every typed value has a wire form.
 
 use crate::event::{BlockRemoved, BlockStored, KvEvent, KvEventBatch, Medium};
