@@ -4,12 +4,16 @@
 //! * [`registry`]: `WorkerId`s (engine id, DP rank) interned to dense slots with generations.
 //! * [`index`]: the concurrent block-hash prefix index: per-worker residency bitsets on
 //!   nodes addressed by chained hash, lock-free matching, epoch-based reclamation.
+//! * [`runs`]: the run-compressed prefix index (runs of chain positions with one coverage
+//!   view each), the successor of [`index`]'s node-per-block layout.
 //!
 //! The crate does no I/O and needs no async runtime.
 
 pub mod hash;
 pub mod index;
 pub mod registry;
+#[cfg(not(kvroute_loom))]
+pub mod runs;
 
 #[cfg(all(test, kvroute_loom))]
 mod loom_models;

@@ -94,14 +94,32 @@ impl Overlaps {
     }
 }
 
+impl Overlaps {
+    /// Starts a match over `worker_slots` slots: every entry reads 0.
+    pub(crate) fn begin(&mut self, worker_slots: usize) {
+        self.reset(worker_slots);
+    }
+
+    /// The per-slot entries, for a match to write.
+    pub(crate) fn entries_mut(&mut self) -> &mut [u32] {
+        &mut self.blocks
+    }
+
+    /// Ends a match: its deepest overlap, and how many leading entries it may have written.
+    pub(crate) fn finish(&mut self, deepest: u32, written: usize) {
+        self.deepest = deepest;
+        self.dirty = written.min(self.blocks.len());
+    }
+}
+
 /// Words of the `alive` set kept on the stack (4,096 slots).
-const MAX_WORDS: usize = super::types::MAX_WORKER_SLOTS / 64;
+pub(crate) const MAX_WORDS: usize = super::types::MAX_WORKER_SLOTS / 64;
 
 /// Writes `depth` into the overlaps of word `w`'s slots whose bit is set in `dropped`.
 /// Few bits: one store each. Many bits (a shared prefix ending for most of the fleet at
 /// once): one branch-free pass over the word's 64 entries, which the compiler vectorises.
 #[inline]
-fn record(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
+pub(crate) fn record(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
     if dropped == 0 {
         return;
     }

@@ -50,7 +50,7 @@
 //! misses only bits set concurrently with its match, which is a valid linearisation).
 //! The node, table and reclamation protocols are documented in their own modules.
 
-mod matching;
+pub(crate) mod matching;
 // `pub(crate)` for the loom models (`crate::loom_models`).
 pub(crate) mod node;
 pub(crate) mod reclaim;
@@ -123,6 +123,69 @@ impl Delta {
         add(&index.nodes, self.nodes);
         add(&index.residencies, self.residencies);
     }
+}
+
+/// Checks a store event's shape against the index's block size: each failure is counted
+/// and returned, leaving the index unchanged.
+pub(crate) fn validate_store(
+    config: &IndexConfig,
+    counters: &IndexCounters,
+    event: &BlockStore<'_>,
+    extra_keys: &[Option<ExtraKeysDigest>],
+) -> Result<(), IndexError> {
+    let bs = config.block_size;
+    if event.block_size != bs {
+        IndexCounters::bump(&counters.block_size_mismatches, 1);
+        return Err(IndexError::BlockSizeMismatch {
+            expected: bs,
+            got: event.block_size,
+        });
+    }
+    if event.token_ids.len() != bs * event.block_hashes.len() {
+        IndexCounters::bump(&counters.token_count_mismatches, 1);
+        return Err(IndexError::TokenCountMismatch {
+            blocks: event.block_hashes.len(),
+            block_size: bs,
+            tokens: event.token_ids.len(),
+        });
+    }
+    if !extra_keys.is_empty() && extra_keys.len() != event.block_hashes.len() {
+        IndexCounters::bump(&counters.extra_keys_count_mismatches, 1);
+        return Err(IndexError::ExtraKeysCountMismatch {
+            blocks: event.block_hashes.len(),
+            extra_keys: extra_keys.len(),
+        });
+    }
+    Ok(())
+}
+
+/// A validated store event's blocks as (engine hash, chained hash) pairs, chained from
+/// `parent` (the parent block's chained hash; none for a chain's first block), each
+/// block's extra-keys digest folded into its local hash first.
+pub(crate) fn chain_blocks<'a>(
+    event: &'a BlockStore<'a>,
+    extra_keys: &'a [Option<ExtraKeysDigest>],
+    block_size: usize,
+    parent: Option<SequenceHash>,
+) -> impl ExactSizeIterator<Item = (EngineHash, SequenceHash)> + 'a {
+    let mut prev = parent;
+    event
+        .block_hashes
+        .iter()
+        .zip(event.token_ids.chunks_exact(block_size))
+        .enumerate()
+        .map(move |(j, (eh, tokens))| {
+            let mut local = local_block_hash(tokens, event.namespace);
+            if let Some(&Some(digest)) = extra_keys.get(j) {
+                local = fold_extra_keys(local, digest);
+            }
+            let seq = match prev {
+                None => SequenceHash(local.0),
+                Some(p) => chain_hash(p, local),
+            };
+            prev = Some(seq);
+            (*eh, seq)
+        })
 }
 
 /// The concurrent block-hash prefix index; see the module docs.
@@ -232,33 +295,11 @@ impl PrefixIndex {
         event: &BlockStore<'_>,
         extra_keys: &[Option<ExtraKeysDigest>],
     ) -> Result<StoreOutcome, IndexError> {
-        let bs = self.config.block_size;
-        if event.block_size != bs {
-            IndexCounters::bump(&self.counters.block_size_mismatches, 1);
-            return Err(IndexError::BlockSizeMismatch {
-                expected: bs,
-                got: event.block_size,
-            });
-        }
-        if event.token_ids.len() != bs * event.block_hashes.len() {
-            IndexCounters::bump(&self.counters.token_count_mismatches, 1);
-            return Err(IndexError::TokenCountMismatch {
-                blocks: event.block_hashes.len(),
-                block_size: bs,
-                tokens: event.token_ids.len(),
-            });
-        }
-        if !extra_keys.is_empty() && extra_keys.len() != event.block_hashes.len() {
-            IndexCounters::bump(&self.counters.extra_keys_count_mismatches, 1);
-            return Err(IndexError::ExtraKeysCountMismatch {
-                blocks: event.block_hashes.len(),
-                extra_keys: extra_keys.len(),
-            });
-        }
+        validate_store(&self.config, &self.counters, event, extra_keys)?;
         let mut state = self.worker(slot)?;
         let mut parent_node = None;
         let mut first_depth = 0u16;
-        let mut prev = match event.parent {
+        let prev = match event.parent {
             None => None,
             Some(p) => match state.entries.get(&p.0) {
                 Some(e) => {
@@ -275,22 +316,7 @@ impl PrefixIndex {
                 }
             },
         };
-        let hashes = event
-            .block_hashes
-            .iter()
-            .zip(event.token_ids.chunks_exact(bs));
-        let blocks = hashes.enumerate().map(|(j, (eh, tokens))| {
-            let mut local = local_block_hash(tokens, event.namespace);
-            if let Some(&Some(digest)) = extra_keys.get(j) {
-                local = fold_extra_keys(local, digest);
-            }
-            let seq = match prev {
-                None => SequenceHash(local.0),
-                Some(p) => chain_hash(p, local),
-            };
-            prev = Some(seq);
-            (*eh, seq)
-        });
+        let blocks = chain_blocks(event, extra_keys, self.config.block_size, prev);
         Ok(self.store_locked(slot, &mut state, parent_node, first_depth, blocks))
     }
 

@@ -1,0 +1,362 @@
+//! The run-compressed prefix index: blocks stored as runs of consecutive chain positions,
+//! each run one key buffer and one coverage view, instead of one node per block.
+//!
+//! # Shape
+//! The engines' blocks form chains (every block names its parent), and the chains of a
+//! fleet form a trie keyed by chained block hash. [`RunIndex`] stores that trie as *runs*:
+//! stretches of consecutive positions of one chain, each with a buffer of its chained
+//! hashes and a *view* of who holds it: a bitset of workers holding every position, and a
+//! short list of workers holding only its first `cutoff` positions. A chain that diverges
+//! from a run at any offset is a run of its own, found by its first key in the *head
+//! table*; the run it leaves is not split. A run is split only when its list of partial
+//! holders grows past a few entries, so a prefix that many workers hold to the same depth
+//! ends up as one run every holder covers in full (see `write`).
+//!
+//! # Semantics
+//! The same as [`PrefixIndex`](crate::index::PrefixIndex)'s for chains: a worker's overlap
+//! with a request `h[0..D]` is the largest `k` such that it holds every one of `h[0..k]`,
+//! holes and non-prefix-closed states included (a worker that lost a block in the middle
+//! of a run holds, for a match, only the positions before it). What it relies on that a
+//! per-block index does not: the blocks of one store are consecutive blocks of one chain,
+//! the first one the child of the store's parent (or, without a parent, a chain's first
+//! block or the first key of a run), as every engine's `BlockStored` event is.
+//!
+//! # Readers and writers
+//! * [`RunIndex::match_prefix`] takes no lock, never waits and allocates nothing: it pins
+//!   the epoch, finds the run of the request's first block in the head table, compares the
+//!   request's hashes with the run's keys in a row, intersects the surviving workers with
+//!   the run's view, and looks the next block up as the first key of a run.
+//! * Writers take one lock for the whole index (events of every worker are applied one at
+//!   a time); they never block readers. A change to a run publishes a new view (and a new
+//!   key buffer when the run outgrows its own); the old ones are freed through the epoch
+//!   collector after every reader that could see them has unpinned.
+//!
+//! # Status
+//! Not yet the index the router uses: it has no per-worker block cap and no loom model
+//! yet. `PrefixIndex` stays the router's index until it does.
+//!
+//! # Orderings
+//! The head table's orderings are documented in `heads`; views and key buffers are
+//! immutable once published (below a buffer's high-water mark), so readers load them as
+//! plain memory after the `Acquire` load of the view pointer. The gauges and counters are
+//! `Relaxed` statistics.
+
+mod cover;
+mod heads;
+mod view;
+mod walk;
+mod write;
+
+use kvroute_core::sync::Mutex;
+use kvroute_core::{EngineHash, ExtraKeysDigest, OutOfRange, SequenceHash, Slot};
+
+use crate::index::{
+    BlockStore, IndexConfig, IndexCounters, IndexError, Overlaps, RemoveOutcome, StoreOutcome,
+    chain_blocks, validate_store,
+};
+use std::sync::Arc;
+
+use heads::Heads;
+use write::{Ctx, Deferred, Writer};
+
+/// Gauges of a [`RunIndex`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunIndexStats {
+    /// Runs linked in the head table.
+    pub runs: u64,
+    /// Key positions of the linked runs (distinct blocks, plus any position of a linked
+    /// run that no worker holds any more).
+    pub positions: u64,
+    /// (worker, block) pairs held.
+    pub residencies: u64,
+    /// Heap bytes of the index: head table, run records, key buffers, views, covers,
+    /// worker lanes, and garbage waiting for the epoch collector.
+    pub heap_bytes: u64,
+    /// Of `heap_bytes`, garbage waiting for the epoch collector.
+    pub deferred_bytes: u64,
+    /// Hash conflicts (an engine hash re-stored with other content).
+    pub hash_conflicts: u64,
+    /// Runs split so far (a run whose partial holders passed the bound).
+    pub splits: u64,
+}
+
+/// The run-compressed prefix index; see the module docs.
+pub struct RunIndex {
+    config: IndexConfig,
+    heads: Heads,
+    writer: Mutex<Writer>,
+    counters: IndexCounters,
+    deferred: Arc<Deferred>,
+    conflicts: core::sync::atomic::AtomicU64,
+}
+
+impl core::fmt::Debug for RunIndex {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RunIndex")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl RunIndex {
+    /// An empty index.
+    ///
+    /// # Errors
+    /// [`OutOfRange`] naming the first field of `config` out of range.
+    pub fn new(config: IndexConfig) -> Result<Self, OutOfRange> {
+        config.validate()?;
+        let (heads, counts) = Heads::new(config.expected_blocks / 16);
+        // Shared with the garbage closures, which may run after the index is dropped.
+        let deferred = Arc::new(Deferred::default());
+        Ok(Self {
+            heads,
+            writer: Mutex::new(Writer::new(
+                config.worker_slots,
+                counts,
+                Arc::clone(&deferred),
+            )),
+            counters: IndexCounters::default(),
+            deferred,
+            conflicts: Default::default(),
+            config,
+        })
+    }
+
+    /// The configuration the index was built with.
+    pub fn config(&self) -> &IndexConfig {
+        &self.config
+    }
+
+    /// An [`Overlaps`] buffer sized for this index.
+    pub fn new_overlaps(&self) -> Overlaps {
+        Overlaps::new(self.config.worker_slots)
+    }
+
+    fn writer(&self, slot: Slot) -> Result<kvroute_core::sync::MutexGuard<'_, Writer>, IndexError> {
+        if slot.index() >= self.config.worker_slots {
+            IndexCounters::bump(&self.counters.slot_out_of_range, 1);
+            return Err(IndexError::SlotOutOfRange {
+                slot,
+                worker_slots: self.config.worker_slots,
+            });
+        }
+        Ok(self.writer.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Applies a `BlockStored` event of the worker in `slot`: re-hashes `token_ids`
+    /// (chaining from the parent's hash) and marks every block resident.
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`], [`IndexError::BlockSizeMismatch`],
+    /// [`IndexError::TokenCountMismatch`], [`IndexError::UnknownParent`]; each is counted
+    /// and leaves the index unchanged.
+    pub fn store(&self, slot: Slot, event: &BlockStore<'_>) -> Result<StoreOutcome, IndexError> {
+        self.store_with_extra_keys(slot, event, &[])
+    }
+
+    /// [`store`](Self::store) for blocks whose engine hashed extra keys with their tokens,
+    /// as [`PrefixIndex::store_with_extra_keys`](crate::index::PrefixIndex::store_with_extra_keys).
+    ///
+    /// # Errors
+    /// Those of `store`, and [`IndexError::ExtraKeysCountMismatch`].
+    pub fn store_with_extra_keys(
+        &self,
+        slot: Slot,
+        event: &BlockStore<'_>,
+        extra_keys: &[Option<ExtraKeysDigest>],
+    ) -> Result<StoreOutcome, IndexError> {
+        validate_store(&self.config, &self.counters, event, extra_keys)?;
+        let mut w = self.writer(slot)?;
+        let s = slot.index();
+        let parent = match event.parent {
+            None => None,
+            Some(p) => match w.key_of(s, p.0) {
+                Some(found) => Some(found),
+                None => {
+                    IndexCounters::bump(&self.counters.unknown_parent_stores, 1);
+                    return Err(IndexError::UnknownParent {
+                        parent: p,
+                        blocks: event.block_hashes.len(),
+                    });
+                }
+            },
+        };
+        let blocks = chain_blocks(
+            event,
+            extra_keys,
+            self.config.block_size,
+            parent.map(|(_, _, k)| SequenceHash(k)),
+        );
+        Ok(self.apply_store(&mut w, s, parent.map(|(r, o, _)| (r, o)), blocks))
+    }
+
+    /// Applies a store whose chained hashes the caller computed: `blocks` are (engine
+    /// hash, chained hash) pairs of consecutive blocks of one chain, the first one the
+    /// child of the block the worker indexed under `parent` (or, with no parent, a chain's
+    /// first block, or a block that already starts a run).
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`]; [`IndexError::UnknownParent`] when `parent` is not
+    /// indexed for the worker. Each is counted and leaves the index unchanged.
+    pub fn store_hashes(
+        &self,
+        slot: Slot,
+        parent: Option<EngineHash>,
+        blocks: &[(EngineHash, SequenceHash)],
+    ) -> Result<StoreOutcome, IndexError> {
+        let mut w = self.writer(slot)?;
+        let s = slot.index();
+        let at = match parent {
+            None => None,
+            Some(p) => match w.key_of(s, p.0) {
+                Some((r, o, _)) => Some((r, o)),
+                None => {
+                    IndexCounters::bump(&self.counters.unknown_parent_stores, 1);
+                    return Err(IndexError::UnknownParent {
+                        parent: p,
+                        blocks: blocks.len(),
+                    });
+                }
+            },
+        };
+        Ok(self.apply_store(&mut w, s, at, blocks.iter().map(|&(e, k)| (e, k))))
+    }
+
+    fn apply_store(
+        &self,
+        w: &mut Writer,
+        s: usize,
+        at: Option<(u32, u32)>,
+        blocks: impl ExactSizeIterator<Item = (EngineHash, SequenceHash)>,
+    ) -> StoreOutcome {
+        let guard = crossbeam_epoch::pin();
+        let cx = Ctx {
+            heads: &self.heads,
+            guard: &guard,
+        };
+        let mut out = StoreOutcome::default();
+        let mut conflicts = 0;
+        w.store(
+            &cx,
+            s,
+            at,
+            blocks.map(|(e, k)| (e, k.0)),
+            &mut out,
+            &mut conflicts,
+        );
+        w.publish(&cx);
+        if conflicts > 0 {
+            IndexCounters::bump(&self.counters.hash_conflicts, conflicts);
+            self.conflicts
+                .fetch_add(conflicts, core::sync::atomic::Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// Applies a `BlockRemoved` event: drops one copy of each engine hash; a block stops
+    /// being resident when its last copy goes. Unknown hashes are counted and skipped.
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`].
+    pub fn remove(
+        &self,
+        slot: Slot,
+        block_hashes: &[EngineHash],
+    ) -> Result<RemoveOutcome, IndexError> {
+        let mut w = self.writer(slot)?;
+        let guard = crossbeam_epoch::pin();
+        let cx = Ctx {
+            heads: &self.heads,
+            guard: &guard,
+        };
+        let mut out = RemoveOutcome::default();
+        w.remove(slot.index(), block_hashes, &mut out);
+        w.publish(&cx);
+        IndexCounters::bump(&self.counters.unknown_removes, out.unknown as u64);
+        Ok(out)
+    }
+
+    /// Applies `AllBlocksCleared` (or an engine restart): the worker holds nothing any more.
+    /// Returns how many engine hashes it had.
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`].
+    pub fn clear(&self, slot: Slot) -> Result<usize, IndexError> {
+        let mut w = self.writer(slot)?;
+        let guard = crossbeam_epoch::pin();
+        let cx = Ctx {
+            heads: &self.heads,
+            guard: &guard,
+        };
+        let n = w.clear(slot.index());
+        w.publish(&cx);
+        Ok(n)
+    }
+
+    /// Number of engine hashes the worker in `slot` has indexed (0 outside the range).
+    pub fn worker_blocks(&self, slot: Slot) -> usize {
+        match self.writer(slot) {
+            Ok(w) => w.worker_blocks(slot.index()),
+            Err(_) => 0,
+        }
+    }
+
+    /// The engine hashes the worker in `slot` has indexed, each with its copy count, in no
+    /// particular order; empty outside the slot range. `O(blocks)`, for inspection.
+    pub fn engine_hashes(&self, slot: Slot) -> Vec<(EngineHash, u32)> {
+        match self.writer(slot) {
+            Ok(w) => w.engine_hashes(slot.index()),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Asks the epoch collector to free what it holds, and gives back the lanes' spare
+    /// capacity. For tests, memory gauges and idle moments.
+    pub fn collect_garbage(&self) {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner()).trim();
+        for _ in 0..256 {
+            crossbeam_epoch::pin().flush();
+            if self.deferred.get() == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Gauges; takes the writer lock and walks the run arena (`O(runs)`), so it is not for
+    /// the hot path.
+    pub fn stats(&self) -> RunIndexStats {
+        let w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let deferred = self.deferred.get();
+        RunIndexStats {
+            runs: w.linked,
+            positions: w.positions,
+            residencies: w.residencies,
+            heap_bytes: (w.heap_bytes() + self.heads.heap_bytes() + deferred) as u64,
+            deferred_bytes: deferred as u64,
+            hash_conflicts: self.conflicts.load(core::sync::atomic::Ordering::Relaxed),
+            splits: w.splits,
+        }
+    }
+
+    /// The index's error counters.
+    pub fn counters(&self) -> &IndexCounters {
+        &self.counters
+    }
+}
+
+impl Drop for RunIndex {
+    fn drop(&mut self) {
+        // Garbage already deferred is freed by the collector; what is still linked is
+        // freed here (exclusive access: no reader or writer is left).
+        let w = self.writer.get_mut().unwrap_or_else(|p| p.into_inner());
+        w.free_all();
+        for _ in 0..64 {
+            crossbeam_epoch::pin().flush();
+            if self.deferred.get() == 0 {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! `match_prefix` over runs: per-worker overlap of a request's chained hashes.
+//!
+//! The walk keeps an `alive` bitset of workers still matching. At a run reached at request
+//! depth `d` it compares the request's next hashes with the run's keys in a row, up to the
+//! first difference or the run's end (`m` positions). A worker whose leading coverage of
+//! the run is `c` (every position for a full holder, `cutoff` for a partial one, 0 for
+//! anyone else) stays alive if `c >= m`, and otherwise drops out with overlap `d + c`. The
+//! request's next hash, if any, is then looked up as the first key of a run. Cost:
+//! O(hashes compared + runs × (words + partials) + workers written); no allocation.
+
+use super::RunIndex;
+use crate::index::Overlaps;
+use crate::index::matching::{MAX_WORDS, record};
+use kvroute_core::SequenceHash;
+
+impl RunIndex {
+    /// Writes, for every worker slot, how many leading blocks of `hashes` the worker holds
+    /// contiguously from block 0, into `out` (see the module docs of `runs`).
+    ///
+    /// Lock-free: runs concurrently with writers and never waits for them; a block stored
+    /// or removed during the match may or may not be seen. Resizes `out` to
+    /// `worker_slots` if needed (only then does it allocate).
+    pub fn match_prefix(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
+        let slots = self.config.worker_slots;
+        out.begin(slots);
+        let n = hashes.len();
+        if n == 0 {
+            return;
+        }
+        let words = slots.div_ceil(64).min(MAX_WORDS);
+        let guard = crossbeam_epoch::pin();
+        let Some(mut view) = self.heads.find(hashes[0].0, &guard) else {
+            return;
+        };
+        let mut alive = [0u64; MAX_WORDS];
+        alive[..words].fill(u64::MAX);
+        if slots % 64 != 0 {
+            alive[words - 1] = (1u64 << (slots % 64)) - 1;
+        }
+        let mut kept = [0u64; MAX_WORDS];
+        let blocks = out.entries_mut();
+        let mut d = 0usize;
+        let mut deepest = 0usize;
+        loop {
+            let keys = view.keys();
+            let want = &hashes[d..];
+            let lim = keys.len().min(want.len());
+            let mut m = 0;
+            while m < lim && keys[m] == want[m].0 {
+                m += 1;
+            }
+            let full = view.full();
+            let mut any = 0u64;
+            for w in 0..words {
+                kept[w] = alive[w] & full.get(w).copied().unwrap_or(0);
+            }
+            for &(s, c) in view.partials() {
+                let (wi, bit) = (s as usize / 64, 1u64 << (s % 64));
+                if wi >= words || alive[wi] & bit == 0 {
+                    continue;
+                }
+                if c as usize >= m {
+                    kept[wi] |= bit;
+                } else {
+                    let o = d + c as usize;
+                    blocks[s as usize] = o as u32;
+                    deepest = deepest.max(o);
+                    alive[wi] &= !bit;
+                }
+            }
+            for w in 0..words {
+                if d > 0 {
+                    record(blocks, w, alive[w] & !kept[w], d as u32);
+                }
+                alive[w] = kept[w];
+                any |= kept[w];
+            }
+            if any == 0 {
+                break;
+            }
+            d += m;
+            deepest = deepest.max(d);
+            let next = if d < n && m > 0 {
+                self.heads.find(hashes[d].0, &guard)
+            } else {
+                None
+            };
+            match next {
+                Some(v) => view = v,
+                None => {
+                    for (w, &a) in alive[..words].iter().enumerate() {
+                        record(blocks, w, a, d as u32);
+                    }
+                    break;
+                }
+            }
+        }
+        out.finish(deepest as u32, words * 64);
+    }
+}

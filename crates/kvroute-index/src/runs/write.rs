@@ -1,0 +1,710 @@
+//! The writer's side of the run index: the run arena, each worker's lanes (engine hash →
+//! position), placement of stored blocks, removal, splits and the views they publish.
+//!
+//! Everything here runs under the index's writer lock, so plain fields suffice; readers
+//! see only what [`Writer::publish`] puts in the head table.
+//!
+//! # Runs
+//! A run is a chain of consecutive blocks: its key at offset `o + 1` is the chained hash of
+//! a block whose parent is the key at `o`. Keys live in a buffer that only ever grows past
+//! its *high-water mark* `hw`: positions below `hw` are never rewritten, so a view that
+//! shows `len <= hw` keys stays true for as long as the buffer lives. A run's holders are
+//! its *members*, each with the [`Cover`] of offsets it holds.
+//!
+//! # Placing a block
+//! A stored block whose parent sits at `(r, o)` is, by the chain property, either the key at
+//! `(r, o + 1)`, or the first key of some run (found in the head table), or new. A new
+//! block after the end of a run that no other member covers to its end, on a run that was
+//! never split, is appended in place; any other new block starts a run of its own (a child
+//! at that offset: the parent run is not split). A block stored without a parent is looked
+//! up as a run's first key. So every key has one position, and a reader that leaves a run
+//! at offset `m` finds the request's next block, if indexed, as the first key of a run.
+//!
+//! # Splits and forwarding
+//! A view lists full holders as a bitset and partial holders (`(slot, cutoff)`) as a list;
+//! when the list would pass [`MAX_PARTIALS`] entries the run is split at its smallest
+//! cutoff, so every holder of the head part holds all of it. The tail part becomes a new
+//! run; lanes that pointed past the new end of the old run are *forwarded*: the old run
+//! records its tail, and a lane `(r, o)` with `o >= len(r)` resolves to `(tail(r), o -
+//! len(r))`, rewritten in place when looked up. A run's record stays while lanes or a
+//! forwarding run refer to it (`refs`), even after its last member left.
+
+use std::sync::Arc;
+
+use crossbeam_epoch::Guard;
+use hashbrown::HashMap;
+
+use kvroute_core::EngineHash;
+
+use super::cover::Cover;
+use super::heads::{HeadCounts, Heads};
+use super::view::{Partial, ViewHead};
+use crate::index::{RemoveOutcome, StoreOutcome};
+
+/// No run (`tail` of a run that was never split).
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// Partial holders a view lists before its run is split.
+pub(crate) const MAX_PARTIALS: usize = 8;
+
+/// One run's record in the arena.
+struct Run {
+    keys: *mut u64,
+    cap: u32,
+    /// Keys written to the buffer (never rewritten).
+    hw: u32,
+    len: u32,
+    /// The run holding the positions from `len` on, after a split.
+    tail: u32,
+    /// Lanes resolving through this record, plus one if a run forwards to it.
+    refs: u32,
+    /// Holders, sorted by slot.
+    members: Vec<(u32, Cover)>,
+    /// The published view, or null when the run is not linked.
+    view: *mut ViewHead,
+    dirty: bool,
+}
+
+impl Run {
+    fn key(&self, o: u32) -> u64 {
+        debug_assert!(o < self.hw);
+        // SAFETY: `o < hw <= cap`: a written key of the live buffer.
+        unsafe { self.keys.add(o as usize).read() }
+    }
+
+    fn linked(&self) -> bool {
+        !self.view.is_null()
+    }
+
+    fn member(&mut self, slot: u32) -> Option<&mut Cover> {
+        match self.members.binary_search_by_key(&slot, |m| m.0) {
+            Ok(i) => Some(&mut self.members[i].1),
+            Err(_) => None,
+        }
+    }
+
+    fn member_or_insert(&mut self, slot: u32) -> &mut Cover {
+        let i = match self.members.binary_search_by_key(&slot, |m| m.0) {
+            Ok(i) => i,
+            Err(i) => {
+                self.members.insert(i, (slot, Cover::default()));
+                i
+            }
+        };
+        &mut self.members[i].1
+    }
+}
+
+/// A worker's lane: where one of its engine hashes sits, and how many copies it stored.
+#[derive(Clone, Copy, Debug)]
+struct Lane {
+    run: u32,
+    off: u32,
+    copies: u16,
+}
+
+/// One worker's maps.
+#[derive(Default)]
+struct Lanes {
+    map: HashMap<u64, Lane>,
+    /// Extra engine hashes per held key (the same block under two engine hashes).
+    aliases: HashMap<u64, u32>,
+}
+
+/// Allocates a key buffer of at least `cap` keys.
+fn alloc_keys(cap: usize) -> (*mut u64, u32) {
+    let mut v = Vec::<u64>::with_capacity(cap.max(1));
+    let p = v.as_mut_ptr();
+    let c = v.capacity();
+    core::mem::forget(v);
+    (p, c as u32)
+}
+
+/// Frees a key buffer.
+///
+/// # Safety
+/// `(p, cap)` came from `alloc_keys` and is freed once, with no reader left on it.
+unsafe fn free_keys(p: *mut u64, cap: u32) {
+    // SAFETY: the caller's contract; a `Vec` of length 0 drops no elements.
+    unsafe { drop(Vec::from_raw_parts(p, 0, cap as usize)) };
+}
+
+/// Hands `bytes` of garbage to the epoch collector, counted in `deferred` until freed.
+fn defer(guard: &Guard, deferred: &Arc<Deferred>, bytes: usize, f: impl FnOnce() + 'static) {
+    deferred.add(bytes);
+    let deferred = Arc::clone(deferred);
+    // SAFETY: `f` frees memory that no new reader can reach (unlinked or replaced before
+    // this call); readers pinned now are done before the collector runs it.
+    unsafe {
+        guard.defer_unchecked(move || {
+            f();
+            deferred.sub(bytes);
+        })
+    };
+}
+
+/// Bytes handed to the epoch collector and not yet freed.
+#[derive(Debug, Default)]
+pub(crate) struct Deferred(core::sync::atomic::AtomicUsize);
+
+impl Deferred {
+    fn add(&self, b: usize) {
+        self.0.fetch_add(b, core::sync::atomic::Ordering::Relaxed);
+    }
+    fn sub(&self, b: usize) {
+        self.0.fetch_sub(b, core::sync::atomic::Ordering::Relaxed);
+    }
+    /// Bytes waiting.
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(core::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The writer's state; see the module docs.
+pub(crate) struct Writer {
+    runs: Vec<Run>,
+    free: Vec<u32>,
+    lanes: Vec<Lanes>,
+    heads: HeadCounts,
+    dirty: Vec<u32>,
+    words: usize,
+    deferred: Arc<Deferred>,
+    /// (worker, position) pairs held.
+    pub(crate) residencies: u64,
+    /// Positions of linked runs.
+    pub(crate) positions: u64,
+    /// Linked runs.
+    pub(crate) linked: u64,
+    /// Splits so far.
+    pub(crate) splits: u64,
+    /// Key buffers replaced by a growth whose old view is not yet replaced.
+    retired_keys: Vec<(usize, u32)>,
+    // Scratch for building views.
+    full: Vec<u64>,
+    partials: Vec<Partial>,
+}
+
+// SAFETY: the raw pointers are to buffers and views this writer owns (readers only read
+// them, through the head table); the writer moves between threads with its lock.
+unsafe impl Send for Writer {}
+
+/// What a writer call needs besides its state.
+pub(crate) struct Ctx<'a> {
+    pub(crate) heads: &'a Heads,
+    pub(crate) guard: &'a Guard,
+}
+
+impl Writer {
+    pub(crate) fn new(slots: usize, heads: HeadCounts, deferred: Arc<Deferred>) -> Self {
+        Self {
+            runs: Vec::new(),
+            free: Vec::new(),
+            lanes: (0..slots).map(|_| Lanes::default()).collect(),
+            heads,
+            dirty: Vec::new(),
+            words: slots.div_ceil(64),
+            deferred,
+            residencies: 0,
+            positions: 0,
+            linked: 0,
+            splits: 0,
+            retired_keys: Vec::new(),
+            full: Vec::new(),
+            partials: Vec::new(),
+        }
+    }
+
+    /// The key of engine hash `eh` on worker `s`, if indexed (resolving its lane).
+    pub(crate) fn key_of(&mut self, s: usize, eh: u64) -> Option<(u32, u32, u64)> {
+        let lane = *self.lanes[s].map.get(&eh)?;
+        let (r, o) = self.resolve(s, eh, lane);
+        Some((r, o, self.runs[r as usize].key(o)))
+    }
+
+    /// Resolves a lane through forwarding runs, rewriting it to point at its run.
+    fn resolve(&mut self, s: usize, eh: u64, lane: Lane) -> (u32, u32) {
+        let (mut r, mut o) = (lane.run, lane.off);
+        while o >= self.runs[r as usize].len && self.runs[r as usize].tail != NONE {
+            o -= self.runs[r as usize].len;
+            r = self.runs[r as usize].tail;
+        }
+        if r != lane.run {
+            self.runs[r as usize].refs += 1;
+            if let Some(l) = self.lanes[s].map.get_mut(&eh) {
+                l.run = r;
+                l.off = o;
+            }
+            self.drop_ref(lane.run);
+        }
+        (r, o)
+    }
+
+    /// Drops one reference to run `r`'s record, freeing the record when none is left and
+    /// the run is unlinked (its keys freed); a freed record drops its own forwarding link.
+    fn drop_ref(&mut self, r: u32) {
+        let mut r = r;
+        loop {
+            let run = &mut self.runs[r as usize];
+            run.refs -= 1;
+            if run.refs > 0 || !run.keys.is_null() {
+                return;
+            }
+            match self.free_record(r) {
+                NONE => return,
+                tail => r = tail,
+            }
+        }
+    }
+
+    /// Puts the record of an unlinked run nobody refers to on the free list; returns the
+    /// run it forwarded to (whose reference the caller drops), or [`NONE`].
+    fn free_record(&mut self, r: u32) -> u32 {
+        let run = &mut self.runs[r as usize];
+        debug_assert!(run.keys.is_null() && run.refs == 0 && run.members.is_empty());
+        let tail = core::mem::replace(&mut run.tail, NONE);
+        run.members = Vec::new();
+        self.free.push(r);
+        tail
+    }
+
+    fn mark(&mut self, r: u32) {
+        let run = &mut self.runs[r as usize];
+        if !run.dirty {
+            run.dirty = true;
+            self.dirty.push(r);
+        }
+    }
+
+    fn new_run(&mut self, key: u64, cap_hint: usize) -> u32 {
+        let (keys, cap) = alloc_keys(cap_hint.clamp(1, 1 << 16));
+        // SAFETY: a fresh buffer of `cap >= 1` keys.
+        unsafe { keys.write(key) };
+        let run = Run {
+            keys,
+            cap,
+            hw: 1,
+            len: 1,
+            tail: NONE,
+            refs: 0,
+            members: Vec::new(),
+            view: core::ptr::null_mut(),
+            dirty: false,
+        };
+        let r = match self.free.pop() {
+            Some(r) => {
+                self.runs[r as usize] = run;
+                r
+            }
+            None => {
+                self.runs.push(run);
+                (self.runs.len() - 1) as u32
+            }
+        };
+        self.positions += 1;
+        self.mark(r);
+        r
+    }
+
+    /// Appends `key` at the end of run `r` (the caller checked it may).
+    fn append(&mut self, r: u32, key: u64) -> u32 {
+        let run = &mut self.runs[r as usize];
+        if run.hw == run.cap || run.hw != run.len {
+            // Grow (or leave positions a split left behind): a new buffer; the old one is
+            // freed once the readers that may see it through the current view are gone.
+            let (keys, cap) = alloc_keys((run.len as usize * 2).max(8));
+            // SAFETY: `len <= hw` keys of the old buffer are written; the new one has room.
+            unsafe { core::ptr::copy_nonoverlapping(run.keys, keys, run.len as usize) };
+            // The current view still points into the old buffer: it is handed to the
+            // collector only after `publish` has replaced that view.
+            self.retired_keys.push((run.keys as usize, run.cap));
+            run.keys = keys;
+            run.cap = cap;
+            run.hw = run.len;
+        }
+        let o = run.len;
+        // SAFETY: `o == hw < cap`: a position no view shows yet.
+        unsafe { run.keys.add(o as usize).write(key) };
+        run.hw += 1;
+        run.len += 1;
+        self.positions += 1;
+        self.mark(r);
+        o
+    }
+
+    /// Where a stored `key` goes, given its parent's position.
+    fn place(
+        &mut self,
+        cx: &Ctx<'_>,
+        s: u32,
+        prev: Option<(u32, u32)>,
+        key: u64,
+        hint: usize,
+    ) -> (u32, u32) {
+        if let Some((r, o)) = prev {
+            let run = &self.runs[r as usize];
+            if o + 1 < run.len && run.key(o + 1) == key {
+                return (r, o + 1);
+            }
+        }
+        if let Some(v) = cx.heads.find(key, cx.guard) {
+            return (v.run, 0);
+        }
+        if let Some((r, o)) = prev {
+            let run = &self.runs[r as usize];
+            let at_end = o + 1 == run.len && run.tail == NONE;
+            let others_full = run
+                .members
+                .iter()
+                .any(|(m, c)| *m != s && c.cutoff() == run.len);
+            if at_end && !others_full {
+                let o = self.append(r, key);
+                return (r, o);
+            }
+        }
+        (self.new_run(key, hint), 0)
+    }
+
+    /// Stores `blocks` (engine hash, chained key) for worker `s` after the block at
+    /// `parent` (a position from [`key_of`](Self::key_of), or none).
+    pub(crate) fn store(
+        &mut self,
+        cx: &Ctx<'_>,
+        s: usize,
+        parent: Option<(u32, u32)>,
+        blocks: impl ExactSizeIterator<Item = (EngineHash, u64)>,
+        out: &mut StoreOutcome,
+        conflicts: &mut u64,
+    ) {
+        let slot = s as u32;
+        let mut prev = parent;
+        let total = blocks.len();
+        for (j, (eh, key)) in blocks.enumerate() {
+            if let Some(lane) = self.lanes[s].map.get(&eh.0).copied() {
+                let (r, o) = self.resolve(s, eh.0, lane);
+                if self.runs[r as usize].key(o) == key {
+                    if let Some(l) = self.lanes[s].map.get_mut(&eh.0) {
+                        l.copies = l.copies.saturating_add(1);
+                    }
+                    out.extra_copies += 1;
+                    prev = Some((r, o));
+                    continue;
+                }
+                // Same engine hash, other content: the engine's latest word wins.
+                self.release(s, eh.0);
+                out.conflicts += 1;
+                *conflicts += 1;
+            }
+            let (r, o) = self.place(cx, slot, prev, key, total - j);
+            let run = &mut self.runs[r as usize];
+            run.refs += 1;
+            if run.member_or_insert(slot).insert(o) {
+                self.residencies += 1;
+                self.mark(r);
+            } else {
+                *self.lanes[s].aliases.entry(key).or_insert(0) += 1;
+            }
+            self.lanes[s].map.insert(
+                eh.0,
+                Lane {
+                    run: r,
+                    off: o,
+                    copies: 1,
+                },
+            );
+            out.new_blocks += 1;
+            prev = Some((r, o));
+        }
+    }
+
+    /// Drops engine hash `eh` of worker `s` entirely (every copy). Returns false when the
+    /// worker has no such hash.
+    fn release(&mut self, s: usize, eh: u64) -> bool {
+        let Some(lane) = self.lanes[s].map.get(&eh).copied() else {
+            return false;
+        };
+        let (r, o) = self.resolve(s, eh, lane);
+        self.lanes[s].map.remove(&eh);
+        let key = self.runs[r as usize].key(o);
+        let aliased = match self.lanes[s].aliases.get_mut(&key) {
+            Some(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    self.lanes[s].aliases.remove(&key);
+                }
+                true
+            }
+            None => false,
+        };
+        if !aliased {
+            let run = &mut self.runs[r as usize];
+            let slot = s as u32;
+            if let Some(c) = run.member(slot) {
+                let was = c.remove(o);
+                debug_assert!(was, "a lane's position is held");
+                if c.is_empty() {
+                    let i = run
+                        .members
+                        .binary_search_by_key(&slot, |m| m.0)
+                        .expect("member present");
+                    run.members.remove(i);
+                }
+            }
+            self.residencies -= 1;
+            self.mark(r);
+        }
+        self.drop_ref(r);
+        true
+    }
+
+    /// Applies a removal of `hashes` for worker `s`.
+    pub(crate) fn remove(&mut self, s: usize, hashes: &[EngineHash], out: &mut RemoveOutcome) {
+        for eh in hashes {
+            match self.lanes[s].map.get_mut(&eh.0) {
+                None => out.unknown += 1,
+                Some(l) if l.copies > 1 => {
+                    l.copies -= 1;
+                    out.copies_dropped += 1;
+                }
+                Some(_) => {
+                    self.release(s, eh.0);
+                    out.removed += 1;
+                }
+            }
+        }
+    }
+
+    /// Drops everything worker `s` holds; returns how many engine hashes it had.
+    pub(crate) fn clear(&mut self, s: usize) -> usize {
+        let hashes: Vec<u64> = self.lanes[s].map.keys().copied().collect();
+        for eh in &hashes {
+            self.release(s, *eh);
+        }
+        debug_assert!(self.lanes[s].aliases.is_empty());
+        self.lanes[s] = Lanes::default();
+        hashes.len()
+    }
+
+    /// Engine hashes worker `s` has indexed.
+    pub(crate) fn worker_blocks(&self, s: usize) -> usize {
+        self.lanes[s].map.len()
+    }
+
+    /// Engine hashes of worker `s` with their copy counts.
+    pub(crate) fn engine_hashes(&self, s: usize) -> Vec<(EngineHash, u32)> {
+        self.lanes[s]
+            .map
+            .iter()
+            .map(|(&h, l)| (EngineHash(h), u32::from(l.copies)))
+            .collect()
+    }
+
+    /// Publishes the views of every run this call changed (splitting runs whose partial
+    /// list is too long), and unlinks runs without members.
+    pub(crate) fn publish(&mut self, cx: &Ctx<'_>) {
+        while let Some(r) = self.dirty.pop() {
+            self.runs[r as usize].dirty = false;
+            if self.runs[r as usize].members.is_empty() {
+                self.unlink(cx, r);
+                continue;
+            }
+            self.collect_view(r);
+            if self.partials.len() > MAX_PARTIALS {
+                let k = self.partials.iter().map(|p| p.1).min().expect("partials");
+                self.split(r, k);
+                // Both parts were marked dirty and are published by this loop.
+                continue;
+            }
+            let run = &self.runs[r as usize];
+            let v = ViewHead::build(run.keys, r, run.len, &self.full, &self.partials);
+            let key = run.key(0);
+            let was_linked = run.linked();
+            self.runs[r as usize].view = v;
+            let old = cx.heads.set(&mut self.heads, key, v, cx.guard);
+            if !was_linked {
+                self.linked += 1;
+            }
+            self.retire_view(cx, old);
+        }
+        // Every view that pointed into a replaced buffer is replaced now.
+        for (p, cap) in self.retired_keys.drain(..) {
+            defer(cx.guard, &self.deferred, cap as usize * 8, move || {
+                // SAFETY: no published view points into it any more (above); freed once.
+                unsafe { free_keys(p as *mut u64, cap) }
+            });
+        }
+    }
+
+    /// Fills the scratch coverage of run `r` from its members.
+    fn collect_view(&mut self, r: u32) {
+        self.full.clear();
+        self.full.resize(self.words, 0);
+        self.partials.clear();
+        let run = &self.runs[r as usize];
+        for (slot, c) in &run.members {
+            let cut = c.cutoff();
+            if cut == run.len {
+                self.full[*slot as usize / 64] |= 1 << (slot % 64);
+            } else if cut > 0 {
+                self.partials.push((*slot, cut));
+            }
+        }
+    }
+
+    fn retire_view(&self, cx: &Ctx<'_>, v: *mut ViewHead) {
+        if v.is_null() {
+            return;
+        }
+        // SAFETY: `v` is a view of this writer, just replaced or unlinked.
+        let bytes = unsafe { (*v).bytes() };
+        let p = v as usize;
+        defer(cx.guard, &self.deferred, bytes, move || {
+            // SAFETY: unreachable for new readers; freed once, by the collector.
+            unsafe { ViewHead::free(p as *mut ViewHead) }
+        });
+    }
+
+    /// Unlinks run `r` (no members left) and frees its keys; the record stays while
+    /// something refers to it.
+    fn unlink(&mut self, cx: &Ctx<'_>, r: u32) {
+        let run = &mut self.runs[r as usize];
+        let (keys, cap, len) = (run.keys as usize, run.cap, run.len);
+        let key = run.key(0);
+        let was_linked = run.linked();
+        run.view = core::ptr::null_mut();
+        run.keys = core::ptr::null_mut();
+        run.cap = 0;
+        run.hw = 0;
+        // `len` stays: lanes forwarded through this record still need it.
+        self.positions -= u64::from(len);
+        if was_linked {
+            let old = cx.heads.unlink(&mut self.heads, key, cx.guard);
+            self.retire_view(cx, old);
+            self.linked -= 1;
+        }
+        defer(cx.guard, &self.deferred, cap as usize * 8, move || {
+            // SAFETY: the run's view is unlinked (or was never published); freed once.
+            unsafe { free_keys(keys as *mut u64, cap) }
+        });
+        if self.runs[r as usize].refs == 0 {
+            // No lane and no forwarding run refers to it: free the record now.
+            let tail = self.free_record(r);
+            if tail != NONE {
+                self.drop_ref(tail);
+            }
+        }
+    }
+
+    /// Splits run `r` at offset `k` (`0 < k < len`): `r` keeps `[0, k)`, a new run takes
+    /// `[k, len)` and the lanes past `k` forward to it.
+    fn split(&mut self, r: u32, k: u32) {
+        let (tail_keys, n, old_tail) = {
+            let run = &self.runs[r as usize];
+            debug_assert!(0 < k && k < run.len);
+            let n = run.len - k;
+            let (keys, cap) = alloc_keys(n as usize);
+            // SAFETY: positions `k..len` are written (`len <= hw`); the new buffer has
+            // room for `n`.
+            unsafe { core::ptr::copy_nonoverlapping(run.keys.add(k as usize), keys, n as usize) };
+            ((keys, cap), n, run.tail)
+        };
+        let t = match self.free.pop() {
+            Some(t) => t,
+            None => {
+                self.runs.push(Run {
+                    keys: core::ptr::null_mut(),
+                    cap: 0,
+                    hw: 0,
+                    len: 0,
+                    tail: NONE,
+                    refs: 0,
+                    members: Vec::new(),
+                    view: core::ptr::null_mut(),
+                    dirty: false,
+                });
+                (self.runs.len() - 1) as u32
+            }
+        };
+        self.splits += 1;
+        let mut members = Vec::new();
+        {
+            let run = &mut self.runs[r as usize];
+            run.members.retain_mut(|(slot, c)| {
+                let tail = c.split_off(k);
+                if !tail.is_empty() {
+                    members.push((*slot, tail));
+                }
+                !c.is_empty()
+            });
+            run.len = k;
+            run.tail = t;
+        }
+        self.runs[t as usize] = Run {
+            keys: tail_keys.0,
+            cap: tail_keys.1,
+            hw: n,
+            len: n,
+            tail: old_tail,
+            // The forwarding link from `r`.
+            refs: 1,
+            members,
+            view: core::ptr::null_mut(),
+            dirty: false,
+        };
+        // `dirty` is a stack: the tail is published first, so a reader that sees the
+        // shortened head finds it.
+        self.mark(r);
+        self.mark(t);
+    }
+
+    /// Heap bytes the writer owns (arena, key buffers, covers, lanes), views included.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let mut b = self.runs.capacity() * core::mem::size_of::<Run>()
+            + self.free.capacity() * 4
+            + self.lanes.capacity() * core::mem::size_of::<Lanes>();
+        for run in &self.runs {
+            b += run.cap as usize * 8;
+            b += run.members.capacity() * core::mem::size_of::<(u32, Cover)>();
+            b += run.members.iter().map(|m| m.1.heap_bytes()).sum::<usize>();
+            if run.linked() {
+                // SAFETY: a linked view of this writer.
+                b += unsafe { (*run.view).bytes() };
+            }
+        }
+        for l in &self.lanes {
+            b += l.map.allocation_size() + l.aliases.allocation_size();
+        }
+        b
+    }
+
+    /// Gives back spare capacity of the lane maps.
+    pub(crate) fn trim(&mut self) {
+        for l in &mut self.lanes {
+            l.map.shrink_to_fit();
+            l.aliases.shrink_to_fit();
+        }
+        if self
+            .runs
+            .iter()
+            .all(|r| r.refs == 0 && !r.linked() && r.members.is_empty())
+        {
+            self.runs = Vec::new();
+            self.free = Vec::new();
+        }
+    }
+
+    /// Frees every key buffer and view (teardown: no reader is left).
+    pub(crate) fn free_all(&mut self) {
+        for run in &mut self.runs {
+            if !run.keys.is_null() {
+                // SAFETY: teardown with exclusive access; each buffer is freed once.
+                unsafe { free_keys(run.keys, run.cap) };
+                run.keys = core::ptr::null_mut();
+            }
+            if run.linked() {
+                // SAFETY: as above, for the run's published view.
+                unsafe { ViewHead::free(run.view) };
+                run.view = core::ptr::null_mut();
+            }
+        }
+    }
+}

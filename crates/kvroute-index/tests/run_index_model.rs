@@ -1,0 +1,383 @@
+//! Differential property test of the run-compressed index ([`RunIndex`]) against the naive
+//! reference model (`index_common`: per worker, engine hash -> (chained hash, copies)).
+//!
+//! Every store is a chain, as engines send them: `store` with real token ids chained from
+//! no parent, an indexed parent or an unknown one, and `store_hashes` of chained hashes
+//! computed here, from the root or after an indexed parent. Removes (known, unknown and
+//! repeated hashes), duplicate stores (copies), aliases (two engine hashes for one block),
+//! conflicts (an engine hash re-stored with other content) and clears interleave with them
+//! over three block contents, so that shared runs, branches at every offset, holes and
+//! non-prefix-closed states are the norm. After every operation:
+//!
+//! * `match_prefix` of every path of up to 4 blocks, and of every stored path extended by
+//!   one block, equals the model's per-slot overlap (every slot, and `deepest`);
+//! * every operation's result equals the model's;
+//! * `worker_blocks`, `engine_hashes` and the residency gauge equal the model's;
+//!
+//! with the workers at slots {0, 63, 64} of 65 (a 64-bit word boundary). A second property
+//! runs long chains (up to 40 blocks per store, content 0 eleven times in twelve) so that
+//! many workers hold different depths of one run and runs split (more than eight partial
+//! holders: workers at slots {0, .., 11}); it fails if no case split a run.
+//!
+//! Cases: `PROPTEST_CASES` (default 512 per property).
+
+mod index_common;
+
+use std::collections::{BTreeMap, HashMap};
+
+use index_common::{Model, all_paths, block_tokens, cases};
+use kvroute_core::{EngineHash, HashNamespace, SequenceHash, Slot};
+use kvroute_index::BlockHasher;
+use kvroute_index::index::{BlockStore, IndexConfig};
+use kvroute_index::runs::RunIndex;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+const BLOCK_SIZE: usize = 2;
+
+#[derive(Clone, Debug)]
+enum Parent {
+    None,
+    Raw(u8),
+    Existing(usize),
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Store {
+        w: usize,
+        parent: Parent,
+        path: Vec<u8>,
+        ehs: Vec<u8>,
+    },
+    /// `store_hashes` after an indexed parent (`Parent::Existing`) or from the root.
+    StoreHashes {
+        w: usize,
+        parent: Option<usize>,
+        path: Vec<u8>,
+        ehs: Vec<u8>,
+    },
+    Remove {
+        w: usize,
+        ehs: Vec<u8>,
+    },
+    RemoveExisting {
+        w: usize,
+        picks: Vec<usize>,
+    },
+    Clear {
+        w: usize,
+    },
+}
+
+/// Ops on `workers` workers; blocks draw their content from `0..contents`, content 0 with
+/// probability 1 - 1/`skew` (so that with a large `skew` most stores share long prefixes).
+fn op_strategy(
+    workers: usize,
+    contents: u8,
+    skew: u32,
+    max_len: usize,
+    ehs: u8,
+) -> impl Strategy<Value = Op> {
+    let w = 0..workers;
+    let content = move || {
+        prop_oneof![
+            skew.saturating_sub(1).max(1) => Just(0u8),
+            1 => 0..contents,
+        ]
+    };
+    let path = move || {
+        (1..=max_len).prop_flat_map(move |n| {
+            (
+                prop::collection::vec(content(), n),
+                prop::collection::vec(0..ehs, n),
+            )
+        })
+    };
+    prop_oneof![
+        4 => (
+            w.clone(),
+            prop_oneof![
+                1 => Just(Parent::None),
+                1 => (0..ehs).prop_map(Parent::Raw),
+                3 => any::<usize>().prop_map(Parent::Existing),
+            ],
+            path(),
+        )
+            .prop_map(|(w, parent, (path, ehs))| Op::Store { w, parent, path, ehs }),
+        3 => (w.clone(), prop::option::weighted(0.7, any::<usize>()), path())
+            .prop_map(|(w, parent, (path, ehs))| Op::StoreHashes { w, parent, path, ehs }),
+        2 => (w.clone(), prop::collection::vec(0..ehs + 2, 1..5))
+            .prop_map(|(w, ehs)| Op::Remove { w, ehs }),
+        3 => (w.clone(), prop::collection::vec(any::<usize>(), 1..6))
+            .prop_map(|(w, picks)| Op::RemoveExisting { w, picks }),
+        1 => w.prop_map(|w| Op::Clear { w }),
+    ]
+}
+
+struct Harness {
+    hasher: BlockHasher,
+    slots: Vec<Slot>,
+    worker_slots: usize,
+    /// The path of contents of every chained hash stored so far.
+    paths: HashMap<u64, Vec<u8>>,
+    base_queries: Vec<Vec<SequenceHash>>,
+}
+
+impl Harness {
+    fn new(worker_slots: usize, slots: Vec<u32>, contents: u8) -> Self {
+        let hasher = BlockHasher::new(BLOCK_SIZE, HashNamespace::DEFAULT);
+        let base_queries = all_paths(contents, 4)
+            .into_iter()
+            .map(|p| index_common::path_hashes(&hasher, &p))
+            .collect();
+        Self {
+            hasher,
+            slots: slots.into_iter().map(Slot).collect(),
+            worker_slots,
+            paths: HashMap::new(),
+            base_queries,
+        }
+    }
+
+    fn tokens(path: &[u8]) -> Vec<u32> {
+        path.iter()
+            .flat_map(|&c| block_tokens(c, BLOCK_SIZE))
+            .collect()
+    }
+
+    /// Records the paths of the chained hashes of `path` after `parent`'s path.
+    fn note(&mut self, parent: Option<u64>, path: &[u8]) -> Vec<SequenceHash> {
+        let mut prefix = parent.map(|p| self.paths[&p].clone()).unwrap_or_default();
+        let mut out = Vec::new();
+        self.hasher
+            .sequence_hashes_into(&Self::tokens(path), parent.map(SequenceHash), &mut out);
+        for (c, h) in path.iter().zip(&out) {
+            prefix.push(*c);
+            self.paths.entry(h.0).or_insert_with(|| prefix.clone());
+        }
+        out
+    }
+
+    fn existing(model: &Model, slot: Slot, pick: usize) -> Option<(u64, u64)> {
+        let w = model.workers.get(&slot.0)?;
+        if w.entries.is_empty() {
+            return None;
+        }
+        let (eh, m) = w.entries.iter().nth(pick % w.entries.len())?;
+        Some((*eh, m.seq))
+    }
+
+    fn apply(&mut self, index: &RunIndex, model: &mut Model, op: &Op) -> Result<(), String> {
+        macro_rules! same {
+            ($what:expr, $got:expr, $want:expr) => {{
+                let (got, want) = ($got, $want);
+                if got != want {
+                    return Err(format!("{}: index {:?}, model {:?}", $what, got, want));
+                }
+            }};
+        }
+        match op {
+            Op::Store {
+                w,
+                parent,
+                path,
+                ehs,
+            } => {
+                let slot = self.slots[*w];
+                let (parent_eh, parent_seq) = match parent {
+                    Parent::None => (None, None),
+                    Parent::Raw(e) => (
+                        Some(EngineHash(u64::from(*e))),
+                        model.mapping(slot, u64::from(*e)).map(|m| m.seq),
+                    ),
+                    Parent::Existing(pick) => match Self::existing(model, slot, *pick) {
+                        Some((eh, seq)) => (Some(EngineHash(eh)), Some(seq)),
+                        None => (None, None),
+                    },
+                };
+                if parent_eh.is_none() || parent_seq.is_some() {
+                    self.note(parent_seq, path);
+                }
+                let tokens = Self::tokens(path);
+                let hashes: Vec<EngineHash> =
+                    ehs.iter().map(|&e| EngineHash(u64::from(e))).collect();
+                let ev = BlockStore {
+                    parent: parent_eh,
+                    block_hashes: &hashes,
+                    token_ids: &tokens,
+                    block_size: BLOCK_SIZE,
+                    namespace: HashNamespace::DEFAULT,
+                };
+                same!("store", index.store(slot, &ev), model.store(slot, &ev));
+            }
+            Op::StoreHashes {
+                w,
+                parent,
+                path,
+                ehs,
+            } => {
+                let slot = self.slots[*w];
+                let (parent_eh, parent_seq) = match parent {
+                    None => (None, None),
+                    Some(pick) => match Self::existing(model, slot, *pick) {
+                        Some((eh, seq)) => (Some(EngineHash(eh)), Some(seq)),
+                        None => (None, None),
+                    },
+                };
+                let seqs = self.note(parent_seq, path);
+                let pairs: Vec<(EngineHash, SequenceHash)> = ehs
+                    .iter()
+                    .map(|&e| EngineHash(u64::from(e)))
+                    .zip(seqs)
+                    .collect();
+                same!(
+                    "store_hashes",
+                    index.store_hashes(slot, parent_eh, &pairs),
+                    model.store_hashes(slot, &pairs)
+                );
+            }
+            Op::Remove { w, ehs } => {
+                let slot = self.slots[*w];
+                let hashes: Vec<EngineHash> =
+                    ehs.iter().map(|&e| EngineHash(u64::from(e))).collect();
+                same!(
+                    "remove",
+                    index.remove(slot, &hashes),
+                    model.remove(slot, &hashes)
+                );
+            }
+            Op::RemoveExisting { w, picks } => {
+                let slot = self.slots[*w];
+                let hashes: Vec<EngineHash> = picks
+                    .iter()
+                    .filter_map(|&p| Self::existing(model, slot, p).map(|(eh, _)| EngineHash(eh)))
+                    .collect();
+                same!(
+                    "remove existing",
+                    index.remove(slot, &hashes),
+                    model.remove(slot, &hashes)
+                );
+            }
+            Op::Clear { w } => {
+                let slot = self.slots[*w];
+                same!("clear", index.clear(slot), model.clear(slot));
+            }
+        }
+        self.check(index, model)
+    }
+
+    fn check(&self, index: &RunIndex, model: &Model) -> Result<(), String> {
+        let mut out = index.new_overlaps();
+        let mut queries: Vec<Vec<SequenceHash>> = self.base_queries.clone();
+        for path in self.paths.values() {
+            for c in 0..2u8 {
+                let mut p = path.clone();
+                p.push(c);
+                queries.push(index_common::path_hashes(&self.hasher, &p));
+            }
+        }
+        for q in &queries {
+            index.match_prefix(q, &mut out);
+            let want = model.overlaps(q);
+            if out.as_slice() != want.as_slice() {
+                let first = (0..want.len()).find(|&i| out.as_slice()[i] != want[i]);
+                return Err(format!(
+                    "overlaps of a {}-block query differ at slot {first:?}: index {:?}, model {:?}",
+                    q.len(),
+                    first.map(|i| out.as_slice()[i]),
+                    first.map(|i| want[i]),
+                ));
+            }
+            let deepest = want.iter().copied().max().unwrap_or(0);
+            if out.deepest() != deepest {
+                return Err(format!("deepest {} vs model {deepest}", out.deepest()));
+            }
+        }
+        for &slot in &self.slots {
+            if index.worker_blocks(slot) != model.worker_blocks(slot) {
+                return Err(format!("worker_blocks of {slot:?}"));
+            }
+            let got: BTreeMap<u64, u32> = index
+                .engine_hashes(slot)
+                .into_iter()
+                .map(|(e, c)| (e.0, c))
+                .collect();
+            let want: BTreeMap<u64, u32> = model
+                .workers
+                .get(&slot.0)
+                .map(|w| w.entries.iter().map(|(e, m)| (*e, m.copies)).collect())
+                .unwrap_or_default();
+            if got != want {
+                return Err(format!("engine hashes of {slot:?}: {got:?} vs {want:?}"));
+            }
+        }
+        let stats = index.stats();
+        if stats.residencies != model.residencies() {
+            return Err(format!(
+                "residencies {} vs model {}",
+                stats.residencies,
+                model.residencies()
+            ));
+        }
+        let _ = self.worker_slots;
+        Ok(())
+    }
+}
+
+/// Splits seen over every case of a property.
+static SPLITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn run_property(
+    worker_slots: usize,
+    slots: Vec<u32>,
+    contents: u8,
+    skew: u32,
+    max_len: usize,
+    ehs: u8,
+) -> u64 {
+    SPLITS.store(0, std::sync::atomic::Ordering::Relaxed);
+    let mut runner = TestRunner::new(Config {
+        cases: cases(512),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let ops = prop::collection::vec(
+        op_strategy(slots.len(), contents, skew, max_len, ehs),
+        1..60,
+    );
+    runner
+        .run(&ops, |ops| {
+            let mut config = IndexConfig::new(worker_slots, BLOCK_SIZE);
+            config.expected_blocks = 16;
+            let index = RunIndex::new(config).expect("valid config");
+            let mut model = Model::new(worker_slots, BLOCK_SIZE, usize::MAX);
+            let mut h = Harness::new(worker_slots, slots.clone(), contents);
+            for (i, op) in ops.iter().enumerate() {
+                h.apply(&index, &mut model, op)
+                    .map_err(|e| TestCaseError::fail(format!("op {i} {op:?}: {e}")))?;
+            }
+            // Clearing every worker leaves no run and no residency.
+            for &s in &h.slots {
+                index.clear(s).expect("slot in range");
+            }
+            SPLITS.fetch_add(index.stats().splits, std::sync::atomic::Ordering::Relaxed);
+            index.collect_garbage();
+            let st = index.stats();
+            prop_assert_eq!((st.runs, st.positions, st.residencies), (0, 0, 0));
+            Ok(())
+        })
+        .unwrap();
+    SPLITS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[test]
+fn matches_equal_the_model_across_a_word_boundary() {
+    run_property(65, vec![0, 63, 64], 3, 1, 5, 12);
+}
+
+#[test]
+fn matches_equal_the_model_when_runs_split() {
+    let splits = run_property(16, (0..12).collect(), 2, 12, 40, 64);
+    assert!(splits > 0, "the generator never split a run");
+}
