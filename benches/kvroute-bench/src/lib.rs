@@ -19,6 +19,7 @@ use kvroute_core::EngineHash;
 use kvroute_core::{HashNamespace, SequenceHash, Slot};
 use kvroute_index::BlockHasher;
 use kvroute_index::index::{BlockStore, IndexConfig, PrefixIndex};
+use kvroute_index::runs::RunIndex;
 
 pub mod route;
 pub mod score;
@@ -185,6 +186,48 @@ impl ConversationFleet {
                         .map(|(i, &s)| (Self::conversation_engine_hash(w, c, i), s)),
                 );
                 index.store_hashes(Slot(w as u32), &pairs).expect("slot");
+            }
+        }
+    }
+
+    /// A [`RunIndex`] holding the fleet, stored as [`Self::populate`] stores it (each
+    /// conversation after its worker's last system-prompt block).
+    pub fn build_run_index(&self) -> RunIndex {
+        let index = RunIndex::new(config(self.workers, self.distinct_blocks()))
+            .expect("valid bench config");
+        self.populate_runs(&index);
+        index
+    }
+
+    /// Stores the fleet into a [`RunIndex`] (slots `0..workers` must exist).
+    pub fn populate_runs(&self, index: &RunIndex) {
+        let system = &self.requests[0][..SYSTEM_PROMPT_BLOCKS];
+        let mut pairs = Vec::with_capacity(REQUEST_BLOCKS);
+        for w in 0..self.workers {
+            pairs.clear();
+            pairs.extend(
+                system
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &s)| (Self::system_engine_hash(w, i), s)),
+            );
+            index
+                .store_hashes(Slot(w as u32), None, &pairs)
+                .expect("slot");
+        }
+        for (c, (hashes, holders)) in self.requests.iter().zip(&self.holders).enumerate() {
+            for &w in holders {
+                pairs.clear();
+                pairs.extend(
+                    hashes[SYSTEM_PROMPT_BLOCKS..]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &s)| (Self::conversation_engine_hash(w, c, i), s)),
+                );
+                let parent = Self::system_engine_hash(w, SYSTEM_PROMPT_BLOCKS - 1);
+                index
+                    .store_hashes(Slot(w as u32), Some(parent), &pairs)
+                    .expect("slot");
             }
         }
     }

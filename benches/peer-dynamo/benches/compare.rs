@@ -16,6 +16,7 @@ use dynamo_kv_router::protocols::RouterEvent;
 use dynamo_kv_router::{RadixTree, SyncIndexer};
 use kvroute_bench::{ConversationFleet, StoreWorkload};
 use kvroute_index::index::PrefixIndex;
+use kvroute_index::runs::RunIndex;
 use kvroute_peer_dynamo::chain::{self, ChainFleet, ChainPeer, ChainStore, same_dense_overlaps};
 use kvroute_peer_dynamo::decide::{PeerDecider, kvroute_decide, kvroute_router};
 use kvroute_peer_dynamo::peer::{PeerFleet, PeerPool, PeerStoreWorkload, same_overlaps};
@@ -129,6 +130,24 @@ fn check_chain_overlaps(
     }
 }
 
+/// Checks the run-compressed index gives every worker the same overlap as the node index
+/// for the first [`CHECKED_QUERIES`] rotating queries and the cold one.
+fn check_run_overlaps(index: &PrefixIndex, runs: &RunIndex, fleet: &ConversationFleet, order: &[usize]) {
+    let (mut a, mut b) = (index.new_overlaps(), runs.new_overlaps());
+    let cold = fleet.cold_request(COLD_SEED);
+    let queries = order.iter().take(CHECKED_QUERIES).map(|&q| &fleet.requests[q]);
+    for (i, q) in queries.chain([&cold]).enumerate() {
+        index.match_prefix(q, &mut a);
+        runs.match_prefix(q, &mut b);
+        assert_eq!(
+            a.as_slice(),
+            b.as_slice(),
+            "RunIndex disagrees with PrefixIndex at {} workers, query {i}",
+            fleet.workers
+        );
+    }
+}
+
 /// Match and decision rows at `workers` workers.
 fn match_and_decide(
     c: &mut Criterion,
@@ -149,6 +168,20 @@ fn match_and_decide(
     let chain_peer = chain.build().expect("kv-index builds");
     let chain_cold = ChainFleet::cold_request(&fleet, COLD_SEED);
     check_chain_overlaps(&index, &fleet, &chain_peer, &chain, &order);
+    let runs = fleet.build_run_index();
+    check_run_overlaps(&index, &runs, &fleet, &order);
+    let st = runs.stats();
+    println!(
+        "{workers} workers: RunIndex {} runs, {} positions, {} residencies, {} heap bytes \
+         ({:.1} per distinct block); PrefixIndex {} heap bytes ({:.1} per distinct block)",
+        st.runs,
+        st.positions,
+        st.residencies,
+        st.heap_bytes,
+        st.heap_bytes as f64 / fleet.distinct_blocks() as f64,
+        index.stats().heap_bytes,
+        index.stats().heap_bytes as f64 / fleet.distinct_blocks() as f64,
+    );
     let mut decider = PeerDecider::new(workers);
 
     // Informative only (the policies differ): how often each side picks a cache holder.
@@ -210,9 +243,24 @@ fn match_and_decide(
                 black_box(dense[0])
             });
         });
+        let mut out = runs.new_overlaps();
+        let mut i = 0usize;
+        group.bench_function("runs", |b| {
+            b.iter(|| {
+                let q = if warm {
+                    i = (i + 1) % order.len();
+                    &fleet.requests[order[i]]
+                } else {
+                    &cold
+                };
+                runs.match_prefix(black_box(q), &mut out);
+                black_box(out.deepest())
+            });
+        });
         group.finish();
         rows.push(Row {
             kv_index: Some(BenchRef::new(&group_name, "kv_index", None)),
+            runs: Some(BenchRef::new(&group_name, "runs", None)),
             ..row(&format!("match {mode} {w}"), &group_name, None)
         });
 
@@ -254,6 +302,7 @@ fn row(label: &str, group: &str, blocks: Option<u64>) -> Row {
         kvroute: BenchRef::new(group, "kvroute", None),
         peer: Some(BenchRef::new(group, "dynamo", None)),
         kv_index: None,
+        runs: None,
         blocks,
     }
 }
@@ -262,8 +311,39 @@ fn row(label: &str, group: &str, blocks: Option<u64>) -> Row {
 fn row3(label: &str, group: &str, blocks: Option<u64>) -> Row {
     Row {
         kv_index: Some(BenchRef::new(group, "kv_index", None)),
+        runs: Some(BenchRef::new(group, "runs", None)),
         ..row(label, group, blocks)
     }
+}
+
+/// Replays `load` `iters` times on the `RunIndex`: each store (after its parent), then its
+/// removal; only the calls selected by `time_store` / `time_remove` are timed.
+fn replay_runs(
+    iters: u64,
+    runs: &RunIndex,
+    load: &StoreWorkload,
+    time_store: bool,
+    time_remove: bool,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        for e in &load.events {
+            let t = Instant::now();
+            black_box(
+                runs.store_hashes(e.slot, Some(e.parent), &e.pairs)
+                    .expect("valid slot and parent"),
+            );
+            if time_store {
+                total += t.elapsed();
+            }
+            let t = Instant::now();
+            black_box(runs.remove(e.slot, &e.engine_hashes).expect("valid slot"));
+            if time_remove {
+                total += t.elapsed();
+            }
+        }
+    }
+    total
 }
 
 /// Replays `stores` `iters` times on `kv-index`: each store, then its removal. Only the calls
@@ -337,6 +417,8 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
     let chain_stores = chain::store_workload(&fleet, &load);
     let mut chain_peer = ChainFleet::new(&fleet).build().expect("kv-index builds");
     let chain_size = chain_peer.index.current_size();
+    let runs = fleet.build_run_index();
+    let runs_before = runs.stats();
 
     let mut group = c.benchmark_group("ingest/store");
     group.sampling_mode(SamplingMode::Flat);
@@ -362,6 +444,9 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
     group.bench_function("kv_index", |b| {
         b.iter_custom(|iters| replay_chain(iters, &mut chain_peer, &chain_stores, true, false));
     });
+    group.bench_function("runs", |b| {
+        b.iter_custom(|iters| replay_runs(iters, &runs, &load, true, false));
+    });
     group.finish();
     rows.push(row3("ingest 512 store", "ingest/store", Some(blocks)));
 
@@ -386,6 +471,9 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
     });
     group.bench_function("kv_index", |b| {
         b.iter_custom(|iters| replay_chain(iters, &mut chain_peer, &chain_stores, true, true));
+    });
+    group.bench_function("runs", |b| {
+        b.iter_custom(|iters| replay_runs(iters, &runs, &load, true, true));
     });
     group.bench_function("dynamo_pool", |b| {
         b.iter_custom(|iters| {
@@ -418,6 +506,7 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
         kvroute: BenchRef::new("ingest/store_remove", "kvroute", None),
         peer: Some(BenchRef::new("ingest/store_remove", "dynamo_pool", None)),
         kv_index: None,
+        runs: None,
         blocks: Some(blocks),
     });
 
@@ -434,6 +523,12 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
         chain_peer.index.current_size(),
         chain_size,
         "kv-index drifted over the ingest rows"
+    );
+    let runs_after = runs.stats();
+    assert_eq!(
+        (runs_after.runs, runs_after.positions, runs_after.residencies),
+        (runs_before.runs, runs_before.positions, runs_before.residencies),
+        "RunIndex drifted over the ingest rows"
     );
     let stats = chain_peer.index.stats();
     println!(

@@ -59,6 +59,8 @@ pub struct Row {
     pub peer: Option<BenchRef>,
     /// `kv-index`'s bench, if the row has one.
     pub kv_index: Option<BenchRef>,
+    /// The same work on kvroute's run-compressed `RunIndex`, if the row has it.
+    pub runs: Option<BenchRef>,
     /// Blocks per iteration, for rows that report a rate (blocks/s) too.
     pub blocks: Option<u64>,
 }
@@ -107,9 +109,10 @@ pub fn fmt_rate(blocks: u64, ns: f64) -> String {
 pub fn table(rows: &[Row], dir: &Path, since: SystemTime) -> String {
     let mut out = String::new();
     out.push_str(
-        "| row | kvroute | dynamo-kv-router | dynamo / kvroute | kv-index | kv-index / kvroute |\n",
+        "| row | kvroute | dynamo-kv-router | dynamo / kvroute | kv-index | kv-index / kvroute \
+         | kvroute `RunIndex` | kv-index / `RunIndex` | dynamo / `RunIndex` |\n",
     );
-    out.push_str("|---|---:|---:|---:|---:|---:|\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in rows {
         let Some(k) = median_ns(&r.kvroute.estimates_path(dir), since) else {
             continue;
@@ -131,9 +134,17 @@ pub fn table(rows: &[Row], dir: &Path, since: SystemTime) -> String {
             None => ("—".to_owned(), "—".to_owned()),
         };
         let ((ds, dr), (xs, xr)) = (pair(d), pair(x));
+        let (rs, rx, rd) = match median(&r.runs) {
+            Some(n) => (
+                cell(n),
+                x.map_or("—".to_owned(), |x| format!("{:.1}x", x / n)),
+                d.map_or("—".to_owned(), |d| format!("{:.1}x", d / n)),
+            ),
+            None => ("—".to_owned(), "—".to_owned(), "—".to_owned()),
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {ds} | {dr} | {xs} | {xr} |",
+            "| {} | {} | {ds} | {dr} | {xs} | {xr} | {rs} | {rx} | {rd} |",
             r.label,
             cell(k)
         );
@@ -185,11 +196,13 @@ mod tests {
         write(&k, 100.0);
         write(&d, 400.0);
         write(&x, 250.0);
+        write(&BenchRef::new("g", "runs", None), 50.0);
         let both = Row {
             label: "both".into(),
             kvroute: k.clone(),
             peer: Some(d),
             kv_index: Some(x.clone()),
+            runs: Some(BenchRef::new("g", "runs", None)),
             blocks: None,
         };
         let one = Row {
@@ -197,16 +210,17 @@ mod tests {
             kvroute: k,
             peer: None,
             kv_index: Some(x),
+            runs: None,
             blocks: None,
         };
         let t = table(&[both, one], &dir, since);
         let _ = std::fs::remove_dir_all(&dir);
         assert!(
-            t.contains("| both | 100 ns | 400 ns | 4.0x | 250 ns | 2.5x |"),
+            t.contains("| both | 100 ns | 400 ns | 4.0x | 250 ns | 2.5x | 50.0 ns | 5.0x | 8.0x |"),
             "{t}"
         );
         assert!(
-            t.contains("| one | 100 ns | — | — | 250 ns | 2.5x |"),
+            t.contains("| one | 100 ns | — | — | 250 ns | 2.5x | — | — | — |"),
             "{t}"
         );
     }

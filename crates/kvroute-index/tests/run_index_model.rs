@@ -268,6 +268,7 @@ impl Harness {
     }
 
     fn check(&self, index: &RunIndex, model: &Model) -> Result<(), String> {
+        index.check_invariants()?;
         let mut out = index.new_overlaps();
         let mut queries: Vec<Vec<SequenceHash>> = self.base_queries.clone();
         for path in self.paths.values() {

@@ -29,7 +29,6 @@ impl Cover {
     }
 
     /// Whether `p` is held.
-    #[cfg(test)]
     pub(crate) fn contains(&self, p: u32) -> bool {
         let i = self.iv.partition_point(|&(_, e)| e <= p);
         self.iv.get(i).is_some_and(|&(s, _)| s <= p)
@@ -106,7 +105,6 @@ impl Cover {
     }
 
     /// Number of positions held.
-    #[cfg(test)]
     pub(crate) fn count(&self) -> u32 {
         self.iv.iter().map(|&(s, e)| e - s).sum()
     }

@@ -43,6 +43,7 @@
 
 mod cover;
 mod heads;
+mod lanes;
 mod view;
 mod walk;
 mod write;
@@ -338,6 +339,19 @@ impl RunIndex {
             hash_conflicts: self.conflicts.load(core::sync::atomic::Ordering::Relaxed),
             splits: w.splits,
         }
+    }
+
+    /// Checks the writer's internal invariants (residency gauge, lanes, covers, aliases);
+    /// `O(blocks)`. For tests.
+    ///
+    /// # Errors
+    /// A description of the first invariant that does not hold.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check()
     }
 
     /// The index's error counters.

@@ -38,6 +38,7 @@ use kvroute_core::EngineHash;
 
 use super::cover::Cover;
 use super::heads::{HeadCounts, Heads};
+use super::lanes::{Lane, LaneMap};
 use super::view::{Partial, ViewHead};
 use crate::index::{RemoveOutcome, StoreOutcome};
 
@@ -63,6 +64,13 @@ struct Run {
     /// The published view, or null when the run is not linked.
     view: *mut ViewHead,
     dirty: bool,
+    /// Offsets of this run that runs start after (their first block's parent), once per
+    /// such run. A run that has some is kept linked, members or not, so that the position
+    /// of their parent never moves (see `place`).
+    anchors: Vec<u32>,
+    /// The position this run starts after (`(NONE, 0)` for a root), as a reference that
+    /// resolves through forwarding like a lane.
+    anchor: (u32, u32),
 }
 
 impl Run {
@@ -95,20 +103,20 @@ impl Run {
     }
 }
 
-/// A worker's lane: where one of its engine hashes sits, and how many copies it stored.
-#[derive(Clone, Copy, Debug)]
-struct Lane {
-    run: u32,
-    off: u32,
-    copies: u16,
-}
-
 /// One worker's maps.
 #[derive(Default)]
 struct Lanes {
-    map: HashMap<u64, Lane>,
+    map: LaneMap,
+    /// Copies beyond the first, per engine hash stored more than once.
+    copies: HashMap<u64, u16>,
     /// Extra engine hashes per held key (the same block under two engine hashes).
     aliases: HashMap<u64, u32>,
+}
+
+impl Lanes {
+    fn copies(&self, eh: u64) -> u16 {
+        1 + self.copies.get(&eh).copied().unwrap_or(0)
+    }
 }
 
 /// Allocates a key buffer of at least `cap` keys.
@@ -177,6 +185,8 @@ pub(crate) struct Writer {
     pub(crate) linked: u64,
     /// Splits so far.
     pub(crate) splits: u64,
+    /// A store's (engine hash, key) pairs.
+    scratch: Vec<(u64, u64)>,
     /// Key buffers replaced by a growth whose old view is not yet replaced.
     retired_keys: Vec<(usize, u32)>,
     // Scratch for building views.
@@ -208,6 +218,7 @@ impl Writer {
             positions: 0,
             linked: 0,
             splits: 0,
+            scratch: Vec::new(),
             retired_keys: Vec::new(),
             full: Vec::new(),
             partials: Vec::new(),
@@ -216,7 +227,7 @@ impl Writer {
 
     /// The key of engine hash `eh` on worker `s`, if indexed (resolving its lane).
     pub(crate) fn key_of(&mut self, s: usize, eh: u64) -> Option<(u32, u32, u64)> {
-        let lane = *self.lanes[s].map.get(&eh)?;
+        let lane = self.lanes[s].map.get(eh)?;
         let (r, o) = self.resolve(s, eh, lane);
         Some((r, o, self.runs[r as usize].key(o)))
     }
@@ -230,10 +241,7 @@ impl Writer {
         }
         if r != lane.run {
             self.runs[r as usize].refs += 1;
-            if let Some(l) = self.lanes[s].map.get_mut(&eh) {
-                l.run = r;
-                l.off = o;
-            }
+            self.lanes[s].map.set(eh, Lane { run: r, off: o });
             self.drop_ref(lane.run);
         }
         (r, o)
@@ -263,8 +271,25 @@ impl Writer {
         debug_assert!(run.keys.is_null() && run.refs == 0 && run.members.is_empty());
         let tail = core::mem::replace(&mut run.tail, NONE);
         run.members = Vec::new();
+        run.anchors = Vec::new();
         self.free.push(r);
         tail
+    }
+
+    /// Records that run `n` starts after position `(r, o)`.
+    fn anchor(&mut self, n: u32, r: u32, o: u32) {
+        self.runs[r as usize].anchors.push(o);
+        self.runs[r as usize].refs += 1;
+        self.runs[n as usize].anchor = (r, o);
+    }
+
+    /// Resolves a position through forwarding runs (without rewriting anything).
+    fn forward(&self, mut r: u32, mut o: u32) -> (u32, u32) {
+        while o >= self.runs[r as usize].len && self.runs[r as usize].tail != NONE {
+            o -= self.runs[r as usize].len;
+            r = self.runs[r as usize].tail;
+        }
+        (r, o)
     }
 
     fn mark(&mut self, r: u32) {
@@ -289,6 +314,8 @@ impl Writer {
             members: Vec::new(),
             view: core::ptr::null_mut(),
             dirty: false,
+            anchors: Vec::new(),
+            anchor: (NONE, 0),
         };
         let r = match self.free.pop() {
             Some(r) => {
@@ -307,11 +334,27 @@ impl Writer {
 
     /// Appends `key` at the end of run `r` (the caller checked it may).
     fn append(&mut self, r: u32, key: u64) -> u32 {
+        self.reserve(r, 1);
         let run = &mut self.runs[r as usize];
-        if run.hw == run.cap || run.hw != run.len {
+        let o = run.len;
+        // SAFETY: `reserve` left `o == hw < cap`: a position no view shows yet.
+        unsafe { run.keys.add(o as usize).write(key) };
+        run.hw += 1;
+        run.len += 1;
+        self.positions += 1;
+        self.mark(r);
+        o
+    }
+
+    /// Makes room for `extra` appends to run `r`: afterwards `hw == len` and
+    /// `cap >= len + extra`.
+    fn reserve(&mut self, r: u32, extra: usize) {
+        let run = &mut self.runs[r as usize];
+        let need = run.len as usize + extra;
+        if need > run.cap as usize || run.hw != run.len {
             // Grow (or leave positions a split left behind): a new buffer; the old one is
             // freed once the readers that may see it through the current view are gone.
-            let (keys, cap) = alloc_keys((run.len as usize * 2).max(8));
+            let (keys, cap) = alloc_keys(need.max(run.len as usize * 2).max(8));
             // SAFETY: `len <= hw` keys of the old buffer are written; the new one has room.
             unsafe { core::ptr::copy_nonoverlapping(run.keys, keys, run.len as usize) };
             // The current view still points into the old buffer: it is handed to the
@@ -321,17 +364,23 @@ impl Writer {
             run.cap = cap;
             run.hw = run.len;
         }
-        let o = run.len;
-        // SAFETY: `o == hw < cap`: a position no view shows yet.
-        unsafe { run.keys.add(o as usize).write(key) };
-        run.hw += 1;
-        run.len += 1;
-        self.positions += 1;
-        self.mark(r);
-        o
     }
 
-    /// Where a stored `key` goes, given its parent's position.
+    /// Whether worker `s` may append after the last position of run `r` without looking
+    /// the new keys up: no run starts after that position, the run was never split, and no
+    /// other member holds it to its end (it would become a partial holder).
+    fn appendable(&self, r: u32, s: u32) -> bool {
+        let run = &self.runs[r as usize];
+        run.tail == NONE
+            && !run.anchors.contains(&(run.len - 1))
+            && !run
+                .members
+                .iter()
+                .any(|(m, c)| *m != s && c.cutoff() == run.len)
+    }
+
+    /// Where a stored `key` goes, given its parent's position (one block; the stretches
+    /// of `store` handle the common cases faster).
     fn place(
         &mut self,
         cx: &Ctx<'_>,
@@ -345,23 +394,20 @@ impl Writer {
             if o + 1 < run.len && run.key(o + 1) == key {
                 return (r, o + 1);
             }
-        }
-        if let Some(v) = cx.heads.find(key, cx.guard) {
-            return (v.run, 0);
-        }
-        if let Some((r, o)) = prev {
-            let run = &self.runs[r as usize];
-            let at_end = o + 1 == run.len && run.tail == NONE;
-            let others_full = run
-                .members
-                .iter()
-                .any(|(m, c)| *m != s && c.cutoff() == run.len);
-            if at_end && !others_full {
+            if o + 1 == run.len && self.appendable(r, s) {
+                // No run starts after `(r, o)`, so `key` is not indexed anywhere.
                 let o = self.append(r, key);
                 return (r, o);
             }
         }
-        (self.new_run(key, hint), 0)
+        if let Some(v) = cx.heads.find(key, cx.guard) {
+            return (v.run, 0);
+        }
+        let n = self.new_run(key, hint);
+        if let Some((r, o)) = prev {
+            self.anchor(n, r, o);
+        }
+        (n, 0)
     }
 
     /// Stores `blocks` (engine hash, chained key) for worker `s` after the block at
@@ -376,54 +422,100 @@ impl Writer {
         conflicts: &mut u64,
     ) {
         let slot = s as u32;
+        let mut buf = core::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.extend(blocks.map(|(e, k)| (e.0, k)));
+        for &(eh, _) in buf.iter().take(32) {
+            self.lanes[s].map.prefetch(eh);
+        }
         let mut prev = parent;
-        let total = blocks.len();
-        for (j, (eh, key)) in blocks.enumerate() {
-            if let Some(lane) = self.lanes[s].map.get(&eh.0).copied() {
-                let (r, o) = self.resolve(s, eh.0, lane);
+        let n = buf.len();
+        let mut i = 0;
+        while i < n {
+            let (eh, key) = buf[i];
+            if let Some(lane) = self.lanes[s].map.get(eh) {
+                let (r, o) = self.resolve(s, eh, lane);
                 if self.runs[r as usize].key(o) == key {
-                    if let Some(l) = self.lanes[s].map.get_mut(&eh.0) {
-                        l.copies = l.copies.saturating_add(1);
-                    }
+                    let c = self.lanes[s].copies.entry(eh).or_insert(0);
+                    *c = c.saturating_add(1).min(u16::MAX - 1);
                     out.extra_copies += 1;
                     prev = Some((r, o));
+                    i += 1;
                     continue;
                 }
                 // Same engine hash, other content: the engine's latest word wins.
-                self.release(s, eh.0);
+                self.release(s, eh);
                 out.conflicts += 1;
                 *conflicts += 1;
             }
-            let (r, o) = self.place(cx, slot, prev, key, total - j);
-            let run = &mut self.runs[r as usize];
-            run.refs += 1;
-            if run.member_or_insert(slot).insert(o) {
-                self.residencies += 1;
-                self.mark(r);
-            } else {
-                *self.lanes[s].aliases.entry(key).or_insert(0) += 1;
-            }
-            self.lanes[s].map.insert(
-                eh.0,
-                Lane {
-                    run: r,
-                    off: o,
-                    copies: 1,
-                },
-            );
+            let (r, o) = self.place(cx, slot, prev, key, n - i);
+            self.hold(s, r, o, eh, key);
             out.new_blocks += 1;
             prev = Some((r, o));
+            i += 1;
+            // Then as many of the following blocks as continue in `r` (existing positions
+            // or appends), with engine hashes the worker has not mapped yet.
+            let mut j = i;
+            let run = &self.runs[r as usize];
+            let mut at = o + 1;
+            while j < n && at < run.len && run.key(at) == buf[j].1 {
+                j += 1;
+                at += 1;
+            }
+            let appending = j == i && at == run.len && i < n && self.appendable(r, slot);
+            if appending {
+                j = n;
+                self.reserve(r, n - i);
+            }
+            let mut k = i;
+            while k < j {
+                let (eh, key) = buf[k];
+                if k + 32 < n {
+                    self.lanes[s].map.prefetch(buf[k + 32].0);
+                }
+                if self.lanes[s].map.get(eh).is_some() {
+                    break;
+                }
+                let p = if appending {
+                    self.append(r, key)
+                } else {
+                    o + 1 + (k - i) as u32
+                };
+                self.hold(s, r, p, eh, key);
+                k += 1;
+            }
+            out.new_blocks += k - i;
+            if k > i {
+                prev = Some((r, o + (k - i) as u32));
+            }
+            i = k;
         }
+        self.scratch = buf;
+    }
+
+    /// Worker `s` takes position `(r, o)` (key `key`) under engine hash `eh`.
+    #[inline]
+    fn hold(&mut self, s: usize, r: u32, o: u32, eh: u64, key: u64) {
+        let run = &mut self.runs[r as usize];
+        run.refs += 1;
+        if run.member_or_insert(s as u32).insert(o) {
+            self.residencies += 1;
+            self.mark(r);
+        } else {
+            *self.lanes[s].aliases.entry(key).or_insert(0) += 1;
+        }
+        self.lanes[s].map.insert(eh, Lane { run: r, off: o });
     }
 
     /// Drops engine hash `eh` of worker `s` entirely (every copy). Returns false when the
     /// worker has no such hash.
     fn release(&mut self, s: usize, eh: u64) -> bool {
-        let Some(lane) = self.lanes[s].map.get(&eh).copied() else {
+        let Some(lane) = self.lanes[s].map.get(eh) else {
             return false;
         };
         let (r, o) = self.resolve(s, eh, lane);
-        self.lanes[s].map.remove(&eh);
+        self.lanes[s].map.remove(eh);
+        self.lanes[s].copies.remove(&eh);
         let key = self.runs[r as usize].key(o);
         let aliased = match self.lanes[s].aliases.get_mut(&key) {
             Some(n) => {
@@ -458,24 +550,27 @@ impl Writer {
 
     /// Applies a removal of `hashes` for worker `s`.
     pub(crate) fn remove(&mut self, s: usize, hashes: &[EngineHash], out: &mut RemoveOutcome) {
-        for eh in hashes {
-            match self.lanes[s].map.get_mut(&eh.0) {
-                None => out.unknown += 1,
-                Some(l) if l.copies > 1 => {
-                    l.copies -= 1;
-                    out.copies_dropped += 1;
+        for (i, eh) in hashes.iter().enumerate() {
+            if let Some(next) = hashes.get(i + 16) {
+                self.lanes[s].map.prefetch(next.0);
+            }
+            if let Some(c) = self.lanes[s].copies.get_mut(&eh.0) {
+                *c -= 1;
+                if *c == 0 {
+                    self.lanes[s].copies.remove(&eh.0);
                 }
-                Some(_) => {
-                    self.release(s, eh.0);
-                    out.removed += 1;
-                }
+                out.copies_dropped += 1;
+            } else if self.release(s, eh.0) {
+                out.removed += 1;
+            } else {
+                out.unknown += 1;
             }
         }
     }
 
     /// Drops everything worker `s` holds; returns how many engine hashes it had.
     pub(crate) fn clear(&mut self, s: usize) -> usize {
-        let hashes: Vec<u64> = self.lanes[s].map.keys().copied().collect();
+        let hashes: Vec<u64> = self.lanes[s].map.keys().collect();
         for eh in &hashes {
             self.release(s, *eh);
         }
@@ -491,10 +586,10 @@ impl Writer {
 
     /// Engine hashes of worker `s` with their copy counts.
     pub(crate) fn engine_hashes(&self, s: usize) -> Vec<(EngineHash, u32)> {
-        self.lanes[s]
-            .map
-            .iter()
-            .map(|(&h, l)| (EngineHash(h), u32::from(l.copies)))
+        let l = &self.lanes[s];
+        l.map
+            .keys()
+            .map(|h| (EngineHash(h), u32::from(l.copies(h))))
             .collect()
     }
 
@@ -503,7 +598,8 @@ impl Writer {
     pub(crate) fn publish(&mut self, cx: &Ctx<'_>) {
         while let Some(r) = self.dirty.pop() {
             self.runs[r as usize].dirty = false;
-            if self.runs[r as usize].members.is_empty() {
+            let run = &self.runs[r as usize];
+            if run.members.is_empty() && run.anchors.is_empty() {
                 self.unlink(cx, r);
                 continue;
             }
@@ -585,6 +681,19 @@ impl Writer {
             // SAFETY: the run's view is unlinked (or was never published); freed once.
             unsafe { free_keys(keys as *mut u64, cap) }
         });
+        let (a, ao) = core::mem::replace(&mut self.runs[r as usize].anchor, (NONE, 0));
+        if a != NONE {
+            // No longer a run after its parent: the parent may go too.
+            let (p, o) = self.forward(a, ao);
+            let anchors = &mut self.runs[p as usize].anchors;
+            let i = anchors
+                .iter()
+                .position(|&x| x == o)
+                .expect("anchor recorded");
+            anchors.swap_remove(i);
+            self.mark(p);
+            self.drop_ref(a);
+        }
         if self.runs[r as usize].refs == 0 {
             // No lane and no forwarding run refers to it: free the record now.
             let tail = self.free_record(r);
@@ -620,14 +729,23 @@ impl Writer {
                     members: Vec::new(),
                     view: core::ptr::null_mut(),
                     dirty: false,
+                    anchors: Vec::new(),
+                    anchor: (NONE, 0),
                 });
                 (self.runs.len() - 1) as u32
             }
         };
         self.splits += 1;
         let mut members = Vec::new();
+        let mut tail_anchors = Vec::new();
         {
             let run = &mut self.runs[r as usize];
+            run.anchors.retain(|&o| {
+                if o >= k {
+                    tail_anchors.push(o - k);
+                }
+                o < k
+            });
             run.members.retain_mut(|(slot, c)| {
                 let tail = c.split_off(k);
                 if !tail.is_empty() {
@@ -649,11 +767,72 @@ impl Writer {
             members,
             view: core::ptr::null_mut(),
             dirty: false,
+            anchors: tail_anchors,
+            anchor: (NONE, 0),
         };
+        // The tail starts after the head's new last position.
+        self.anchor(t, r, k - 1);
         // `dirty` is a stack: the tail is published first, so a reader that sees the
         // shortened head finds it.
         self.mark(r);
         self.mark(t);
+    }
+
+    /// Checks the writer's invariants (for tests): the residency gauge equals the covers'
+    /// total; every lane resolves to a position its worker holds, with that position's key;
+    /// every held position has a lane or an alias count.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let total: u64 = self
+            .runs
+            .iter()
+            .flat_map(|r| r.members.iter())
+            .map(|m| u64::from(m.1.count()))
+            .sum();
+        if total != self.residencies {
+            return Err(format!("covers hold {total}, gauge {}", self.residencies));
+        }
+        for (s, l) in self.lanes.iter().enumerate() {
+            let mut held: HashMap<(u32, u32), u32> = HashMap::new();
+            for eh in l.map.keys() {
+                let lane = l.map.get(eh).expect("listed");
+                let (mut r, mut o) = (lane.run, lane.off);
+                while o >= self.runs[r as usize].len && self.runs[r as usize].tail != NONE {
+                    o -= self.runs[r as usize].len;
+                    r = self.runs[r as usize].tail;
+                }
+                let run = &self.runs[r as usize];
+                if run.keys.is_null() || o >= run.len {
+                    return Err(format!("worker {s}: lane {eh} resolves to a dead run {r}"));
+                }
+                let holds = run
+                    .members
+                    .iter()
+                    .any(|(m, c)| *m as usize == s && c.contains(o));
+                if !holds {
+                    return Err(format!("worker {s}: lane {eh} at ({r}, {o}) not held"));
+                }
+                *held.entry((r, o)).or_insert(0) += 1;
+            }
+            let positions = held.len() as u64;
+            let extra: u64 = held.values().map(|&n| u64::from(n - 1)).sum();
+            let aliases: u64 = l.aliases.values().map(|&n| u64::from(n)).sum();
+            if extra != aliases {
+                return Err(format!(
+                    "worker {s}: {extra} extra lanes, {aliases} aliases"
+                ));
+            }
+            let covered: u64 = self
+                .runs
+                .iter()
+                .flat_map(|r| r.members.iter())
+                .filter(|m| m.0 as usize == s)
+                .map(|m| u64::from(m.1.count()))
+                .sum();
+            if covered != positions {
+                return Err(format!("worker {s}: covers {covered}, lanes {positions}"));
+            }
+        }
+        Ok(())
     }
 
     /// Heap bytes the writer owns (arena, key buffers, covers, lanes), views included.
@@ -665,23 +844,27 @@ impl Writer {
             b += run.cap as usize * 8;
             b += run.members.capacity() * core::mem::size_of::<(u32, Cover)>();
             b += run.members.iter().map(|m| m.1.heap_bytes()).sum::<usize>();
+            b += run.anchors.capacity() * 4;
             if run.linked() {
                 // SAFETY: a linked view of this writer.
                 b += unsafe { (*run.view).bytes() };
             }
         }
         for l in &self.lanes {
-            b += l.map.allocation_size() + l.aliases.allocation_size();
+            b += l.map.heap_bytes() + l.copies.allocation_size() + l.aliases.allocation_size();
         }
+        b += self.scratch.capacity() * 16;
         b
     }
 
     /// Gives back spare capacity of the lane maps.
     pub(crate) fn trim(&mut self) {
         for l in &mut self.lanes {
-            l.map.shrink_to_fit();
+            l.map.trim();
+            l.copies.shrink_to_fit();
             l.aliases.shrink_to_fit();
         }
+        self.scratch = Vec::new();
         if self
             .runs
             .iter()
