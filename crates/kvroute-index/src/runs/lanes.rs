@@ -219,7 +219,7 @@ mod tests {
     fn agrees_with_a_hash_map_under_churn() {
         let mut m = LaneMap::default();
         let mut model: HashMap<u64, Lane> = HashMap::new();
-        let mut x: u64 = 0x9876_5432_1;
+        let mut x: u64 = 0x0009_8765_4321;
         for step in 0..200_000u32 {
             x ^= x << 13;
             x ^= x >> 7;
