@@ -63,6 +63,32 @@ impl Cover {
         }
     }
 
+    /// Whether any of `a..b` is held.
+    pub(crate) fn intersects(&self, a: u32, b: u32) -> bool {
+        let i = self.iv.partition_point(|&(_, e)| e <= a);
+        self.iv.get(i).is_some_and(|&(s, _)| s < b)
+    }
+
+    /// Marks `a..b` held; none of it may be held already (see
+    /// [`intersects`](Self::intersects)).
+    pub(crate) fn insert_range(&mut self, a: u32, b: u32) {
+        debug_assert!(a < b && !self.intersects(a, b));
+        // The first interval after `a`; the one before it may end exactly at `a`.
+        let i = self.iv.partition_point(|&(_, e)| e < a);
+        let joins_prev = self.iv.get(i).is_some_and(|&(_, e)| e == a);
+        let next = if joins_prev { i + 1 } else { i };
+        let joins_next = self.iv.get(next).is_some_and(|&(s, _)| s == b);
+        match (joins_prev, joins_next) {
+            (true, true) => {
+                self.iv[i].1 = self.iv[next].1;
+                self.iv.remove(next);
+            }
+            (true, false) => self.iv[i].1 = b,
+            (false, true) => self.iv[next].0 = a,
+            (false, false) => self.iv.insert(i, (a, b)),
+        }
+    }
+
     /// Marks `p` not held; returns false when it was not held.
     pub(crate) fn remove(&mut self, p: u32) -> bool {
         let i = self.iv.partition_point(|&(_, e)| e <= p);
@@ -146,8 +172,14 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let p = (x % 32) as u32;
+            let len = 1 + (x >> 50) as u32 % 4;
+            let free = (p..p + len).all(|q| !model.contains(&q));
+            assert_eq!(c.intersects(p, p + len), !free, "{c:?} {p}..{}", p + len);
             if (x >> 40) % 3 == 0 {
                 assert_eq!(c.remove(p), model.remove(&p));
+            } else if (x >> 40) % 3 == 1 && free {
+                c.insert_range(p, p + len);
+                model.extend(p..p + len);
             } else {
                 assert_eq!(c.insert(p), model.insert(p));
             }

@@ -3,7 +3,7 @@
 //!
 //! Linear probing from a Fibonacci home slot; deletion shifts the following entries back
 //! into the hole (no tombstones, so an engine's steady churn of stores and removals never
-//! degrades probes). The table doubles when it would pass 7/8 full and halves, with
+//! degrades probes). The table doubles when it would pass 3/4 full (linear probing needs room: at 7/8 an insert probes 32 slots on average) and halves, with
 //! hysteresis, once it is below 1/8 full and larger than [`KEEP_SLOTS`]. `u64::MAX` marks
 //! an empty slot; an engine hash of that value is kept beside the table.
 
@@ -119,7 +119,7 @@ impl LaneMap {
             self.max_key = Some(lane);
             return;
         }
-        if (self.len + 1) * 8 > self.slots.len() * 7 {
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.resize((self.slots.len() * 2).max(16));
         }
         let mask = self.mask();
@@ -134,6 +134,35 @@ impl LaneMap {
                 self.slots[i] = Entry { key, lane };
                 self.len += 1;
                 return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Inserts `key` unless it is present; returns whether it inserted.
+    #[inline]
+    pub(crate) fn insert_new(&mut self, key: u64, lane: Lane) -> bool {
+        if key == EMPTY {
+            if self.max_key.is_some() {
+                return false;
+            }
+            self.max_key = Some(lane);
+            return true;
+        }
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
+            self.resize((self.slots.len() * 2).max(16));
+        }
+        let mask = self.mask();
+        let mut i = self.home(key);
+        loop {
+            let k = self.slots[i].key;
+            if k == key {
+                return false;
+            }
+            if k == EMPTY {
+                self.slots[i] = Entry { key, lane };
+                self.len += 1;
+                return true;
             }
             i = (i + 1) & mask;
         }
@@ -233,10 +262,17 @@ mod tests {
                 run: step,
                 off: step / 3,
             };
-            match (x >> 32) % 4 {
+            match (x >> 32) % 5 {
                 0 | 1 => {
                     m.insert(key, lane);
                     model.insert(key, lane);
+                }
+                4 => {
+                    let fresh = !model.contains_key(&key);
+                    assert_eq!(m.insert_new(key, lane), fresh);
+                    if fresh {
+                        model.insert(key, lane);
+                    }
                 }
                 2 => assert_eq!(m.remove(key), model.remove(&key)),
                 _ => assert_eq!(m.get(key), model.get(&key).copied()),

@@ -64,10 +64,10 @@ struct Run {
     /// The published view, or null when the run is not linked.
     view: *mut ViewHead,
     dirty: bool,
-    /// Offsets of this run that runs start after (their first block's parent), once per
-    /// such run. A run that has some is kept linked, members or not, so that the position
-    /// of their parent never moves (see `place`).
-    anchors: Vec<u32>,
+    /// Offsets of this run that runs start after (their first block's parent), sorted,
+    /// each with how many runs start there. A run that has some is kept linked, members or
+    /// not, so that the position of their parent never moves (see `place`).
+    anchors: Vec<(u32, u32)>,
     /// The position this run starts after (`(NONE, 0)` for a root), as a reference that
     /// resolves through forwarding like a lane.
     anchor: (u32, u32),
@@ -278,7 +278,11 @@ impl Writer {
 
     /// Records that run `n` starts after position `(r, o)`.
     fn anchor(&mut self, n: u32, r: u32, o: u32) {
-        self.runs[r as usize].anchors.push(o);
+        let anchors = &mut self.runs[r as usize].anchors;
+        match anchors.binary_search_by_key(&o, |a| a.0) {
+            Ok(i) => anchors[i].1 += 1,
+            Err(i) => anchors.insert(i, (o, 1)),
+        }
         self.runs[r as usize].refs += 1;
         self.runs[n as usize].anchor = (r, o);
     }
@@ -372,7 +376,10 @@ impl Writer {
     fn appendable(&self, r: u32, s: u32) -> bool {
         let run = &self.runs[r as usize];
         run.tail == NONE
-            && !run.anchors.contains(&(run.len - 1))
+            && run
+                .anchors
+                .binary_search_by_key(&(run.len - 1), |a| a.0)
+                .is_err()
             && !run
                 .members
                 .iter()
@@ -467,22 +474,27 @@ impl Writer {
                 j = n;
                 self.reserve(r, n - i);
             }
+            // Map the engine hashes first, stopping at one the worker has mapped already
+            // (a copy or a conflict: the next round takes it one block at a time).
             let mut k = i;
             while k < j {
-                let (eh, key) = buf[k];
-                if k + 32 < n {
-                    self.lanes[s].map.prefetch(buf[k + 32].0);
+                if k + 16 < n {
+                    self.lanes[s].map.prefetch(buf[k + 16].0);
                 }
-                if self.lanes[s].map.get(eh).is_some() {
+                let lane = Lane {
+                    run: r,
+                    off: o + 1 + (k - i) as u32,
+                };
+                if !self.lanes[s].map.insert_new(buf[k].0, lane) {
                     break;
                 }
-                let p = if appending {
-                    self.append(r, key)
-                } else {
-                    o + 1 + (k - i) as u32
-                };
-                self.hold(s, r, p, eh, key);
                 k += 1;
+            }
+            if k > i {
+                if appending {
+                    self.append_all(r, &buf[i..k]);
+                }
+                self.hold_range(s, r, o + 1, &buf[i..k], appending);
             }
             out.new_blocks += k - i;
             if k > i {
@@ -491,6 +503,44 @@ impl Writer {
             i = k;
         }
         self.scratch = buf;
+    }
+
+    /// Appends the keys of `blocks` to run `r` (room reserved by the caller).
+    fn append_all(&mut self, r: u32, blocks: &[(u64, u64)]) {
+        self.reserve(r, blocks.len());
+        let run = &mut self.runs[r as usize];
+        for (i, &(_, key)) in blocks.iter().enumerate() {
+            // SAFETY: `reserve` left `hw == len` and room for `blocks.len()` more keys, at
+            // positions no view shows yet.
+            unsafe { run.keys.add(run.len as usize + i).write(key) };
+        }
+        run.len += blocks.len() as u32;
+        run.hw = run.len;
+        self.positions += blocks.len() as u64;
+        self.mark(r);
+    }
+
+    /// Worker `s` takes the positions `from..from + blocks.len()` of run `r` (keys of
+    /// `blocks`; their lanes are mapped already). `fresh`: positions just appended, which
+    /// nobody held.
+    fn hold_range(&mut self, s: usize, r: u32, from: u32, blocks: &[(u64, u64)], fresh: bool) {
+        let n = blocks.len() as u32;
+        let run = &mut self.runs[r as usize];
+        run.refs += n;
+        let c = run.member_or_insert(s as u32);
+        if fresh || !c.intersects(from, from + n) {
+            c.insert_range(from, from + n);
+            self.residencies += u64::from(n);
+        } else {
+            for (i, &(_, key)) in blocks.iter().enumerate() {
+                if c.insert(from + i as u32) {
+                    self.residencies += 1;
+                } else {
+                    *self.lanes[s].aliases.entry(key).or_insert(0) += 1;
+                }
+            }
+        }
+        self.mark(r);
     }
 
     /// Worker `s` takes position `(r, o)` (key `key`) under engine hash `eh`.
@@ -510,41 +560,43 @@ impl Writer {
     /// Drops engine hash `eh` of worker `s` entirely (every copy). Returns false when the
     /// worker has no such hash.
     fn release(&mut self, s: usize, eh: u64) -> bool {
-        let Some(lane) = self.lanes[s].map.get(eh) else {
+        let Some(lane) = self.lanes[s].map.remove(eh) else {
             return false;
         };
-        let (r, o) = self.resolve(s, eh, lane);
-        self.lanes[s].map.remove(eh);
-        self.lanes[s].copies.remove(&eh);
-        let key = self.runs[r as usize].key(o);
-        let aliased = match self.lanes[s].aliases.get_mut(&key) {
-            Some(n) => {
-                *n -= 1;
-                if *n == 0 {
-                    self.lanes[s].aliases.remove(&key);
+        let l = &mut self.lanes[s];
+        if !l.copies.is_empty() {
+            l.copies.remove(&eh);
+        }
+        let (r, o) = self.forward(lane.run, lane.off);
+        let aliased = !self.lanes[s].aliases.is_empty() && {
+            let key = self.runs[r as usize].key(o);
+            let aliases = &mut self.lanes[s].aliases;
+            match aliases.get_mut(&key) {
+                Some(n) => {
+                    *n -= 1;
+                    if *n == 0 {
+                        aliases.remove(&key);
+                    }
+                    true
                 }
-                true
+                None => false,
             }
-            None => false,
         };
         if !aliased {
             let run = &mut self.runs[r as usize];
             let slot = s as u32;
-            if let Some(c) = run.member(slot) {
+            if let Ok(i) = run.members.binary_search_by_key(&slot, |m| m.0) {
+                let c = &mut run.members[i].1;
                 let was = c.remove(o);
                 debug_assert!(was, "a lane's position is held");
                 if c.is_empty() {
-                    let i = run
-                        .members
-                        .binary_search_by_key(&slot, |m| m.0)
-                        .expect("member present");
                     run.members.remove(i);
                 }
             }
             self.residencies -= 1;
             self.mark(r);
         }
-        self.drop_ref(r);
+        self.drop_ref(lane.run);
         true
     }
 
@@ -554,7 +606,11 @@ impl Writer {
             if let Some(next) = hashes.get(i + 16) {
                 self.lanes[s].map.prefetch(next.0);
             }
-            if let Some(c) = self.lanes[s].copies.get_mut(&eh.0) {
+            let copies = &mut self.lanes[s].copies;
+            if let Some(c) = (!copies.is_empty())
+                .then(|| copies.get_mut(&eh.0))
+                .flatten()
+            {
                 *c -= 1;
                 if *c == 0 {
                     self.lanes[s].copies.remove(&eh.0);
@@ -687,11 +743,18 @@ impl Writer {
             let (p, o) = self.forward(a, ao);
             let anchors = &mut self.runs[p as usize].anchors;
             let i = anchors
-                .iter()
-                .position(|&x| x == o)
+                .binary_search_by_key(&o, |a| a.0)
                 .expect("anchor recorded");
-            anchors.swap_remove(i);
-            self.mark(p);
+            anchors[i].1 -= 1;
+            if anchors[i].1 == 0 {
+                anchors.remove(i);
+            }
+            // Views do not show anchors: only a parent left with neither members nor
+            // anchors changes (it is unlinked).
+            let parent = &self.runs[p as usize];
+            if parent.anchors.is_empty() && parent.members.is_empty() {
+                self.mark(p);
+            }
             self.drop_ref(a);
         }
         if self.runs[r as usize].refs == 0 {
@@ -737,15 +800,14 @@ impl Writer {
         };
         self.splits += 1;
         let mut members = Vec::new();
-        let mut tail_anchors = Vec::new();
+        let mut tail_anchors;
         {
             let run = &mut self.runs[r as usize];
-            run.anchors.retain(|&o| {
-                if o >= k {
-                    tail_anchors.push(o - k);
-                }
-                o < k
-            });
+            let at = run.anchors.partition_point(|a| a.0 < k);
+            tail_anchors = run.anchors.split_off(at);
+            for a in &mut tail_anchors {
+                a.0 -= k;
+            }
             run.members.retain_mut(|(slot, c)| {
                 let tail = c.split_off(k);
                 if !tail.is_empty() {
@@ -844,7 +906,7 @@ impl Writer {
             b += run.cap as usize * 8;
             b += run.members.capacity() * core::mem::size_of::<(u32, Cover)>();
             b += run.members.iter().map(|m| m.1.heap_bytes()).sum::<usize>();
-            b += run.anchors.capacity() * 4;
+            b += run.anchors.capacity() * 8;
             if run.linked() {
                 // SAFETY: a linked view of this writer.
                 b += unsafe { (*run.view).bytes() };
