@@ -84,13 +84,6 @@ impl Run {
         !self.view.is_null()
     }
 
-    fn member(&mut self, slot: u32) -> Option<&mut Cover> {
-        match self.members.binary_search_by_key(&slot, |m| m.0) {
-            Ok(i) => Some(&mut self.members[i].1),
-            Err(_) => None,
-        }
-    }
-
     fn member_or_insert(&mut self, slot: u32) -> &mut Cover {
         let i = match self.members.binary_search_by_key(&slot, |m| m.0) {
             Ok(i) => i,
