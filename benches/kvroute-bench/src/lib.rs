@@ -164,6 +164,18 @@ impl ConversationFleet {
 
     /// Stores the fleet into `index` (slots `0..workers` must exist).
     pub fn populate(&self, index: &PrefixIndex) {
+        self.each_store(|slot, _, pairs| {
+            index.store_hashes(slot, pairs).expect("slot");
+        });
+    }
+
+    /// Calls `store(slot, parent, pairs)` for every store of the fleet, in order: each
+    /// worker's system prompt (no parent), then each conversation on each of its holders
+    /// (parent: the worker's last system-prompt block).
+    fn each_store(
+        &self,
+        mut store: impl FnMut(Slot, Option<EngineHash>, &[(EngineHash, SequenceHash)]),
+    ) {
         let system = &self.requests[0][..SYSTEM_PROMPT_BLOCKS];
         let mut pairs = Vec::with_capacity(REQUEST_BLOCKS);
         for w in 0..self.workers {
@@ -174,7 +186,7 @@ impl ConversationFleet {
                     .enumerate()
                     .map(|(i, &s)| (Self::system_engine_hash(w, i), s)),
             );
-            index.store_hashes(Slot(w as u32), &pairs).expect("slot");
+            store(Slot(w as u32), None, &pairs);
         }
         for (c, (hashes, holders)) in self.requests.iter().zip(&self.holders).enumerate() {
             for &w in holders {
@@ -185,7 +197,8 @@ impl ConversationFleet {
                         .enumerate()
                         .map(|(i, &s)| (Self::conversation_engine_hash(w, c, i), s)),
                 );
-                index.store_hashes(Slot(w as u32), &pairs).expect("slot");
+                let parent = Self::system_engine_hash(w, SYSTEM_PROMPT_BLOCKS - 1);
+                store(Slot(w as u32), Some(parent), &pairs);
             }
         }
     }
@@ -201,35 +214,9 @@ impl ConversationFleet {
 
     /// Stores the fleet into a [`RunIndex`] (slots `0..workers` must exist).
     pub fn populate_runs(&self, index: &RunIndex) {
-        let system = &self.requests[0][..SYSTEM_PROMPT_BLOCKS];
-        let mut pairs = Vec::with_capacity(REQUEST_BLOCKS);
-        for w in 0..self.workers {
-            pairs.clear();
-            pairs.extend(
-                system
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &s)| (Self::system_engine_hash(w, i), s)),
-            );
-            index
-                .store_hashes(Slot(w as u32), None, &pairs)
-                .expect("slot");
-        }
-        for (c, (hashes, holders)) in self.requests.iter().zip(&self.holders).enumerate() {
-            for &w in holders {
-                pairs.clear();
-                pairs.extend(
-                    hashes[SYSTEM_PROMPT_BLOCKS..]
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &s)| (Self::conversation_engine_hash(w, c, i), s)),
-                );
-                let parent = Self::system_engine_hash(w, SYSTEM_PROMPT_BLOCKS - 1);
-                index
-                    .store_hashes(Slot(w as u32), Some(parent), &pairs)
-                    .expect("slot");
-            }
-        }
+        self.each_store(|slot, parent, pairs| {
+            index.store_hashes(slot, parent, pairs).expect("slot");
+        });
     }
 
     /// A query for a *new* conversation: the shared system prompt followed by 96 blocks no

@@ -23,7 +23,7 @@
 //!   `Relaxed`.
 
 use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use kvroute_core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crossbeam_epoch::Guard;
 

@@ -115,27 +115,8 @@ impl LaneMap {
 
     /// Inserts or replaces `key`'s lane.
     pub(crate) fn insert(&mut self, key: u64, lane: Lane) {
-        if key == EMPTY {
-            self.max_key = Some(lane);
-            return;
-        }
-        if (self.len + 1) * 4 > self.slots.len() * 3 {
-            self.resize((self.slots.len() * 2).max(16));
-        }
-        let mask = self.mask();
-        let mut i = self.home(key);
-        loop {
-            let k = self.slots[i].key;
-            if k == key {
-                self.slots[i].lane = lane;
-                return;
-            }
-            if k == EMPTY {
-                self.slots[i] = Entry { key, lane };
-                self.len += 1;
-                return;
-            }
-            i = (i + 1) & mask;
+        if !self.insert_new(key, lane) {
+            self.set(key, lane);
         }
     }
 

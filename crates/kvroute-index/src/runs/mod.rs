@@ -89,7 +89,7 @@ pub struct RunIndex {
     writer: Mutex<Writer>,
     counters: IndexCounters,
     deferred: Arc<Deferred>,
-    conflicts: core::sync::atomic::AtomicU64,
+    conflicts: kvroute_core::sync::atomic::AtomicU64,
 }
 
 impl core::fmt::Debug for RunIndex {
@@ -251,7 +251,7 @@ impl RunIndex {
         if conflicts > 0 {
             IndexCounters::bump(&self.counters.hash_conflicts, conflicts);
             self.conflicts
-                .fetch_add(conflicts, core::sync::atomic::Ordering::Relaxed);
+                .fetch_add(conflicts, kvroute_core::sync::atomic::Ordering::Relaxed);
         }
         out
     }
@@ -336,7 +336,9 @@ impl RunIndex {
             residencies: w.residencies,
             heap_bytes: (w.heap_bytes() + self.heads.heap_bytes() + deferred) as u64,
             deferred_bytes: deferred as u64,
-            hash_conflicts: self.conflicts.load(core::sync::atomic::Ordering::Relaxed),
+            hash_conflicts: self
+                .conflicts
+                .load(kvroute_core::sync::atomic::Ordering::Relaxed),
             splits: w.splits,
         }
     }

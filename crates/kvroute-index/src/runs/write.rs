@@ -74,6 +74,23 @@ struct Run {
 }
 
 impl Run {
+    /// A record with no keys, members or links (a free slot of the arena).
+    fn vacant() -> Self {
+        Self {
+            keys: core::ptr::null_mut(),
+            cap: 0,
+            hw: 0,
+            len: 0,
+            tail: NONE,
+            refs: 0,
+            members: Vec::new(),
+            view: core::ptr::null_mut(),
+            dirty: false,
+            anchors: Vec::new(),
+            anchor: (NONE, 0),
+        }
+    }
+
     fn key(&self, o: u32) -> u64 {
         debug_assert!(o < self.hw);
         // SAFETY: `o < hw <= cap`: a written key of the live buffer.
@@ -146,18 +163,20 @@ fn defer(guard: &Guard, deferred: &Arc<Deferred>, bytes: usize, f: impl FnOnce()
 
 /// Bytes handed to the epoch collector and not yet freed.
 #[derive(Debug, Default)]
-pub(crate) struct Deferred(core::sync::atomic::AtomicUsize);
+pub(crate) struct Deferred(kvroute_core::sync::atomic::AtomicUsize);
 
 impl Deferred {
     fn add(&self, b: usize) {
-        self.0.fetch_add(b, core::sync::atomic::Ordering::Relaxed);
+        self.0
+            .fetch_add(b, kvroute_core::sync::atomic::Ordering::Relaxed);
     }
     fn sub(&self, b: usize) {
-        self.0.fetch_sub(b, core::sync::atomic::Ordering::Relaxed);
+        self.0
+            .fetch_sub(b, kvroute_core::sync::atomic::Ordering::Relaxed);
     }
     /// Bytes waiting.
     pub(crate) fn get(&self) -> usize {
-        self.0.load(core::sync::atomic::Ordering::Relaxed)
+        self.0.load(kvroute_core::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -306,13 +325,7 @@ impl Writer {
             cap,
             hw: 1,
             len: 1,
-            tail: NONE,
-            refs: 0,
-            members: Vec::new(),
-            view: core::ptr::null_mut(),
-            dirty: false,
-            anchors: Vec::new(),
-            anchor: (NONE, 0),
+            ..Run::vacant()
         };
         let r = match self.free.pop() {
             Some(r) => {
@@ -775,19 +788,7 @@ impl Writer {
         let t = match self.free.pop() {
             Some(t) => t,
             None => {
-                self.runs.push(Run {
-                    keys: core::ptr::null_mut(),
-                    cap: 0,
-                    hw: 0,
-                    len: 0,
-                    tail: NONE,
-                    refs: 0,
-                    members: Vec::new(),
-                    view: core::ptr::null_mut(),
-                    dirty: false,
-                    anchors: Vec::new(),
-                    anchor: (NONE, 0),
-                });
+                self.runs.push(Run::vacant());
                 (self.runs.len() - 1) as u32
             }
         };

@@ -1,0 +1,183 @@
+//! Heap bytes each index holds for the same fleet, measured by a counting global allocator
+//! (live bytes after building the index, minus live bytes before): kvroute's `PrefixIndex`
+//! and `RunIndex`, `dynamo-kv-router`'s `RadixTree` and `kv-index`'s `ChainIndex` with the
+//! per-worker block maps its writers keep.
+//!
+//! Two fleets:
+//! * the benches' conversation fleet (`ConversationFleet`: a 32-block system prompt on every
+//!   worker, 96-block conversations on two workers each) at 16, 128, 512 and 1,024 workers,
+//!   in bytes per distinct block;
+//! * a fleet where every block is held by exactly one worker (each worker stores 64 chains
+//!   of 128 blocks of its own), at 16 and 64 workers, in bytes per block.
+//!
+//! Run from `benches/peer-dynamo`: `cargo run --release --bin memory`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use kvroute_bench::{ConversationFleet, SplitMix64, hasher};
+use kvroute_core::{EngineHash, SequenceHash, Slot};
+use kvroute_index::index::PrefixIndex;
+use kvroute_index::runs::RunIndex;
+use kvroute_peer_dynamo::chain::{ChainFleet, ChainPeer, ChainStore, content_hashes};
+use kvroute_peer_dynamo::peer::PeerFleet;
+use kvroute_peer_dynamo::{FLEET_SEED, WORKER_COUNTS};
+
+/// Live heap bytes of the process.
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+struct Counting;
+
+// SAFETY: every call is forwarded to `System` unchanged; the counter only observes sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let p = unsafe { System.alloc(l) };
+        if !p.is_null() {
+            LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded with the caller's pointer and layout.
+        unsafe { System.dealloc(p, l) };
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let p = unsafe { System.alloc_zeroed(l) };
+        if !p.is_null() {
+            LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        // SAFETY: forwarded with the caller's pointer, layout and size.
+        let q = unsafe { System.realloc(p, l, new) };
+        if !q.is_null() {
+            LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Builds with `f` and returns the value and the live bytes it added.
+fn measure<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let before = LIVE.load(Ordering::Relaxed);
+    let t = f();
+    (t, (LIVE.load(Ordering::Relaxed) - before).max(0) as usize)
+}
+
+fn per(bytes: usize, blocks: usize) -> String {
+    format!("{:.1}", bytes as f64 / blocks as f64)
+}
+
+fn main() {
+    println!("Conversation fleet: heap bytes per distinct block (counting allocator)\n");
+    println!(
+        "| workers | distinct blocks | residencies | kvroute `PrefixIndex` | kvroute `RunIndex` \
+         | dynamo-kv-router `RadixTree` | kv-index `ChainIndex` + block maps |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for &workers in &WORKER_COUNTS {
+        let fleet = ConversationFleet::new(workers, FLEET_SEED);
+        let distinct = fleet.distinct_blocks();
+        let (index, prefix) = measure(|| {
+            let i = fleet.build_index();
+            i.collect_garbage();
+            i
+        });
+        drop(index);
+        let (runs, run_bytes) = measure(|| {
+            let r = fleet.build_run_index();
+            r.collect_garbage();
+            r
+        });
+        let gauge = runs.stats().heap_bytes;
+        drop(runs);
+        let peer = PeerFleet::new(&fleet);
+        let (tree, tree_bytes) = measure(|| peer.radix_tree().expect("peer tree builds"));
+        drop(tree);
+        drop(peer);
+        let chain = ChainFleet::new(&fleet);
+        let (chain_peer, chain_bytes) = measure(|| chain.build().expect("kv-index builds"));
+        drop(chain_peer);
+        println!(
+            "| {workers} | {distinct} | {} | {} | {} | {} | {} |",
+            fleet.residencies(),
+            per(prefix, distinct),
+            per(run_bytes, distinct),
+            per(tree_bytes, distinct),
+            per(chain_bytes, distinct),
+        );
+        eprintln!("{workers} workers: RunIndex gauge {gauge} B, allocator {run_bytes} B");
+    }
+
+    println!("\nOne holder per block: heap bytes per block (64 chains of 128 blocks per worker)\n");
+    println!("| workers | blocks | kvroute `PrefixIndex` | kvroute `RunIndex` | kv-index `ChainIndex` + block maps |");
+    println!("|---:|---:|---:|---:|---:|");
+    for workers in [16usize, 64] {
+        let chains = 64;
+        let len = 128;
+        let h = hasher();
+        let mut rng = SplitMix64::new(FLEET_SEED ^ workers as u64);
+        // (worker, pairs, content hashes) per chain.
+        let mut all = Vec::new();
+        for w in 0..workers {
+            for c in 0..chains {
+                let tokens = rng.tokens(len * 16);
+                let mut seq = Vec::new();
+                h.sequence_hashes_into(&tokens, None, &mut seq);
+                let pairs: Vec<(EngineHash, SequenceHash)> = seq
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &s)| (EngineHash(((w as u64) << 40) | ((c as u64) << 16) | i as u64), s))
+                    .collect();
+                all.push((w, pairs, content_hashes(&tokens)));
+            }
+        }
+        let blocks = workers * chains * len;
+        let config = kvroute_bench::config(workers, blocks);
+        let (index, prefix) = measure(|| {
+            let i = PrefixIndex::new(config.clone()).expect("config");
+            for (w, pairs, _) in &all {
+                i.store_hashes(Slot(*w as u32), pairs).expect("slot");
+            }
+            i.collect_garbage();
+            i
+        });
+        drop(index);
+        let (runs, run_bytes) = measure(|| {
+            let r = RunIndex::new(config.clone()).expect("config");
+            for (w, pairs, _) in &all {
+                r.store_hashes(Slot(*w as u32), None, pairs).expect("slot");
+            }
+            r.collect_garbage();
+            r
+        });
+        drop(runs);
+        let stores: Vec<ChainStore> = all
+            .iter()
+            .map(|(w, pairs, content)| {
+                ChainStore::new(*w, None, pairs.iter().map(|&(_, s)| s).zip(content.iter().copied()))
+            })
+            .collect();
+        let (chain_peer, chain_bytes) = measure(|| {
+            let mut p = ChainPeer::new(workers);
+            for s in &stores {
+                p.store(s).expect("kv-index stores");
+            }
+            p
+        });
+        drop(chain_peer);
+        println!(
+            "| {workers} | {blocks} | {} | {} | {} |",
+            per(prefix, blocks),
+            per(run_bytes, blocks),
+            per(chain_bytes, blocks)
+        );
+    }
+}
