@@ -13,6 +13,26 @@ use crate::index::Overlaps;
 use crate::index::matching::{MAX_WORDS, record};
 use kvroute_core::SequenceHash;
 
+/// How many leading keys of `keys` equal the hashes of `want` (compared four at a time:
+/// one branch per four keys).
+#[inline]
+fn common_prefix(keys: &[u64], want: &[SequenceHash]) -> usize {
+    let lim = keys.len().min(want.len());
+    let (keys, want) = (&keys[..lim], &want[..lim]);
+    let mut m = 0;
+    for (k, w) in keys.chunks_exact(4).zip(want.chunks_exact(4)) {
+        let diff = (k[0] ^ w[0].0) | (k[1] ^ w[1].0) | (k[2] ^ w[2].0) | (k[3] ^ w[3].0);
+        if diff != 0 {
+            break;
+        }
+        m += 4;
+    }
+    while m < lim && keys[m] == want[m].0 {
+        m += 1;
+    }
+    m
+}
+
 impl RunIndex {
     /// Writes, for every worker slot, how many leading blocks of `hashes` the worker holds
     /// contiguously from block 0, into `out` (see the module docs of `runs`).
@@ -44,11 +64,11 @@ impl RunIndex {
         loop {
             let keys = view.keys();
             let want = &hashes[d..];
-            let lim = keys.len().min(want.len());
-            let mut m = 0;
-            while m < lim && keys[m] == want[m].0 {
-                m += 1;
+            if let Some(next) = want.get(keys.len()) {
+                // The lookup after a full match of this run: start loading its slot now.
+                self.heads.prefetch(next.0, &guard);
             }
+            let m = common_prefix(keys, want);
             let full = view.full();
             let mut any = 0u64;
             for w in 0..words {
