@@ -19,6 +19,10 @@
 //! many workers hold different depths of one run and runs split (more than eight partial
 //! holders: workers at slots {0, .., 11}); it fails if no case split a run.
 //!
+//! A third property runs the first with a per-worker cap of 6 engine hashes: after every
+//! store the worker is within the cap, the store reports as many evictions as engine hashes
+//! left it, and with those dropped from the model every match still equals the model's.
+//!
 //! Cases: `PROPTEST_CASES` (default 512 per property).
 
 mod index_common;
@@ -28,7 +32,7 @@ use std::collections::{BTreeMap, HashMap};
 use index_common::{Model, all_paths, block_tokens, cases};
 use kvroute_core::{EngineHash, HashNamespace, SequenceHash, Slot};
 use kvroute_index::BlockHasher;
-use kvroute_index::index::{BlockStore, IndexConfig};
+use kvroute_index::index::{BlockStore, IndexConfig, StoreOutcome};
 use kvroute_index::runs::RunIndex;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -116,6 +120,8 @@ fn op_strategy(
 }
 
 struct Harness {
+    /// The per-worker cap of the index, if small enough to bind.
+    cap: Option<usize>,
     hasher: BlockHasher,
     slots: Vec<Slot>,
     worker_slots: usize,
@@ -132,6 +138,7 @@ impl Harness {
             .map(|p| index_common::path_hashes(&hasher, &p))
             .collect();
         Self {
+            cap: None,
             hasher,
             slots: slots.into_iter().map(Slot).collect(),
             worker_slots,
@@ -209,7 +216,10 @@ impl Harness {
                     block_size: BLOCK_SIZE,
                     namespace: HashNamespace::DEFAULT,
                 };
-                same!("store", index.store(slot, &ev), model.store(slot, &ev));
+                let got = index.store(slot, &ev);
+                let want = model.store(slot, &ev);
+                self.reconcile(index, model, slot, got.as_ref().map_or(0, |o| o.evicted))?;
+                same!("store", got.map(|o| StoreOutcome { evicted: 0, ..o }), want);
             }
             Op::StoreHashes {
                 w,
@@ -231,10 +241,13 @@ impl Harness {
                     .map(|&e| EngineHash(u64::from(e)))
                     .zip(seqs)
                     .collect();
+                let got = index.store_hashes(slot, parent_eh, &pairs);
+                let want = model.store_hashes(slot, &pairs);
+                self.reconcile(index, model, slot, got.as_ref().map_or(0, |o| o.evicted))?;
                 same!(
                     "store_hashes",
-                    index.store_hashes(slot, parent_eh, &pairs),
-                    model.store_hashes(slot, &pairs)
+                    got.map(|o| StoreOutcome { evicted: 0, ..o }),
+                    want
                 );
             }
             Op::Remove { w, ehs } => {
@@ -265,6 +278,53 @@ impl Harness {
             }
         }
         self.check(index, model)
+    }
+
+    /// With a cap: the engine hashes the index evicted in the last store (all copies) are
+    /// dropped from the model too, after checking that the store reported as many and that
+    /// the worker is within the cap. Without one, nothing may be evicted.
+    fn reconcile(
+        &self,
+        index: &RunIndex,
+        model: &mut Model,
+        slot: Slot,
+        evicted: usize,
+    ) -> Result<(), String> {
+        let Some(cap) = self.cap else {
+            return if evicted == 0 {
+                Ok(())
+            } else {
+                Err(format!("{evicted} evicted without a cap"))
+            };
+        };
+        let kept: std::collections::HashSet<u64> = index
+            .engine_hashes(slot)
+            .into_iter()
+            .map(|(e, _)| e.0)
+            .collect();
+        if kept.len() > cap {
+            return Err(format!("{} engine hashes over the cap {cap}", kept.len()));
+        }
+        let gone: Vec<u64> = model
+            .workers
+            .get(&slot.0)
+            .map(|w| {
+                w.entries
+                    .keys()
+                    .copied()
+                    .filter(|e| !kept.contains(e))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if gone.len() != evicted {
+            return Err(format!("reported {evicted} evicted, {} gone", gone.len()));
+        }
+        if let Some(w) = model.workers.get_mut(&slot.0) {
+            for e in gone {
+                w.entries.remove(&e);
+            }
+        }
+        Ok(())
     }
 
     fn check(&self, index: &RunIndex, model: &Model) -> Result<(), String> {
@@ -321,6 +381,21 @@ impl Harness {
                 model.residencies()
             ));
         }
+        let counts = (
+            stats.unknown_parent_stores,
+            stats.unknown_removes,
+            stats.hash_conflicts,
+        );
+        let want = (
+            model.counters.unknown_parent_stores,
+            model.counters.unknown_removes,
+            model.counters.hash_conflicts,
+        );
+        if counts != want {
+            return Err(format!(
+                "(unknown parents, unknown removes, conflicts) {counts:?} vs model {want:?}"
+            ));
+        }
         let _ = self.worker_slots;
         Ok(())
     }
@@ -336,6 +411,7 @@ fn run_property(
     skew: u32,
     max_len: usize,
     ehs: u8,
+    cap: Option<usize>,
 ) -> u64 {
     SPLITS.store(0, std::sync::atomic::Ordering::Relaxed);
     let mut runner = TestRunner::new(Config {
@@ -351,9 +427,13 @@ fn run_property(
         .run(&ops, |ops| {
             let mut config = IndexConfig::new(worker_slots, BLOCK_SIZE);
             config.expected_blocks = 16;
+            if let Some(cap) = cap {
+                config.max_blocks_per_worker = cap;
+            }
             let index = RunIndex::new(config).expect("valid config");
             let mut model = Model::new(worker_slots, BLOCK_SIZE, usize::MAX);
             let mut h = Harness::new(worker_slots, slots.clone(), contents);
+            h.cap = cap;
             for (i, op) in ops.iter().enumerate() {
                 h.apply(&index, &mut model, op)
                     .map_err(|e| TestCaseError::fail(format!("op {i} {op:?}: {e}")))?;
@@ -374,11 +454,52 @@ fn run_property(
 
 #[test]
 fn matches_equal_the_model_across_a_word_boundary() {
-    run_property(65, vec![0, 63, 64], 3, 1, 5, 12);
+    run_property(65, vec![0, 63, 64], 3, 1, 5, 12, None);
 }
 
 #[test]
 fn matches_equal_the_model_when_runs_split() {
-    let splits = run_property(16, (0..12).collect(), 2, 12, 40, 64);
+    let splits = run_property(16, (0..12).collect(), 2, 12, 40, 64, None);
     assert!(splits > 0, "the generator never split a run");
+}
+
+#[test]
+fn matches_equal_the_model_under_a_per_worker_cap() {
+    // A cap of 6 engine hashes per worker: stores of up to 5 blocks evict often.
+    run_property(65, vec![0, 63, 64], 3, 1, 5, 12, Some(6));
+}
+
+/// Hand-worked eviction: a worker stores chain A (10 blocks), then chain B (10 blocks),
+/// with a cap of 16. After B it holds 20: it evicts the 4 over the cap plus 16/16 = 1, so 5,
+/// among the 10 least recently stored (all of A) the 5 deepest: A keeps its first 5
+/// blocks, B all 10.
+#[test]
+fn the_cap_evicts_the_deepest_of_the_least_recently_stored() {
+    let hasher = BlockHasher::new(BLOCK_SIZE, HashNamespace::DEFAULT);
+    let mut config = IndexConfig::new(4, BLOCK_SIZE);
+    config.max_blocks_per_worker = 16;
+    let index = RunIndex::new(config).expect("valid config");
+    let chain = |c: u8| index_common::path_hashes(&hasher, &[c; 10]);
+    let (a, b) = (chain(0), chain(1));
+    let pairs = |h: &[SequenceHash], base: u64| -> Vec<(EngineHash, SequenceHash)> {
+        h.iter()
+            .enumerate()
+            .map(|(i, &s)| (EngineHash(base + i as u64), s))
+            .collect()
+    };
+    let first = index
+        .store_hashes(Slot(1), None, &pairs(&a, 100))
+        .expect("slot");
+    assert_eq!(first.evicted, 0);
+    let second = index
+        .store_hashes(Slot(1), None, &pairs(&b, 200))
+        .expect("slot");
+    assert_eq!(second.evicted, 5);
+    assert_eq!(index.worker_blocks(Slot(1)), 15);
+    let mut out = index.new_overlaps();
+    index.match_prefix(&a, &mut out);
+    assert_eq!(out.as_slice(), &[0, 5, 0, 0]);
+    index.match_prefix(&b, &mut out);
+    assert_eq!(out.as_slice(), &[0, 10, 0, 0]);
+    assert_eq!(index.stats().evicted_blocks, 5);
 }

@@ -6,10 +6,13 @@
 //! split of the run, knows exactly what the worker still holds.
 
 /// Half-open intervals of offsets, sorted, disjoint and not touching (adjacent intervals
-/// are merged).
+/// are merged), and when the worker last stored into the run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Cover {
     iv: Vec<(u32, u32)>,
+    /// The worker's store clock at its last store into the run (its recency there, for
+    /// eviction by the per-worker cap).
+    pub(crate) stamp: u32,
 }
 
 impl Cover {
@@ -127,7 +130,10 @@ impl Cover {
             iv.0 -= k;
             iv.1 -= k;
         }
-        Cover { iv: tail }
+        Cover {
+            iv: tail,
+            stamp: self.stamp,
+        }
     }
 
     /// Number of positions held.

@@ -31,8 +31,16 @@
 //!   key buffer when the run outgrows its own); the old ones are freed through the epoch
 //!   collector after every reader that could see them has unpinned.
 //!
+//! # Bounded memory
+//! Each worker may hold at most `max_blocks_per_worker` engine hashes after every event. A
+//! store that leaves it above evicts the excess and 1/16 of the cap more: among the twice
+//! as many least recently stored (a worker's recency is kept per run: its last store into
+//! that run), the deepest first, as engines evict leaf-first. Evicting only ever makes the
+//! index under-state a worker's cache, and a runaway stream of one worker evicts only its
+//! own blocks.
+//!
 //! # Status
-//! Not yet the index the router uses: it has no per-worker block cap and no loom model
+//! Not yet the index the router uses: it has no loom model of its publication protocol
 //! yet. `PrefixIndex` stays the router's index until it does.
 //!
 //! # Orderings
@@ -80,6 +88,16 @@ pub struct RunIndexStats {
     pub hash_conflicts: u64,
     /// Runs split so far (a run whose partial holders passed the bound).
     pub splits: u64,
+    /// Blocks evicted by the per-worker cap.
+    pub evicted_blocks: u64,
+    /// Events rejected for a slot outside the index.
+    pub slot_out_of_range: u64,
+    /// Stores rejected for a parent the worker has not indexed.
+    pub unknown_parent_stores: u64,
+    /// Removed engine hashes the worker had not indexed.
+    pub unknown_removes: u64,
+    /// Stores rejected for their block size, token count or extra-keys count.
+    pub malformed_stores: u64,
 }
 
 /// The run-compressed prefix index; see the module docs.
@@ -247,6 +265,10 @@ impl RunIndex {
             &mut out,
             &mut conflicts,
         );
+        out.evicted = w.enforce_cap(s, self.config.max_blocks_per_worker);
+        if out.evicted > 0 {
+            IndexCounters::bump(&self.counters.evicted_blocks, out.evicted as u64);
+        }
         w.publish(&cx);
         if conflicts > 0 {
             IndexCounters::bump(&self.counters.hash_conflicts, conflicts);
@@ -330,6 +352,10 @@ impl RunIndex {
     pub fn stats(&self) -> RunIndexStats {
         let w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let deferred = self.deferred.get();
+        let c = &self.counters;
+        let r = |a: &kvroute_core::sync::atomic::AtomicU64| {
+            a.load(kvroute_core::sync::atomic::Ordering::Relaxed)
+        };
         RunIndexStats {
             runs: w.linked,
             positions: w.positions,
@@ -340,6 +366,13 @@ impl RunIndex {
                 .conflicts
                 .load(kvroute_core::sync::atomic::Ordering::Relaxed),
             splits: w.splits,
+            evicted_blocks: r(&c.evicted_blocks),
+            slot_out_of_range: r(&c.slot_out_of_range),
+            unknown_parent_stores: r(&c.unknown_parent_stores),
+            unknown_removes: r(&c.unknown_removes),
+            malformed_stores: r(&c.block_size_mismatches)
+                + r(&c.token_count_mismatches)
+                + r(&c.extra_keys_count_mismatches),
         }
     }
 
@@ -354,11 +387,6 @@ impl RunIndex {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .check()
-    }
-
-    /// The index's error counters.
-    pub fn counters(&self) -> &IndexCounters {
-        &self.counters
     }
 }
 

@@ -71,6 +71,8 @@ struct Run {
     /// The position this run starts after (`(NONE, 0)` for a root), as a reference that
     /// resolves through forwarding like a lane.
     anchor: (u32, u32),
+    /// Position in its sequence of the run's first block (0 for a root).
+    depth: u32,
 }
 
 impl Run {
@@ -88,6 +90,7 @@ impl Run {
             dirty: false,
             anchors: Vec::new(),
             anchor: (NONE, 0),
+            depth: 0,
         }
     }
 
@@ -117,6 +120,8 @@ impl Run {
 #[derive(Default)]
 struct Lanes {
     map: LaneMap,
+    /// Advances by each store's block count: the recency stamps of `Cover::stamp`.
+    clock: u32,
     /// Copies beyond the first, per engine hash stored more than once.
     copies: HashMap<u64, u16>,
     /// Extra engine hashes per held key (the same block under two engine hashes).
@@ -199,6 +204,8 @@ pub(crate) struct Writer {
     pub(crate) splits: u64,
     /// A store's (engine hash, key) pairs.
     scratch: Vec<(u64, u64)>,
+    /// The stamp of the store in progress.
+    stamp: u32,
     /// Key buffers replaced by a growth whose old view is not yet replaced.
     retired_keys: Vec<(usize, u32)>,
     // Scratch for building views.
@@ -231,6 +238,7 @@ impl Writer {
             linked: 0,
             splits: 0,
             scratch: Vec::new(),
+            stamp: 0,
             retired_keys: Vec::new(),
             full: Vec::new(),
             partials: Vec::new(),
@@ -419,6 +427,7 @@ impl Writer {
         let n = self.new_run(key, hint);
         if let Some((r, o)) = prev {
             self.anchor(n, r, o);
+            self.runs[n as usize].depth = self.runs[r as usize].depth + o + 1;
         }
         (n, 0)
     }
@@ -443,12 +452,17 @@ impl Writer {
         }
         let mut prev = parent;
         let n = buf.len();
+        let l = &mut self.lanes[s];
+        l.clock = l.clock.wrapping_add(n as u32);
+        self.stamp = l.clock;
         let mut i = 0;
         while i < n {
             let (eh, key) = buf[i];
             if let Some(lane) = self.lanes[s].map.get(eh) {
                 let (r, o) = self.resolve(s, eh, lane);
                 if self.runs[r as usize].key(o) == key {
+                    let stamp = self.stamp;
+                    self.runs[r as usize].member_or_insert(slot).stamp = stamp;
                     let c = self.lanes[s].copies.entry(eh).or_insert(0);
                     *c = c.saturating_add(1).min(u16::MAX - 1);
                     out.extra_copies += 1;
@@ -531,9 +545,11 @@ impl Writer {
     /// nobody held.
     fn hold_range(&mut self, s: usize, r: u32, from: u32, blocks: &[(u64, u64)], fresh: bool) {
         let n = blocks.len() as u32;
+        let stamp = self.stamp;
         let run = &mut self.runs[r as usize];
         run.refs += n;
         let c = run.member_or_insert(s as u32);
+        c.stamp = stamp;
         if fresh || !c.intersects(from, from + n) {
             c.insert_range(from, from + n);
             self.residencies += u64::from(n);
@@ -552,9 +568,12 @@ impl Writer {
     /// Worker `s` takes position `(r, o)` (key `key`) under engine hash `eh`.
     #[inline]
     fn hold(&mut self, s: usize, r: u32, o: u32, eh: u64, key: u64) {
+        let stamp = self.stamp;
         let run = &mut self.runs[r as usize];
         run.refs += 1;
-        if run.member_or_insert(s as u32).insert(o) {
+        let c = run.member_or_insert(s as u32);
+        c.stamp = stamp;
+        if c.insert(o) {
             self.residencies += 1;
             self.mark(r);
         } else {
@@ -604,6 +623,48 @@ impl Writer {
         }
         self.drop_ref(lane.run);
         true
+    }
+
+    /// Keeps worker `s` within `cap` engine hashes: when it holds more, evicts the excess
+    /// and 1/16 of `cap` more: among the twice as many least recently stored (by the
+    /// worker's stamp on each run), the deepest first (ties: least recently stored), as
+    /// engines evict leaf-first. Returns how many it evicted.
+    pub(crate) fn enforce_cap(&mut self, s: usize, cap: usize) -> usize {
+        let len = self.lanes[s].map.len();
+        if len <= cap {
+            return 0;
+        }
+        let n = (len - cap + (cap / 16).max(1)).min(len);
+        let clock = self.lanes[s].clock;
+        let slot = s as u32;
+        let mut cold: Vec<(u32, core::cmp::Reverse<u32>, u64)> = self.lanes[s]
+            .map
+            .keys()
+            .map(|eh| {
+                let lane = self.lanes[s].map.get(eh).expect("listed");
+                let (r, o) = self.forward(lane.run, lane.off);
+                let run = &self.runs[r as usize];
+                let stamp = run
+                    .members
+                    .binary_search_by_key(&slot, |m| m.0)
+                    .map_or(clock, |i| run.members[i].1.stamp);
+                // Age: how many stamps ago (wrapping clock).
+                (
+                    clock.wrapping_sub(stamp),
+                    core::cmp::Reverse(run.depth + o),
+                    eh,
+                )
+            })
+            .collect();
+        let pool = (2 * n).min(cold.len());
+        // Oldest first: the largest ages.
+        cold.select_nth_unstable_by_key(pool - 1, |c| core::cmp::Reverse(c.0));
+        cold.truncate(pool);
+        cold.sort_unstable_by_key(|c| (c.1, core::cmp::Reverse(c.0)));
+        for &(_, _, eh) in cold.iter().take(n) {
+            self.release(s, eh);
+        }
+        n
     }
 
     /// Applies a removal of `hashes` for worker `s`.
@@ -821,13 +882,12 @@ impl Writer {
             // The forwarding link from `r`.
             refs: 1,
             members,
-            view: core::ptr::null_mut(),
-            dirty: false,
             anchors: tail_anchors,
-            anchor: (NONE, 0),
+            ..Run::vacant()
         };
         // The tail starts after the head's new last position.
         self.anchor(t, r, k - 1);
+        self.runs[t as usize].depth = self.runs[r as usize].depth + k;
         // `dirty` is a stack: the tail is published first, so a reader that sees the
         // shortened head finds it.
         self.mark(r);
