@@ -2,7 +2,8 @@
 # Runs the router stress test (tests/router_stress.rs) under AddressSanitizer: many threads
 # storing, removing, routing, publishing, sweeping and changing knobs on one Router, with
 # real epoch reclamation, so a use-after-free, double free or out-of-bounds access on any
-# path it reaches aborts the run with ASan's report.
+# path it reaches aborts the run with ASan's report. Then the run-compressed index's
+# readers-against-writer test (kvroute-index's tests/run_index_concurrent.rs) the same way.
 #
 #   bash scripts/asan.sh               # the full run: 60 s
 #   ASAN_SECS=20 bash scripts/asan.sh  # a shorter one (what .ci/run does)
@@ -32,3 +33,6 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_retur
 echo "== router stress test under AddressSanitizer (${KVROUTE_STRESS_SECS} s)"
 cargo test --release --target "$host" -p kvroute-integration --test router_stress \
   -- --ignored --exact router_stress_full --nocapture
+
+echo "== RunIndex readers against its writer under AddressSanitizer"
+cargo test --release --target "$host" -p kvroute-index --test run_index_concurrent
