@@ -6,7 +6,8 @@
 //! * `cost`: each policy's per-worker formula, written once over a lane type.
 //! * `select`: the SIMD pass and its scalar reference: costs, masked argmin, tie keys.
 //! * [`Scorer`] (module `decide`): the policies and their reason codes.
-//! * [`ScoreConfig`], [`SharedConfig`] (module `config`): knobs, bounds, live updates.
+//! * [`ScoreConfig`], [`SharedConfig`] (module `config`): knobs, bounds, live updates read
+//!   without a lock ([`SharedConfig::guard`]).
 //!
 //! # SIMD
 //! The pass uses the `wide` crate's `f32x8`, which picks its implementation at compile
@@ -72,7 +73,7 @@ mod select;
 #[cfg(feature = "serde")]
 mod serde_impls;
 
-pub use config::{Policy, ProjectedMode, ScoreConfig, SharedConfig, bounds};
+pub use config::{ConfigGuard, Policy, ProjectedMode, ScoreConfig, SharedConfig, bounds};
 pub use decide::{ScoreRequest, Scorer, TieInput};
 pub use fleet::{Aggregates, Fleet, SlotFigures};
 pub use policy::{ParsePolicyError, PolicyKind};
