@@ -15,7 +15,9 @@
 # CPU level: the benches are built for the plain x86-64 baseline (SSE2), the level kvroute's
 # default build and its criterion figures use, with RUSTFLAGS set here so that a
 # caller's RUSTFLAGS (target-cpu=native, say) cannot change what is counted; valgrind
-# cannot run AVX-512 code. They build in their own target directory (target/gungraun) so
+# cannot run AVX-512 code. The scorer picks its AVX2 pass at run time where the CPU has
+# AVX2 (kvroute_score::SimdPath), and valgrind reports AVX2 (never AVX-512) as it emulates
+# it, so on an AVX2 machine the scorer's counts are the AVX2 pass's. They build in their own target directory (target/gungraun) so
 # these flags do not rebuild the main one. Counts are exact for a given build and machine
 # kind; glibc picks its memcpy and friends by CPU features, so another machine kind may
 # need its own baseline.

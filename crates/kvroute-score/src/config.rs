@@ -8,9 +8,27 @@
 //! [`SharedConfig`] holds the current configuration as an immutable `Arc`: a decision loads
 //! it once and uses that one value throughout, so no decision sees half of an update, and
 //! new decisions see a new value as soon as [`SharedConfig::set`] returns.
+//!
+//! # The cell
+//! The `Arc` lives in an [`arc_swap::ArcSwap`]. A decision reads it with
+//! [`SharedConfig::guard`]: no lock, and in the common case no reference-count update (the
+//! guard records the pointer in one of its thread's few debt slots, which a writer
+//! replacing the value settles before the old value can be freed; a thread holding more
+//! guards at once than it has slots gets a counted reference instead, which is still
+//! lock-free). Writers ([`SharedConfig::set`], [`SharedConfig::update`]) validate first and
+//! are serialised by a mutex that readers never take, so an invalid value is never visible
+//! and two concurrent updates never lose each other's change. The cell is not one of
+//! kvroute's own lock-free protocols (arc-swap's atomics are its own, outside the
+//! `kvroute_core::sync` shim and loom's models), so it holds a `std::sync::Arc` in every
+//! build.
 
+use core::fmt;
+use core::ops::Deref;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use kvroute_core::OutOfRange;
-use kvroute_core::sync::{Arc, RwLock};
+use kvroute_core::sync::Mutex;
 
 /// `load_aware`'s beta range, `BETA_MIN..=BETA_MAX` (dimensionless).
 pub(crate) const BETA_MIN: f32 = 0.0;
@@ -264,13 +282,52 @@ impl ScoreConfig {
     }
 }
 
-/// The current configuration, replaceable while routing (see the module docs).
+/// The current configuration, replaceable while routing (see the module docs, *The
+/// cell*).
 ///
-/// Readers take a read lock only long enough to clone an `Arc`; writers validate before
-/// taking the write lock, so an invalid value never becomes visible.
-#[derive(Debug)]
+/// Readers never lock: [`guard`](Self::guard) borrows the current value without touching
+/// its reference count in the common case, [`load`](Self::load) clones its `Arc`. Writers
+/// validate before installing, so an invalid value never becomes visible, and are
+/// serialised among themselves by a mutex readers never take.
 pub struct SharedConfig {
-    current: RwLock<Arc<ScoreConfig>>,
+    current: ArcSwap<ScoreConfig>,
+    /// Held by `set` and `update` from the read of the current value to the install.
+    writers: Mutex<()>,
+}
+
+impl fmt::Debug for SharedConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedConfig")
+            .field("current", &*self.guard())
+            .finish()
+    }
+}
+
+/// A borrowed view of the configuration [`SharedConfig::guard`] loaded: dereferences to
+/// that one [`ScoreConfig`] for as long as it lives, whatever writers install meanwhile.
+///
+/// Meant to be held for one decision, not stored: each thread has a few slots for guards
+/// that hold no reference count, and while they are all taken further guards of that thread
+/// count a reference like [`SharedConfig::load`] (still without a lock). A writer replacing
+/// the value settles outstanding guards' slots by taking a reference for them, so holding a
+/// guard never blocks a writer.
+pub struct ConfigGuard<'a> {
+    inner: arc_swap::Guard<Arc<ScoreConfig>>,
+    _cell: core::marker::PhantomData<&'a SharedConfig>,
+}
+
+impl Deref for ConfigGuard<'_> {
+    type Target = ScoreConfig;
+
+    fn deref(&self) -> &ScoreConfig {
+        &self.inner
+    }
+}
+
+impl fmt::Debug for ConfigGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        ScoreConfig::fmt(self, f)
+    }
 }
 
 impl SharedConfig {
@@ -281,44 +338,59 @@ impl SharedConfig {
     pub fn new(config: ScoreConfig) -> Result<Self, OutOfRange> {
         config.validate()?;
         Ok(Self {
-            current: RwLock::new(Arc::new(config)),
+            current: ArcSwap::from_pointee(config),
+            writers: Mutex::new(()),
         })
     }
 
-    /// The configuration new decisions use; one decision uses one loaded value throughout.
-    pub fn load(&self) -> Arc<ScoreConfig> {
-        // A poisoned lock still holds a whole, validated `Arc` (replaced in one store).
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// The configuration new decisions use, borrowed: no lock and, in the common case, no
+    /// reference-count update ([`ConfigGuard`]). One decision uses one loaded value
+    /// throughout: a value installed after this returns is not seen through the guard.
+    #[inline]
+    pub fn guard(&self) -> ConfigGuard<'_> {
+        ConfigGuard {
+            inner: self.current.load(),
+            _cell: core::marker::PhantomData,
+        }
     }
 
-    /// Replaces the whole configuration.
+    /// The configuration new decisions use, as an owned `Arc` (one reference-count
+    /// increment, no lock); for a value kept beyond one decision. A decision reads it with
+    /// [`guard`](Self::guard).
+    pub fn load(&self) -> Arc<ScoreConfig> {
+        self.current.load_full()
+    }
+
+    /// Replaces the whole configuration. Serialised with other writers; readers are never
+    /// blocked.
     ///
     /// # Errors
     /// [`OutOfRange`] for an out-of-range knob; the current value is kept.
     pub fn set(&self, config: ScoreConfig) -> Result<(), OutOfRange> {
         config.validate()?;
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        let _writer = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        self.current.store(Arc::new(config));
         Ok(())
     }
 
     /// Applies `change` to a copy of the current configuration and installs it if valid,
-    /// atomically: the write lock is held from the read of the current value to the install,
-    /// so two concurrent `update`s never lose each other's change (each sees the other's
-    /// result or precedes it). Decisions keep reading the previous value meanwhile (they
-    /// wait only for the lock's hand-over, never for `change`'s result to be validated
-    /// twice). `change` must not call back into this cell (it would deadlock).
+    /// atomically: the writers' mutex is held from the read of the current value to the
+    /// install, so two concurrent `update`s (or an `update` and a [`set`](Self::set)) never
+    /// lose each other's change (each sees the other's result or precedes it). Decisions
+    /// keep reading the previous value meanwhile and never wait (they do not take that
+    /// mutex). `change` must not call [`set`](Self::set) or `update` on this cell (it
+    /// would deadlock); reading it is fine.
     ///
     /// # Errors
     /// [`OutOfRange`] for an out-of-range knob; the current value is kept.
     pub fn update(&self, change: impl FnOnce(&mut ScoreConfig)) -> Result<(), OutOfRange> {
-        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
-        let mut next = **current;
+        // A poisoned mutex guards nothing but the order of writers: the cell always holds
+        // a whole, validated value (replaced in one store).
+        let _writer = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = **self.current.load();
         change(&mut next);
         next.validate()?;
-        *current = Arc::new(next);
+        self.current.store(Arc::new(next));
         Ok(())
     }
 }

@@ -61,13 +61,13 @@
 
 use kvroute_core::Slot;
 use kvroute_load::Validity;
-use wide::{CmpGt, f32x8};
 
 use crate::config::{Policy, ProjectedMode, ScoreConfig};
 use crate::cost::{CostKind, LaneIn, Params, cost};
 use crate::fleet::Fleet;
+use crate::path::SimdPath;
 use crate::reason::{Choice, Counterfactual, FallbackCause, Reason};
-use crate::select::{Engine, Mask, Scalar, Simd, TieRule, finite, lane_at};
+use crate::select::{Engine, Mask, Scalar, Simd, TieRule, lane_at};
 
 /// The request as the scorer sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,8 +110,10 @@ impl Scorer {
         Self::default()
     }
 
-    /// Decides with the SIMD pass. Never panics; an empty or all-ineligible fleet yields
-    /// [`Reason::NoEligibleWorker`].
+    /// Decides with the fastest pass this process runs ([`SimdPath::active`]: AVX2 where
+    /// the CPU has it, else the portable SIMD pass, unless `KVROUTE_SIMD` forced one).
+    /// Never panics; an empty or all-ineligible fleet yields [`Reason::NoEligibleWorker`].
+    #[inline]
     pub fn score(
         &mut self,
         fleet: &Fleet,
@@ -119,7 +121,28 @@ impl Scorer {
         cfg: &ScoreConfig,
         tie: TieInput,
     ) -> Choice {
-        decide::<Simd>(self, fleet, req, cfg, tie)
+        self.score_with(SimdPath::active(), fleet, req, cfg, tie)
+    }
+
+    /// Decides with the pass `path`, for tests and benches that compare the paths; the same
+    /// decision as [`score`](Self::score) and [`score_reference`](Self::score_reference)
+    /// whichever path runs. A path that is not available here
+    /// ([`SimdPath::is_available`]) runs the portable pass instead. Never panics.
+    pub fn score_with(
+        &mut self,
+        path: SimdPath,
+        fleet: &Fleet,
+        req: ScoreRequest,
+        cfg: &ScoreConfig,
+        tie: TieInput,
+    ) -> Choice {
+        match path {
+            SimdPath::Scalar => decide::<Scalar>(self, fleet, req, cfg, tie),
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // `Avx2` checks the CPU itself and runs the portable pass where it lacks AVX2.
+            SimdPath::Avx2 => decide::<crate::avx2::Avx2>(self, fleet, req, cfg, tie),
+            _ => decide::<Simd>(self, fleet, req, cfg, tie),
+        }
     }
 
     /// Decides with the scalar reference; the same decision as [`score`](Self::score).
@@ -298,12 +321,12 @@ impl Ctx<'_> {
         };
         let lc = s.aux[l];
         let gap = s.aux[p] - lc;
-        // The others' mean is only needed (one vector pass, the same for both engines) when
+        // The others' mean is only needed (one vector pass, the same for every engine) when
         // the absolute part alone is exceeded.
         if gap > self.cfg.escape_margin_s
             && gap
                 > self.cfg.escape_margin_s
-                    + self.cfg.escape_margin_rel * self.mean_except(&s.aux, p)
+                    + self.cfg.escape_margin_rel * self.mean_except::<E>(&s.aux, p)
         {
             self.scoped(self.choice(l, Reason::LoadEscape, s.costs[l]))
         } else {
@@ -313,23 +336,12 @@ impl Ctx<'_> {
 
     /// Mean of `costs` over the occupied slots other than `skip` whose cost is finite (0
     /// when there is none): the sum over all of them, less `skip`'s cost when it counts,
-    /// over their number. One `f32x8` pass over the padded lanes (slot `i` into lane
-    /// `i mod 8`), the lanes then added in order: the same for both engines.
-    fn mean_except(&self, costs: &[f32], skip: usize) -> f32 {
+    /// over their number. The sum and count are [`Engine::occupied_sums`]: one eight-lane
+    /// pass (slot `i` into lane `i mod 8`), the lanes then added in order, the same
+    /// result for every engine.
+    fn mean_except<E: Engine>(&self, costs: &[f32], skip: usize) -> f32 {
         let f = self.fleet;
-        let n = f.lane_len();
-        let (mut acc, mut count) = (f32x8::ZERO, f32x8::ZERO);
-        // Lanes are padded to a multiple of 8 (`LANE_PAD`).
-        let occupied: &[[f32; 8]] = bytemuck::cast_slice(&f.occupied[..n]);
-        let chunks: &[[f32; 8]] = bytemuck::cast_slice(&costs[..n]);
-        for (&o, &c) in occupied.iter().zip(chunks) {
-            let (o, c) = (f32x8::new(o), f32x8::new(c));
-            let keep = o.cmp_gt(f32x8::ZERO) & finite(c);
-            acc += keep.blend(c, f32x8::ZERO);
-            count += keep.blend(f32x8::ONE, f32x8::ZERO);
-        }
-        let mut sum = acc.to_array().iter().fold(0.0f32, |a, &b| a + b);
-        let mut k = count.to_array().iter().fold(0.0f32, |a, &b| a + b);
+        let (mut sum, mut k) = E::occupied_sums(f, costs);
         let c = costs[skip];
         if f.occupied[skip] > 0.0 && c.is_finite() {
             sum -= c;

@@ -1,5 +1,7 @@
 //! The lane abstraction the cost formulas are written against: `f32` (the scalar
-//! reference) and `wide::f32x8` (the SIMD pass).
+//! reference), `wide::f32x8` (the portable SIMD pass) and, on x86, the AVX2 pass's own
+//! 256-bit vector (module `avx2`). [`Vector`] adds what the SIMD passes need beyond the
+//! formulas (masks, selects, loads), so the passes are written once over it.
 //!
 //! Each formula is written once, generic over [`Lane`], so both paths perform the same IEEE
 //! operations in the same order: `+ − × ÷` are exactly rounded per lane in both, no fused
@@ -11,9 +13,9 @@
 //! What the SIMD path implements on its own (chunking, masks, reductions, padding, tie
 //! keys) is checked against the scalar reference in `tests/prop_simd_vs_scalar.rs`.
 
-use core::ops::{Add, Div, Mul, Sub};
+use core::ops::{Add, BitAnd, BitAndAssign, Div, Mul, Sub};
 
-use wide::{CmpGt, CmpLt, f32x8};
+use wide::{CmpEq, CmpGe, CmpGt, CmpLe, CmpLt, f32x8};
 
 /// Arithmetic every cost formula needs, per lane.
 pub(crate) trait Lane:
@@ -29,6 +31,28 @@ pub(crate) trait Lane:
     fn pos_or(self, fallback: Self) -> Self;
     /// `if self < t { below } else { other }` per lane (a NaN `self` gives `other`).
     fn below_or(self, t: f32, below: Self, other: Self) -> Self;
+}
+
+/// Eight lanes with masks: what the SIMD passes (`select`) need beyond [`Lane`]. A mask is
+/// a vector whose lanes are all ones (true) or all zeros (false); comparisons are ordered
+/// (a NaN operand gives false), as `f32`'s operators.
+pub(crate) trait Vector: Lane + BitAnd<Output = Self> + BitAndAssign {
+    /// The eight values `a`, lane `j` from `a[j]`.
+    fn load(a: [f32; 8]) -> Self;
+    /// The eight lanes.
+    fn to_array(self) -> [f32; 8];
+    /// `self > o` per lane, as a mask.
+    fn gt_mask(self, o: Self) -> Self;
+    /// `self >= o` per lane, as a mask.
+    fn ge_mask(self, o: Self) -> Self;
+    /// `self <= o` per lane, as a mask.
+    fn le_mask(self, o: Self) -> Self;
+    /// `self == o` per lane, as a mask.
+    fn eq_mask(self, o: Self) -> Self;
+    /// Per lane of the mask `self`: `t` where set, else `f`.
+    fn select(self, t: Self, f: Self) -> Self;
+    /// The mask `self` as bits, bit `j` set when lane `j` is.
+    fn bits(self) -> u8;
 }
 
 impl Lane for f32 {
@@ -92,6 +116,42 @@ impl Lane for f32x8 {
     #[inline]
     fn below_or(self, t: f32, below: Self, other: Self) -> Self {
         self.cmp_lt(f32x8::splat(t)).blend(below, other)
+    }
+}
+
+impl Vector for f32x8 {
+    #[inline(always)]
+    fn load(a: [f32; 8]) -> Self {
+        f32x8::new(a)
+    }
+    #[inline(always)]
+    fn to_array(self) -> [f32; 8] {
+        f32x8::to_array(self)
+    }
+    #[inline(always)]
+    fn gt_mask(self, o: Self) -> Self {
+        self.cmp_gt(o)
+    }
+    #[inline(always)]
+    fn ge_mask(self, o: Self) -> Self {
+        self.cmp_ge(o)
+    }
+    #[inline(always)]
+    fn le_mask(self, o: Self) -> Self {
+        self.cmp_le(o)
+    }
+    #[inline(always)]
+    fn eq_mask(self, o: Self) -> Self {
+        self.cmp_eq(o)
+    }
+    #[inline(always)]
+    fn select(self, t: Self, f: Self) -> Self {
+        self.blend(t, f)
+    }
+    #[inline(always)]
+    fn bits(self) -> u8 {
+        // `move_mask` sets bits 0..8 only.
+        self.move_mask() as u8
     }
 }
 

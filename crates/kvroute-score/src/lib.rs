@@ -6,18 +6,31 @@
 //! * `cost`: each policy's per-worker formula, written once over a lane type.
 //! * `select`: the SIMD pass and its scalar reference: costs, masked argmin, tie keys.
 //! * [`Scorer`] (module `decide`): the policies and their reason codes.
-//! * [`ScoreConfig`], [`SharedConfig`] (module `config`): knobs, bounds, live updates.
+//! * [`ScoreConfig`], [`SharedConfig`] (module `config`): knobs, bounds, live updates read
+//!   without a lock ([`SharedConfig::guard`]).
 //!
 //! # SIMD
-//! The pass uses the `wide` crate's `f32x8`, which picks its implementation at compile
-//! time from the target features. A default `cargo build` for `x86_64` has SSE2 only, so each
-//! `f32x8` is two 128-bit SSE registers (4 lanes each); with `-C target-cpu=native` (or
-//! `-C target-feature=+avx`) on an AVX machine it is one 256-bit register; on `aarch64` it
-//! is two NEON registers; elsewhere a portable array fallback. There is no runtime feature
-//! detection: the binary is as wide as it was built for. Every variant performs the same
-//! IEEE operations per lane, so the result never depends on the build, and
-//! [`Scorer::score_reference`] (plain scalar code) agrees bit for bit on the chosen slot,
-//! its reason and its cost.
+//! The pass is written once over eight-lane vectors and compiled for several instruction
+//! sets; [`SimdPath`] names them and [`Scorer::score`] runs the fastest the CPU has,
+//! chosen once per process ([`SimdPath::active`]):
+//! * `Avx2` (x86 and x86_64): 256-bit AVX2 code (`core::arch` intrinsics in functions
+//!   compiled with `#[target_feature(enable = "avx2,bmi1,popcnt")]`), built into every
+//!   build and run when the CPU reports AVX2, BMI1 and POPCNT (`is_x86_feature_detected!`,
+//!   cached). No AVX-512 path: none was measured to pay, and valgrind cannot run it.
+//! * `Portable`: the `wide` crate's `f32x8`, whose implementation is picked at compile
+//!   time from the target features: a default `x86_64` build (SSE2 only) runs each `f32x8`
+//!   as two 128-bit SSE registers; with `-C target-cpu=native` on an AVX machine it is one
+//!   256-bit register; on `aarch64` two NEON registers; elsewhere a portable array
+//!   fallback. The fallback where AVX2 is missing, and the only vector path on other
+//!   targets.
+//! * `Scalar`: the reference, [`Scorer::score_reference`] (plain scalar code).
+//!
+//! Every path performs the same IEEE operations per lane (no fused multiply-add), so the
+//! result never depends on the build or the CPU: each agrees bit for bit with the scalar
+//! reference on the chosen slot, its reason and its cost (`tests/prop_simd_vs_scalar.rs`
+//! runs every available path). `KVROUTE_SIMD=scalar|portable|avx2` forces the path of
+//! [`Scorer::score`] for a process (tests, benches); [`Scorer::score_with`] runs a given
+//! one.
 //!
 //! # Policies
 //! Lower cost wins. Per worker: `overlap` (blocks held), `requests` (running + waiting +
@@ -60,11 +73,14 @@
 //! dense `index()`), [`Policy::label`] (the mode included) and [`Policy::LABELED`].
 //! [`Policy`] and [`Reason`] implement `Display` and `FromStr` (module `policy`).
 
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+mod avx2;
 mod config;
 mod cost;
 mod decide;
 mod fleet;
 mod lane;
+mod path;
 mod policy;
 mod reason;
 mod rng;
@@ -72,9 +88,10 @@ mod select;
 #[cfg(feature = "serde")]
 mod serde_impls;
 
-pub use config::{Policy, ProjectedMode, ScoreConfig, SharedConfig, bounds};
+pub use config::{ConfigGuard, Policy, ProjectedMode, ScoreConfig, SharedConfig, bounds};
 pub use decide::{ScoreRequest, Scorer, TieInput};
 pub use fleet::{Aggregates, Fleet, SlotFigures};
+pub use path::SimdPath;
 pub use policy::{ParsePolicyError, PolicyKind};
 pub use reason::{Choice, Counterfactual, FallbackCause, ParseReasonError, Reason};
 pub use rng::NearTieRng;

@@ -1,7 +1,11 @@
 //! The two implementations of the pass: cost lanes and masked argmin with tie keys.
 //!
 //! [`Simd`] runs over `wide::f32x8` vectors (the lanes are padded, so there is no scalar
-//! tail); [`Scalar`] is the reference, one slot at a time. Both implement the same rule:
+//! tail), and on x86 the AVX2 engine (module `avx2`) runs the same code over 256-bit AVX2
+//! vectors: the vector pass is written once over [`Vector`] (`simd_costs`, `simd_select`,
+//! `simd_costs2_select`, `#[inline(always)]` so that each engine compiles it for its own
+//! instruction set). [`Scalar`] is the reference, one slot at a time. All implement the
+//! same rule:
 //!
 //! 1. a slot is *eligible* when it is occupied, passes the mask (overlap at least
 //!    `min_overlap`, when given) and its cost is finite (NaN and ±inf fail);
@@ -27,11 +31,11 @@
 
 #![allow(clippy::needless_range_loop)] // parallel lanes are indexed together
 
-use wide::{CmpEq, CmpGe, CmpGt, CmpLe, f32x8};
+use wide::f32x8;
 
 use crate::cost::{CostKind, LaneIn, Params, cost};
 use crate::fleet::Fleet;
-use crate::lane::Lane;
+use crate::lane::Vector;
 
 /// Which slots may be chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -78,6 +82,12 @@ pub(crate) trait Engine {
     }
     /// The chosen slot under `mask` and `rule`, or `None` when no slot is eligible.
     fn select(fleet: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize>;
+    /// The sum of `costs` (padded length) over the occupied slots whose cost is finite, and
+    /// their number: eight accumulators (slot `i` into `i mod 8`) added in lane order, so
+    /// every engine gets the same bits (the reference uses the portable vectors too).
+    fn occupied_sums(fleet: &Fleet, costs: &[f32]) -> (f32, f32) {
+        simd_occupied_sums::<f32x8>(fleet, costs)
+    }
 }
 
 /// The scalar reference.
@@ -231,27 +241,27 @@ impl<'a> Cols<'a> {
 
     /// The worker figures of chunk `c`.
     #[inline(always)]
-    fn lanes(&self, c: usize) -> LaneIn<f32x8> {
+    fn lanes<V: Vector>(&self, c: usize) -> LaneIn<V> {
         LaneIn {
-            overlap: f32x8::from(self.overlap[c]),
-            requests: f32x8::from(self.requests[c]),
-            queued: f32x8::from(self.queued[c]),
-            decode: f32x8::from(self.decode[c]),
-            kv: f32x8::from(self.kv[c]),
-            util: f32x8::from(self.util[c]),
-            occ: f32x8::from(self.occ[c]),
-            ptps: f32x8::from(self.ptps[c]),
-            dtps: f32x8::from(self.dtps[c]),
-            dbase: f32x8::from(self.dbase[c]),
+            overlap: V::load(self.overlap[c]),
+            requests: V::load(self.requests[c]),
+            queued: V::load(self.queued[c]),
+            decode: V::load(self.decode[c]),
+            kv: V::load(self.kv[c]),
+            util: V::load(self.util[c]),
+            occ: V::load(self.occ[c]),
+            ptps: V::load(self.ptps[c]),
+            dtps: V::load(self.dtps[c]),
+            dbase: V::load(self.dbase[c]),
         }
     }
 
     /// Eligibility mask of chunk `c` with costs `cv`.
     #[inline(always)]
-    fn eligible(&self, cv: f32x8, mask: Mask, c: usize) -> f32x8 {
-        let mut e = f32x8::from(self.occupied[c]).cmp_gt(f32x8::ZERO) & finite(cv);
+    fn eligible<V: Vector>(&self, cv: V, mask: Mask, c: usize) -> V {
+        let mut e = V::load(self.occupied[c]).gt_mask(V::splat(0.0)) & finite(cv);
         if let Some(t) = mask.min_overlap {
-            e &= f32x8::from(self.overlap[c]).cmp_ge(f32x8::splat(t));
+            e &= V::load(self.overlap[c]).ge_mask(V::splat(t));
         }
         e
     }
@@ -261,26 +271,115 @@ impl<'a> Cols<'a> {
 /// and NaN otherwise (two instructions per half, where `is_finite`'s bit test takes four).
 #[inline(always)]
 #[allow(clippy::eq_op)] // `x − x` is the point: +0 or NaN
-pub(crate) fn finite(x: f32x8) -> f32x8 {
-    (x - x).cmp_eq(f32x8::ZERO)
+pub(crate) fn finite<V: Vector>(x: V) -> V {
+    (x - x).eq_mask(V::splat(0.0))
 }
 
-fn hmin(x: f32x8) -> f32 {
+#[inline(always)]
+fn hmin<V: Vector>(x: V) -> f32 {
     x.to_array()
         .into_iter()
         .fold(f32::INFINITY, |m, e| if e < m { e } else { m })
 }
 
+/// [`Engine::occupied_sums`] over `V`.
+#[inline(always)]
+pub(crate) fn simd_occupied_sums<V: Vector>(f: &Fleet, costs: &[f32]) -> (f32, f32) {
+    let n = f.lane_len() / 8;
+    let (occupied, cs) = (chunked(&f.occupied, n), chunked(costs, n));
+    let (zero, one) = (V::splat(0.0), V::splat(1.0));
+    let (mut acc, mut count) = (zero, zero);
+    for c in 0..n {
+        let cv = V::load(cs[c]);
+        let keep = V::load(occupied[c]).gt_mask(zero) & finite(cv);
+        acc = acc + keep.select(cv, zero);
+        count = count + keep.select(one, zero);
+    }
+    let sum = acc.to_array().iter().fold(0.0f32, |a, &b| a + b);
+    let k = count.to_array().iter().fold(0.0f32, |a, &b| a + b);
+    (sum, k)
+}
+
+/// [`Engine::costs`] of the vector pass over `V`.
+#[inline(always)]
+pub(crate) fn simd_costs<V: Vector>(kind: CostKind, p: &Params, f: &Fleet, out: &mut Vec<f32>) {
+    let cols = Cols::new(f);
+    // Every lane is overwritten below: size the buffer without clearing it.
+    out.resize(f.lane_len(), 0.0);
+    out.truncate(f.lane_len());
+    let o = chunked_mut(out, cols.chunks);
+    for c in 0..cols.chunks {
+        o[c] = cost::<V>(kind, p, &cols.lanes(c)).to_array();
+    }
+}
+
+/// [`Engine::costs2_select`] of the vector pass over `V`.
+#[inline(always)]
+pub(crate) fn simd_costs2_select<V: Vector>(
+    kinds: [CostKind; 2],
+    p: &Params,
+    f: &Fleet,
+    out: [&mut Vec<f32>; 2],
+    rule: &TieRule,
+) -> [Option<usize>; 2] {
+    let cols = Cols::new(f);
+    let chunks = cols.chunks;
+    let [a, b] = out;
+    for o in [&mut *a, &mut *b] {
+        o.resize(f.lane_len(), 0.0);
+        o.truncate(f.lane_len());
+    }
+    let (ca, cb) = (chunked_mut(a, chunks), chunked_mut(b, chunks));
+    let mut stack = [[0u8; STACK_BYTES]; 2];
+    let mut heap = Vec::new();
+    let [ba, bb] = candidate_bytes(chunks, &mut stack, &mut heap);
+    // Costs and both eligibility passes (Mask::ALL) at once: the same values and
+    // comparisons, in the same order, as `costs` then `select`'s first pass on each.
+    let (mut sa, mut sb) = (Scan::<V>::new(), Scan::<V>::new());
+    {
+        let (ea, eb) = (&mut ba[..chunks], &mut bb[..chunks]);
+        for c in 0..chunks {
+            let x = cols.lanes::<V>(c);
+            let va = cost::<V>(kinds[0], p, &x);
+            let vb = cost::<V>(kinds[1], p, &x);
+            ca[c] = va.to_array();
+            cb[c] = vb.to_array();
+            let occupied = V::load(cols.occupied[c]).gt_mask(V::splat(0.0));
+            ea[c] = sa.add(occupied & finite(va), va);
+            eb[c] = sb.add(occupied & finite(vb), vb);
+        }
+    }
+    [
+        finish(f, chunked(a, chunks), rule, sa, ba),
+        finish(f, chunked(b, chunks), rule, sb, bb),
+    ]
+}
+
+/// [`Engine::select`] of the vector pass over `V`.
+#[inline(always)]
+pub(crate) fn simd_select<V: Vector>(
+    f: &Fleet,
+    costs: &[f32],
+    mask: Mask,
+    rule: &TieRule,
+) -> Option<usize> {
+    let cols = Cols::new(f);
+    let chunks = cols.chunks;
+    let cs = chunked(costs, chunks);
+    let mut stack = [[0u8; STACK_BYTES]; 2];
+    let mut heap = Vec::new();
+    let [bytes, _] = candidate_bytes(chunks, &mut stack, &mut heap);
+    let mut scan = Scan::<V>::new();
+    for (c, byte) in bytes[..chunks].iter_mut().enumerate() {
+        let cv = V::load(cs[c]);
+        *byte = scan.add(cols.eligible(cv, mask, c), cv);
+    }
+    finish(f, cs, rule, scan, bytes)
+}
+
 impl Engine for Simd {
     fn costs(kind: CostKind, p: &Params, f: &Fleet, out: &mut Vec<f32>) {
-        let cols = Cols::new(f);
-        // Every lane is overwritten below: size the buffer without clearing it.
-        out.resize(f.lane_len(), 0.0);
-        out.truncate(f.lane_len());
-        let o = chunked_mut(out, cols.chunks);
-        for c in 0..cols.chunks {
-            o[c] = cost::<f32x8>(kind, p, &cols.lanes(c)).to_array();
-        }
+        simd_costs::<f32x8>(kind, p, f, out);
     }
 
     fn costs2_select(
@@ -290,52 +389,11 @@ impl Engine for Simd {
         out: [&mut Vec<f32>; 2],
         rule: &TieRule,
     ) -> [Option<usize>; 2] {
-        let cols = Cols::new(f);
-        let chunks = cols.chunks;
-        let [a, b] = out;
-        for o in [&mut *a, &mut *b] {
-            o.resize(f.lane_len(), 0.0);
-            o.truncate(f.lane_len());
-        }
-        let (ca, cb) = (chunked_mut(a, chunks), chunked_mut(b, chunks));
-        let mut stack = [[0u8; STACK_BYTES]; 2];
-        let mut heap = Vec::new();
-        let [ba, bb] = candidate_bytes(chunks, &mut stack, &mut heap);
-        // Costs and both eligibility passes (Mask::ALL) at once: the same values and
-        // comparisons, in the same order, as `costs` then `select`'s first pass on each.
-        let (mut sa, mut sb) = (Scan::new(), Scan::new());
-        {
-            let (ea, eb) = (&mut ba[..chunks], &mut bb[..chunks]);
-            for c in 0..chunks {
-                let x = cols.lanes(c);
-                let va = cost::<f32x8>(kinds[0], p, &x);
-                let vb = cost::<f32x8>(kinds[1], p, &x);
-                ca[c] = va.to_array();
-                cb[c] = vb.to_array();
-                let occupied = f32x8::from(cols.occupied[c]).cmp_gt(f32x8::ZERO);
-                ea[c] = sa.add(occupied & finite(va), va);
-                eb[c] = sb.add(occupied & finite(vb), vb);
-            }
-        }
-        [
-            Self::finish(f, chunked(a, chunks), rule, sa, ba),
-            Self::finish(f, chunked(b, chunks), rule, sb, bb),
-        ]
+        simd_costs2_select::<f32x8>(kinds, p, f, out, rule)
     }
 
     fn select(f: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize> {
-        let cols = Cols::new(f);
-        let chunks = cols.chunks;
-        let cs = chunked(costs, chunks);
-        let mut stack = [[0u8; STACK_BYTES]; 2];
-        let mut heap = Vec::new();
-        let [bytes, _] = candidate_bytes(chunks, &mut stack, &mut heap);
-        let mut scan = Scan::new();
-        for (c, byte) in bytes[..chunks].iter_mut().enumerate() {
-            let cv = f32x8::from(cs[c]);
-            *byte = scan.add(cols.eligible(cv, mask, c), cv);
-        }
-        Self::finish(f, cs, rule, scan, bytes)
+        simd_select::<f32x8>(f, costs, mask, rule)
     }
 }
 
@@ -345,6 +403,7 @@ const STACK_BYTES: usize = 512;
 
 /// Two zeroed candidate byte buffers of `chunks.div_ceil(8) * 8` bytes (whole `u64`
 /// words): `stack`'s when they fit, else `heap`, grown.
+#[inline(always)]
 fn candidate_bytes<'a>(
     chunks: usize,
     stack: &'a mut [[u8; STACK_BYTES]; 2],
@@ -364,16 +423,16 @@ fn candidate_bytes<'a>(
 /// The eligibility pass of one cost lane: the running minimum of eligible costs (one
 /// accumulator per vector lane) and whether any slot is eligible.
 #[derive(Clone, Copy)]
-struct Scan {
-    acc: f32x8,
+struct Scan<V> {
+    acc: V,
     any: u32,
 }
 
-impl Scan {
+impl<V: Vector> Scan<V> {
     #[inline(always)]
     fn new() -> Self {
         Scan {
-            acc: f32x8::splat(f32::INFINITY),
+            acc: V::splat(f32::INFINITY),
             any: 0,
         }
     }
@@ -381,12 +440,12 @@ impl Scan {
     /// Takes one chunk's eligibility `e` and costs `cv`; returns its candidate byte (bit
     /// `j`: lane `j` eligible).
     #[inline(always)]
-    fn add(&mut self, e: f32x8, cv: f32x8) -> u8 {
-        let m = e.move_mask() as u32;
-        self.any |= m;
+    fn add(&mut self, e: V, cv: V) -> u8 {
+        let m = e.bits();
+        self.any |= u32::from(m);
         // `cv < acc ? cv : acc` where eligible (`min_`: one `minps` on x86), else `acc`.
-        self.acc = e.blend(cv, f32x8::splat(f32::INFINITY)).min_(self.acc);
-        m as u8
+        self.acc = e.select(cv, V::splat(f32::INFINITY)).min_(self.acc);
+        m
     }
 }
 
@@ -417,103 +476,102 @@ fn retain_bits(bits: &mut [u64], mut drop: impl FnMut(usize) -> bool) {
     }
 }
 
-impl Simd {
-    /// The selection after the eligibility pass (`scan`, and `bytes`: one candidate byte
-    /// per chunk of `costs`, then zeros to a whole number of `u64` words).
-    ///
-    /// One more vector pass narrows the candidates to the band (`cost <= limit`, chunks
-    /// without a candidate skipped); the candidates then become one bit per slot in `u64`
-    /// words (byte `c` is bits `8(c mod 8)..` of word `c/8`), and the tie keys visit only
-    /// band slots, one at a time in slot order, with the same comparisons as the scalar
-    /// reference.
-    fn finish(
-        f: &Fleet,
-        cs: &[[f32; 8]],
-        rule: &TieRule,
-        scan: Scan,
-        bytes: &mut [u8],
-    ) -> Option<usize> {
-        if scan.any == 0 {
-            return None;
-        }
-        let t = f32x8::splat(band_limit(hmin(scan.acc), rule.band));
-        for (b, c) in bytes.iter_mut().zip(cs) {
-            if *b == 0 {
-                continue;
-            }
-            *b &= f32x8::from(*c).cmp_le(t).move_mask() as u8;
-        }
-        let mut words = [0u64; STACK_BYTES / 8];
-        let mut heap = Vec::new();
-        let bits = if bytes.len() <= STACK_BYTES {
-            &mut words[..bytes.len() / 8]
-        } else {
-            heap.resize(bytes.len() / 8, 0);
-            &mut heap[..]
-        };
-        for (w, b) in bits.iter_mut().zip(bytes.chunks_exact(8)) {
-            *w = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        }
-        if let Some(r) = rule.random {
-            if rule.overlap {
-                let mut deepest = f32::NEG_INFINITY;
-                for_each_bit(bits, |i| {
-                    if f.overlap[i] > deepest {
-                        deepest = f.overlap[i];
-                    }
-                });
-                retain_bits(bits, |i| f.overlap[i] < deepest);
-            }
-            // The kept slots' count, counted only here (the SSE2 baseline has no `popcnt`).
-            let n: u64 = bits.iter().map(|w| u64::from(w.count_ones())).sum();
-            let mut k = r % n.max(1);
-            let mut pick = None;
-            for_each_bit(bits, |i| {
-                if k == 0 && pick.is_none() {
-                    pick = Some(i);
-                }
-                k = k.wrapping_sub(1);
-            });
-            return pick;
-        }
-        if rule.load {
-            let mut min_req = f32::INFINITY;
-            for_each_bit(bits, |i| {
-                if f.requests[i] < min_req {
-                    min_req = f.requests[i];
-                }
-            });
-            retain_bits(bits, |i| f.requests[i] > min_req);
-        }
-        if rule.overlap {
-            let mut max_ovl = f32::NEG_INFINITY;
-            for_each_bit(bits, |i| {
-                if f.overlap[i] > max_ovl {
-                    max_ovl = f.overlap[i];
-                }
-            });
-            retain_bits(bits, |i| f.overlap[i] < max_ovl);
-        }
-        // The `(cursor mod |kept|)`-th kept slot in slot order.
-        let n: usize = bits.iter().map(|w| w.count_ones() as usize).sum();
-        if n == 0 {
-            return None;
-        }
-        let mut k = rule.cursor as usize % n;
-        for (w, &word) in bits.iter().enumerate() {
-            let ones = word.count_ones() as usize;
-            if k >= ones {
-                k -= ones;
-                continue;
-            }
-            let mut b = word;
-            for _ in 0..k {
-                b &= b - 1;
-            }
-            return Some(w * 64 + b.trailing_zeros() as usize);
-        }
-        None
+/// The selection after the eligibility pass (`scan`, and `bytes`: one candidate byte
+/// per chunk of `costs`, then zeros to a whole number of `u64` words).
+///
+/// One more vector pass narrows the candidates to the band (`cost <= limit`, chunks
+/// without a candidate skipped); the candidates then become one bit per slot in `u64`
+/// words (byte `c` is bits `8(c mod 8)..` of word `c/8`), and the tie keys visit only
+/// band slots, one at a time in slot order, with the same comparisons as the scalar
+/// reference.
+#[inline(always)]
+fn finish<V: Vector>(
+    f: &Fleet,
+    cs: &[[f32; 8]],
+    rule: &TieRule,
+    scan: Scan<V>,
+    bytes: &mut [u8],
+) -> Option<usize> {
+    if scan.any == 0 {
+        return None;
     }
+    let t = V::splat(band_limit(hmin(scan.acc), rule.band));
+    for (b, c) in bytes.iter_mut().zip(cs) {
+        if *b == 0 {
+            continue;
+        }
+        *b &= V::load(*c).le_mask(t).bits();
+    }
+    let mut words = [0u64; STACK_BYTES / 8];
+    let mut heap = Vec::new();
+    let bits = if bytes.len() <= STACK_BYTES {
+        &mut words[..bytes.len() / 8]
+    } else {
+        heap.resize(bytes.len() / 8, 0);
+        &mut heap[..]
+    };
+    for (w, b) in bits.iter_mut().zip(bytes.chunks_exact(8)) {
+        *w = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    }
+    if let Some(r) = rule.random {
+        if rule.overlap {
+            let mut deepest = f32::NEG_INFINITY;
+            for_each_bit(bits, |i| {
+                if f.overlap[i] > deepest {
+                    deepest = f.overlap[i];
+                }
+            });
+            retain_bits(bits, |i| f.overlap[i] < deepest);
+        }
+        // The kept slots' count, counted only here (the SSE2 baseline has no `popcnt`).
+        let n: u64 = bits.iter().map(|w| u64::from(w.count_ones())).sum();
+        let mut k = r % n.max(1);
+        let mut pick = None;
+        for_each_bit(bits, |i| {
+            if k == 0 && pick.is_none() {
+                pick = Some(i);
+            }
+            k = k.wrapping_sub(1);
+        });
+        return pick;
+    }
+    if rule.load {
+        let mut min_req = f32::INFINITY;
+        for_each_bit(bits, |i| {
+            if f.requests[i] < min_req {
+                min_req = f.requests[i];
+            }
+        });
+        retain_bits(bits, |i| f.requests[i] > min_req);
+    }
+    if rule.overlap {
+        let mut max_ovl = f32::NEG_INFINITY;
+        for_each_bit(bits, |i| {
+            if f.overlap[i] > max_ovl {
+                max_ovl = f.overlap[i];
+            }
+        });
+        retain_bits(bits, |i| f.overlap[i] < max_ovl);
+    }
+    // The `(cursor mod |kept|)`-th kept slot in slot order.
+    let n: usize = bits.iter().map(|w| w.count_ones() as usize).sum();
+    if n == 0 {
+        return None;
+    }
+    let mut k = rule.cursor as usize % n;
+    for (w, &word) in bits.iter().enumerate() {
+        let ones = word.count_ones() as usize;
+        if k >= ones {
+            k -= ones;
+            continue;
+        }
+        let mut b = word;
+        for _ in 0..k {
+            b &= b - 1;
+        }
+        return Some(w * 64 + b.trailing_zeros() as usize);
+    }
+    None
 }
 
 #[cfg(test)]
@@ -546,7 +604,7 @@ mod tests {
             ],
         ];
         for lanes in x {
-            let got = finite(f32x8::new(lanes)).move_mask();
+            let got = i32::from(finite(f32x8::new(lanes)).bits());
             let want = lanes
                 .iter()
                 .enumerate()

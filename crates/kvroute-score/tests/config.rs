@@ -188,6 +188,8 @@ fn readers_never_see_half_an_update() {
                 while !stop.load(Ordering::Relaxed) || seen < 1_000 {
                     let c = cell.load();
                     assert!(*c == a || *c == b, "torn: {c:?}");
+                    let g = cell.guard();
+                    assert!(*g == a || *g == b, "torn guard: {g:?}");
                     seen += 1;
                 }
             })
@@ -200,4 +202,34 @@ fn readers_never_see_half_an_update() {
     for r in readers {
         r.join().unwrap();
     }
+}
+
+/// A guard keeps the value it loaded while writers replace it (one decision, one value),
+/// and a refused `set` leaves the current value in place for new guards.
+#[test]
+fn a_guard_keeps_its_value_across_writes() {
+    let cell = SharedConfig::new(ScoreConfig::default()).unwrap();
+    let held = cell.guard();
+    cell.set(ScoreConfig::with_policy(Policy::LeastLoad))
+        .unwrap();
+    cell.update(|c| c.tie_epsilon = 0.25).unwrap();
+    // Still the default: `projected_time` enforce and tie_epsilon 0.001 (ScoreConfig docs).
+    assert_eq!(*held, ScoreConfig::default());
+    assert_eq!(held.tie_epsilon, 1e-3);
+    let mut bad = ScoreConfig::with_policy(Policy::KvAware);
+    bad.tie_epsilon = 0.75;
+    assert_eq!(cell.set(bad).unwrap_err().field, "tie_epsilon");
+    let now = cell.guard();
+    assert_eq!(now.policy, Policy::LeastLoad);
+    assert_eq!(now.tie_epsilon, 0.25);
+    drop(held);
+    // More guards at once than a thread has debt slots (arc-swap keeps 8) all read the
+    // current value.
+    let many: Vec<_> = (0..20).map(|_| cell.guard()).collect();
+    cell.set(ScoreConfig::default()).unwrap();
+    assert!(
+        many.iter()
+            .all(|g| g.policy == Policy::LeastLoad && g.tie_epsilon == 0.25)
+    );
+    assert_eq!(*cell.guard(), ScoreConfig::default());
 }

@@ -1,14 +1,15 @@
-//! The SIMD pass and the scalar reference choose the same slot, reason and cost on random
-//! fleets of sizes 0, 1, 7, 8, 9, 64, 65, 1000 and 1024, with NaN, ±inf, vacant slots and
-//! every validity, under every policy; in shadow mode they record the same counterfactual
-//! (slot, reason, overlap, its cost and the dispatched slot's), which is enforce's own
-//! choice, with the dispatched slot's cost as enforce's model gives it.
+//! Every available SIMD pass (the portable `wide` one and, on a CPU with AVX2, the AVX2
+//! one; `SimdPath`) and the scalar reference choose the same slot, reason and cost on
+//! random fleets of sizes 0, 1, 7, 8, 9, 64, 65, 1000 and 1024, with NaN, ±inf, vacant
+//! slots and every validity, under every policy; in shadow mode they record the same
+//! counterfactual (slot, reason, overlap, its cost and the dispatched slot's), which is
+//! enforce's own choice, with the dispatched slot's cost as enforce's model gives it.
 
 mod common;
 
 use kvroute_load::Validity;
 use kvroute_score::{
-    Fleet, NearTieRng, Policy, ProjectedMode, Reason, ScoreConfig, ScoreRequest, Scorer,
+    Fleet, NearTieRng, Policy, ProjectedMode, Reason, ScoreConfig, ScoreRequest, Scorer, SimdPath,
     SlotFigures, TieInput,
 };
 use proptest::prelude::*;
@@ -96,18 +97,23 @@ proptest! {
         let mut s = Scorer::new();
         for policy in policies() {
             let cfg = { let mut c = ScoreConfig::default(); c.policy = policy; c.near_tie_band = near; c.tie_epsilon = eps; c.escape_margin_rel = rel; c };
-            let a = s.score(&f, req, &cfg, tie);
             let b = s.score_reference(&f, req, &cfg, tie);
-            prop_assert!(a.same_as(&b), "{policy:?}: simd {a:?} scalar {b:?}");
-            prop_assert_eq!(a.slot.is_none(), a.reason == Reason::NoEligibleWorker);
-            if let Some(sl) = a.slot {
-                prop_assert!(sl.index() < f.len());
+            for path in common::vector_paths() {
+                let a = s.score_with(path, &f, req, &cfg, tie);
+                prop_assert!(a.same_as(&b), "{policy:?}: {path} {a:?} scalar {b:?}");
+                prop_assert_eq!(a.slot.is_none(), a.reason == Reason::NoEligibleWorker);
+                if let Some(sl) = a.slot {
+                    prop_assert!(sl.index() < f.len());
+                }
+                prop_assert_eq!(a.shadow.is_some(), policy == SHADOW, "{:?}", policy);
+                if let Some(cf) = a.shadow {
+                    let enforce = { let mut c = cfg; c.policy = ENFORCE; c };
+                    check_counterfactual(&mut s, path, &figures, &f, req, &enforce, tie, &a, &cf)?;
+                }
             }
-            prop_assert_eq!(a.shadow.is_some(), policy == SHADOW, "{:?}", policy);
-            if let Some(cf) = a.shadow {
-                let enforce = { let mut c = cfg; c.policy = ENFORCE; c };
-                check_counterfactual(&mut s, &figures, &f, req, &enforce, tie, &a, &cf)?;
-            }
+            // `score` runs one of them.
+            prop_assert!(SimdPath::active().is_available());
+            prop_assert!(s.score(&f, req, &cfg, tie).same_as(&b));
         }
     }
 }
@@ -127,6 +133,7 @@ const ENFORCE: Policy = Policy::ProjectedTime {
 #[allow(clippy::too_many_arguments)]
 fn check_counterfactual(
     s: &mut Scorer,
+    path: SimdPath,
     figures: &[Option<SlotFigures>],
     f: &Fleet,
     req: ScoreRequest,
@@ -135,7 +142,7 @@ fn check_counterfactual(
     choice: &kvroute_score::Choice,
     cf: &kvroute_score::Counterfactual,
 ) -> Result<(), TestCaseError> {
-    let en = s.score(f, req, enforce, tie);
+    let en = s.score_with(path, f, req, enforce, tie);
     prop_assert_eq!(
         (
             cf.slot,

@@ -47,11 +47,14 @@ impl Router {
     /// its expected output tokens as decode) on the chosen worker, re-scoring if a
     /// concurrent decision took that worker meanwhile (see the module docs of `route`).
     ///
-    /// Locks it takes, each held for a few instructions and never while scoring: the scratch
-    /// pool's mutex twice (take and return a buffer set) and the scorer configuration's
-    /// read lock once (to clone its `Arc`). Matching, the load snapshot, the scoring pass
-    /// and the reservation are lock-free (it never takes the router's `membership` or
-    /// `load` locks). Allocates nothing once warm. Never panics on bad input.
+    /// Takes no lock: the buffers it works in are its thread's own (a thread-local cache
+    /// of a few buffer sets, reused across routers), the scorer configuration is borrowed
+    /// from its lock-free cell without a reference-count update in the common case
+    /// ([`SharedConfig::guard`](kvroute_score::SharedConfig::guard)), and matching, the load
+    /// snapshot, the scoring pass, the stats (array counters indexed by the policy's label
+    /// and the reason, no name compared) and the reservation are lock-free; it never takes
+    /// the router's `membership` or `load` locks. Allocates nothing once warm (the first
+    /// decisions of a thread size its buffers). Never panics on bad input.
     ///
     /// # Errors
     /// [`RouteError::ExtraKeysOutOfOrder`] when [`RouteRequest::extra_keys`] is not in
@@ -63,9 +66,7 @@ impl Router {
     /// [`RouteError::Contended`] when every attempt lost its slot;
     /// [`RouteError::Saturated`]. Each is counted in [`RouterStats::rejections`](crate::RouterStats).
     pub fn route(&self, req: &RouteRequest<'_>) -> Result<Decision, RouteError> {
-        let mut scratch = self.scratch.take();
-        let result = self.route_in(&mut scratch, req, &mut |_, _| {});
-        self.scratch.give(scratch);
+        let result = crate::scratch::with(self.id, |s| self.route_in(s, req, &mut |_, _| {}));
         if let Err(e) = &result {
             self.counters.rejection(e);
         }
@@ -128,7 +129,8 @@ impl Router {
         self.index.match_prefix(hashes, overlaps);
         self.ingest.mask_untrusted(overlaps);
 
-        let cfg = self.score.load();
+        // One value for the whole decision, borrowed (no lock, no reference count).
+        let cfg = self.score.guard();
         let cursor = self.cursor.fetch_add(1, Relaxed);
         let random = (cfg.near_tie_band > 0.0).then(|| self.draw());
         let sreq = ScoreRequest {

@@ -13,7 +13,7 @@
 
 use kvroute_core::EngineHash;
 use kvroute_core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use kvroute_core::sync::{Arc, Mutex, MutexGuard, RwLock};
+use kvroute_core::sync::{Mutex, MutexGuard, RwLock};
 use kvroute_core::{EngineId, LoadSample, Nanos, Number, OutOfRange, UpdateError};
 use kvroute_core::{SequenceHash, Slot, SlotGeneration, WorkerId};
 use kvroute_index::index::{BlockStore, IndexStats, PrefixIndex, RemoveOutcome, StoreOutcome};
@@ -30,7 +30,6 @@ use crate::carry::{CarryState, Departure};
 use crate::config::{AdmissionConfig, RouterConfig, RouterConfigError};
 use crate::decision::Decision;
 use crate::error::{EventError, WorkerError};
-use crate::scratch::ScratchPool;
 use crate::stats::{Counters, RouterStats};
 
 /// The publisher and the latest time it was given.
@@ -67,8 +66,9 @@ pub struct Router {
     pub(crate) counters: Counters,
     /// Per-worker breakers fed by request outcomes (`breaker.rs`).
     breakers: Breakers,
-    pub(crate) scratch: ScratchPool,
     pub(crate) ingest: crate::ingest::IngestState,
+    /// Unique in the process: tags this router's per-thread scratch buffers (`scratch.rs`).
+    pub(crate) id: u64,
 }
 
 impl core::fmt::Debug for Router {
@@ -76,7 +76,7 @@ impl core::fmt::Debug for Router {
         f.debug_struct("Router")
             .field("block_size", &self.block_size)
             .field("registry", &self.registry)
-            .field("score", &self.score.load())
+            .field("score", &*self.score.guard())
             .finish_non_exhaustive()
     }
 }
@@ -137,8 +137,8 @@ impl Router {
             draws: AtomicU64::new(0),
             counters: Counters::new(config.worker_slots),
             breakers: Breakers::new(config.worker_slots, config.breaker),
-            scratch: ScratchPool::default(),
             ingest: crate::ingest::IngestState::new(config.worker_slots),
+            id: crate::scratch::next_router_id(),
         })
     }
 
@@ -509,8 +509,9 @@ impl Router {
 
     // ----- knobs, stats, inspection ----------------------------------------------------
 
-    /// The scorer configuration new decisions use.
-    pub fn score_config(&self) -> Arc<ScoreConfig> {
+    /// The scorer configuration new decisions use (an owned `Arc`: one reference-count
+    /// increment, no lock).
+    pub fn score_config(&self) -> std::sync::Arc<ScoreConfig> {
         self.score.load()
     }
 

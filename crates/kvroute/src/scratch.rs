@@ -1,8 +1,33 @@
-//! Per-decision scratch buffers (hashes, overlaps, fleet lanes, cost lanes), pooled so that
-//! a warm router allocates nothing per decision.
+//! Per-decision scratch buffers (hashes, overlaps, fleet lanes, cost lanes), cached per
+//! thread so that a warm router allocates nothing per decision and takes no lock for them.
+//!
+//! # Sharing
+//! Each thread keeps up to [`KEEP`] buffer sets in a thread-local cache, each tagged with the
+//! id of the router that used it last ([`next_router_id`]: unique in the process, never
+//! reused, kept by the router when it moves). A decision takes the set tagged with its
+//! router (or, on a miss, a new one while fewer than [`KEEP`] exist, else the least
+//! recently used set, re-tagged), uses it in place and leaves it there. The tag only picks
+//! which set to reuse: any set serves any router, because every buffer is rewritten by the
+//! decision that uses it (hashes cleared, overlaps reset to the index's slot count, cost
+//! lanes resized) except the fleet's lanes, which are cached under the load snapshot's
+//! stamp, unique in the process to one publication of one publisher. So taking over
+//! another router's set costs at most one refill, never a wrong decision, and threads that
+//! use several routers in turn keep one set per router (up to [`KEEP`]) without
+//! reallocating.
+//!
+//! Memory: at most [`KEEP`] sets per thread that routes, each as large as the largest fleet
+//! it served; they are freed when the thread exits, not when a router is dropped (a
+//! dropped router's set waits to be reused by another router or evicted).
+//!
+//! No `unsafe`, and no atomic but the id counter's (a plain `std` atomic, `Relaxed`: it only
+//! hands out distinct numbers and is no protocol the loom models check; a `static` loom
+//! atomic is not possible). The cache is a `RefCell` borrowed for the decision. A
+//! decision that finds it borrowed (it never is: `route` calls nothing that routes) or
+//! runs while the thread's locals are being destroyed uses a fresh set instead.
+
+use core::cell::RefCell;
 
 use kvroute_core::SequenceHash;
-use kvroute_core::sync::Mutex;
 use kvroute_index::index::Overlaps;
 use kvroute_score::{Fleet, Scorer};
 
@@ -15,28 +40,171 @@ pub(crate) struct Scratch {
     pub scorer: Scorer,
 }
 
-/// Free scratch buffers; at most [`ScratchPool::KEEP`] are kept.
-#[derive(Debug, Default)]
-pub(crate) struct ScratchPool {
-    free: Mutex<Vec<Scratch>>,
+/// Buffer sets kept per thread.
+pub(crate) const KEEP: usize = 4;
+
+/// One cached buffer set.
+struct Entry {
+    /// The id of the router that used it last (module docs, *Sharing*).
+    tag: u64,
+    /// [`Cache::clock`] at its last use.
+    used: u64,
+    scratch: Scratch,
 }
 
-impl ScratchPool {
-    /// Buffers kept for reuse (decisions in flight beyond this allocate their own).
-    const KEEP: usize = 64;
+/// A thread's buffer sets.
+struct Cache {
+    entries: Vec<Entry>,
+    /// Counts decisions of this thread (the recency of `Entry::used`).
+    clock: u64,
+}
 
-    /// A free buffer set, or a new one.
-    pub fn take(&self) -> Scratch {
-        // A poisoned pool only holds whole buffer sets.
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        free.pop().unwrap_or_default()
+impl Cache {
+    /// The set for `tag`: its own, a new one, or the least recently used one re-tagged.
+    fn entry(&mut self, tag: u64) -> &mut Scratch {
+        self.clock = self.clock.wrapping_add(1);
+        let i = match self.entries.iter().position(|e| e.tag == tag) {
+            Some(i) => i,
+            None if self.entries.len() < KEEP => {
+                if self.entries.capacity() == 0 {
+                    self.entries.reserve_exact(KEEP);
+                }
+                self.entries.push(Entry {
+                    tag,
+                    used: 0,
+                    scratch: Scratch::default(),
+                });
+                self.entries.len() - 1
+            }
+            None => {
+                let lru = (0..self.entries.len())
+                    .min_by_key(|&i| self.entries[i].used)
+                    .unwrap_or(0);
+                self.entries[lru].tag = tag;
+                lru
+            }
+        };
+        let e = &mut self.entries[i];
+        e.used = self.clock;
+        &mut e.scratch
+    }
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = const {
+        RefCell::new(Cache {
+            entries: Vec::new(),
+            clock: 0,
+        })
+    };
+}
+
+/// A new router id (module docs, *Sharing*): 1, 2, … across every router of the process.
+pub(crate) fn next_router_id() -> u64 {
+    static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Runs `f` on this thread's buffer set for the router whose id is `tag`, or on a fresh
+/// set when the cache is unavailable (module docs). `f` runs exactly once.
+#[inline]
+pub(crate) fn with<R>(tag: u64, mut f: impl FnMut(&mut Scratch) -> R) -> R {
+    let cached = CACHE.try_with(|c| {
+        let mut c = c.try_borrow_mut().ok()?;
+        Some(f(c.entry(tag)))
+    });
+    match cached {
+        Ok(Some(r)) => r,
+        _ => f(&mut Scratch::default()),
+    }
+}
+
+/// How many buffer sets this thread holds (tests).
+#[cfg(test)]
+pub(crate) fn cached_sets() -> usize {
+    CACHE.with(|c| c.borrow().entries.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache() -> Cache {
+        Cache {
+            entries: Vec::new(),
+            clock: 0,
+        }
     }
 
-    /// Returns a buffer set for reuse.
-    pub fn give(&self, s: Scratch) {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        if free.len() < Self::KEEP {
-            free.push(s);
+    /// Each tag keeps its own set (marked here by the hash buffer's capacity) up to `KEEP`
+    /// tags; a further tag takes over the least recently used set, buffers and all, and the
+    /// cache never holds more than `KEEP` sets.
+    #[test]
+    fn tags_keep_their_sets_and_evict_the_least_recent() {
+        let mut c = cache();
+        for tag in 1..=KEEP as u64 {
+            c.entry(tag).hashes.reserve_exact(100 * tag as usize);
         }
+        assert_eq!(c.entries.len(), KEEP);
+        // Tag 1 again: its own set, with the 100 it reserved.
+        assert!(c.entry(1).hashes.capacity() >= 100);
+        assert!(c.entry(1).hashes.capacity() < 200);
+        // Tag 2 is now the least recently used (1 was just used, 3 and 4 after 2): a new
+        // tag reuses its buffers (200 reserved), and tag 2 then misses.
+        let cap = c.entry(99).hashes.capacity();
+        assert!((200..300).contains(&cap), "{cap}");
+        assert_eq!(c.entries.len(), KEEP);
+        assert!(c.entries.iter().all(|e| e.tag != 2));
+        assert!(c.entries.iter().any(|e| e.tag == 99));
+    }
+
+    /// The thread-local cache holds one set per router that routed on this thread (a
+    /// router moved keeps its set), and routers dropped and rebuilt keep routing correctly
+    /// with the sets left behind.
+    #[test]
+    fn one_thread_serves_several_routers() {
+        use kvroute_core::{LoadSample, Nanos, WorkerId};
+
+        use crate::config::RouterConfig;
+        use crate::request::RouteRequest;
+        use crate::router::Router;
+
+        std::thread::spawn(|| {
+            let build = |workers: u64| {
+                let r = Router::new(RouterConfig::new(8, 16)).unwrap();
+                for e in 0..workers {
+                    let w = WorkerId::new(e, 0);
+                    r.add_worker(w).unwrap();
+                    r.update_load(w, LoadSample::idle(64), Nanos::from_secs(1))
+                        .unwrap();
+                }
+                r.publish(Nanos::from_secs(1)).unwrap();
+                r
+            };
+            let prompt: Vec<u32> = (0..64).collect();
+            let req = RouteRequest::tokens(&prompt, 10, Nanos::from_secs(1));
+            for round in 0..3 {
+                // Fleets of 1, 2 and 3 idle workers: every decision picks one of them.
+                let first = build(1);
+                drop(first.route(&req).unwrap());
+                let before = cached_sets();
+                // Moved into the vector: the same id, the same set.
+                let mut routers = vec![first];
+                drop(routers[0].route(&req).unwrap());
+                assert_eq!(cached_sets(), before);
+                routers.extend((2..=3).map(build));
+                for _ in 0..4 {
+                    for (k, r) in routers.iter().enumerate() {
+                        let d = r.route(&req).unwrap();
+                        assert!(d.worker.engine_id <= k as u64, "round {round}");
+                    }
+                }
+                assert!(cached_sets() <= KEEP);
+            }
+            // Three routers at a time: three sets, never more than `KEEP`.
+            assert!((3..=KEEP).contains(&cached_sets()));
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -3,7 +3,7 @@
 
 use kvroute_core::Slot;
 use kvroute_score::{
-    Choice, Fleet, Policy, ScoreConfig, ScoreRequest, Scorer, SlotFigures, TieInput,
+    Choice, Fleet, Policy, ScoreConfig, ScoreRequest, Scorer, SimdPath, SlotFigures, TieInput,
 };
 
 /// A config with `policy` and every other knob at its default.
@@ -11,8 +11,18 @@ pub fn cfg(policy: Policy) -> ScoreConfig {
     ScoreConfig::with_policy(policy)
 }
 
-/// Scores with both paths, asserts they agree, returns the SIMD choice. The request gives
-/// no expected output (`tokens_per_request` is assumed).
+/// The vector paths this machine runs (`SimdPath::Portable` always, `SimdPath::Avx2` on a
+/// CPU with AVX2), each to be compared with the scalar reference.
+pub fn vector_paths() -> Vec<SimdPath> {
+    SimdPath::ALL
+        .into_iter()
+        .filter(|p| *p != SimdPath::Scalar && p.is_available())
+        .collect()
+}
+
+/// Scores with every available path, asserts each agrees with the scalar reference,
+/// returns the choice of `Scorer::score`. The request gives no expected output
+/// (`tokens_per_request` is assumed).
 pub fn both(fleet: &Fleet, prompt: u32, cfg: &ScoreConfig, cursor: u32) -> Choice {
     both_out(fleet, prompt, 0, cfg, cursor)
 }
@@ -29,9 +39,13 @@ pub fn both_out(fleet: &Fleet, prompt: u32, output: u32, cfg: &ScoreConfig, curs
         random: None,
     };
     let mut s = Scorer::new();
-    let a = s.score(fleet, req, cfg, tie);
     let b = s.score_reference(fleet, req, cfg, tie);
-    assert!(a.same_as(&b), "simd {a:?} != scalar {b:?}");
+    for path in vector_paths() {
+        let a = s.score_with(path, fleet, req, cfg, tie);
+        assert!(a.same_as(&b), "{path} {a:?} != scalar {b:?}");
+    }
+    let a = s.score(fleet, req, cfg, tie);
+    assert!(a.same_as(&b), "score {a:?} != scalar {b:?}");
     a
 }
 

@@ -1,0 +1,370 @@
+//! The AVX2 engine: the vector pass of `select` compiled for AVX2 and chosen at run time
+//! (x86 and x86_64 only).
+//!
+//! `wide::f32x8` picks its implementation when the crate is compiled, so a default build
+//! (SSE2 baseline) runs each `f32x8` as two 128-bit halves even on an AVX2 machine. This
+//! module instead instantiates the pass (`select::simd_costs`, `simd_select`,
+//! `simd_costs2_select`, `simd_occupied_sums`, written once over [`Vector`] and
+//! `#[inline(always)]`) with its own
+//! 256-bit vector [`F32x8`] (`core::arch` intrinsics) inside functions compiled with
+//! `#[target_feature(enable = "avx2,bmi1,popcnt")]`, so LLVM emits AVX2 (and `tzcnt`,
+//! `popcnt` for the tie keys' bit scans) for them whatever the build's baseline.
+//!
+//! No fused multiply-add is used: every lane performs the same IEEE operations as the
+//! scalar reference (module `lane`), so this engine agrees with it bit for bit like the
+//! portable one. `vmaxps`/`vminps` are defined exactly as `maxps`/`minps` (`a > b ? a : b`,
+//! `a < b ? a : b`), comparisons are the ordered, non-signalling predicates (`_CMP_GT_OQ`
+//! and friends: false when either operand is NaN, as `f32`'s operators), and `vblendvps`
+//! selects by each lane's sign bit, which a mask sets in all of a lane's bits or none.
+//!
+//! # Safety argument
+//! Executing an AVX2 instruction on a CPU without AVX2 is undefined behaviour. Every
+//! instruction of this module runs inside one of its `#[target_feature]` kernels, and each
+//! kernel is called only from [`Avx2`]'s [`Engine`] methods right after [`available`]
+//! returned true (the CPU has AVX2, BMI1 and POPCNT, detected with
+//! `is_x86_feature_detected!`); otherwise those methods run the portable pass. [`F32x8`] is
+//! private to this module, so no code elsewhere can make or use one: its methods (safe
+//! functions wrapping the intrinsics) are reached only through the generic pass as the
+//! kernels instantiate it, that is, after the detection.
+
+#[cfg(target_arch = "x86")]
+use core::arch::x86::{
+    __m256, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps,
+    _mm256_and_ps, _mm256_blendv_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_max_ps,
+    _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
+    _mm256_storeu_ps, _mm256_sub_ps,
+};
+#[cfg(target_arch = "x86_64")]
+use core::arch::x86_64::{
+    __m256, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps,
+    _mm256_and_ps, _mm256_blendv_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_max_ps,
+    _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
+    _mm256_storeu_ps, _mm256_sub_ps,
+};
+use core::ops::{Add, BitAnd, BitAndAssign, Div, Mul, Sub};
+use std::sync::OnceLock;
+
+use crate::cost::{CostKind, Params};
+use crate::fleet::Fleet;
+use crate::lane::{Lane, Vector};
+use crate::select::{
+    Engine, Mask, Simd, TieRule, simd_costs, simd_costs2_select, simd_occupied_sums, simd_select,
+};
+
+/// Whether this CPU runs the AVX2 engine: AVX2, BMI1 and POPCNT detected, once per process.
+#[inline]
+pub(crate) fn available() -> bool {
+    static DETECTED: OnceLock<bool> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("bmi1")
+            && std::arch::is_x86_feature_detected!("popcnt")
+    })
+}
+
+/// The AVX2 engine ([`Engine`]): the vector pass over [`F32x8`] where [`available`], the
+/// portable pass ([`Simd`]) otherwise.
+pub(crate) struct Avx2;
+
+impl Engine for Avx2 {
+    fn costs(kind: CostKind, p: &Params, f: &Fleet, out: &mut Vec<f32>) {
+        if available() {
+            // SAFETY: `costs_avx2` needs AVX2, BMI1 and POPCNT, which `available` just
+            // detected on this CPU.
+            unsafe { costs_avx2(kind, p, f, out) }
+        } else {
+            Simd::costs(kind, p, f, out);
+        }
+    }
+
+    fn costs2_select(
+        kinds: [CostKind; 2],
+        p: &Params,
+        f: &Fleet,
+        out: [&mut Vec<f32>; 2],
+        rule: &TieRule,
+    ) -> [Option<usize>; 2] {
+        if available() {
+            // SAFETY: `costs2_select_avx2` needs AVX2, BMI1 and POPCNT, which `available`
+            // just detected on this CPU.
+            unsafe { costs2_select_avx2(kinds, p, f, out, rule) }
+        } else {
+            Simd::costs2_select(kinds, p, f, out, rule)
+        }
+    }
+
+    fn select(f: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize> {
+        if available() {
+            // SAFETY: `select_avx2` needs AVX2, BMI1 and POPCNT, which `available` just
+            // detected on this CPU.
+            unsafe { select_avx2(f, costs, mask, rule) }
+        } else {
+            Simd::select(f, costs, mask, rule)
+        }
+    }
+
+    fn occupied_sums(f: &Fleet, costs: &[f32]) -> (f32, f32) {
+        if available() {
+            // SAFETY: `occupied_sums_avx2` needs AVX2, BMI1 and POPCNT, which `available`
+            // just detected on this CPU.
+            unsafe { occupied_sums_avx2(f, costs) }
+        } else {
+            Simd::occupied_sums(f, costs)
+        }
+    }
+}
+
+/// [`Engine::occupied_sums`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU has AVX2, BMI1 and POPCNT ([`available`]).
+#[target_feature(enable = "avx2,bmi1,popcnt")]
+unsafe fn occupied_sums_avx2(f: &Fleet, costs: &[f32]) -> (f32, f32) {
+    simd_occupied_sums::<F32x8>(f, costs)
+}
+
+/// [`Engine::costs`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU has AVX2, BMI1 and POPCNT ([`available`]).
+#[target_feature(enable = "avx2,bmi1,popcnt")]
+unsafe fn costs_avx2(kind: CostKind, p: &Params, f: &Fleet, out: &mut Vec<f32>) {
+    simd_costs::<F32x8>(kind, p, f, out);
+}
+
+/// [`Engine::costs2_select`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU has AVX2, BMI1 and POPCNT ([`available`]).
+#[target_feature(enable = "avx2,bmi1,popcnt")]
+unsafe fn costs2_select_avx2(
+    kinds: [CostKind; 2],
+    p: &Params,
+    f: &Fleet,
+    out: [&mut Vec<f32>; 2],
+    rule: &TieRule,
+) -> [Option<usize>; 2] {
+    simd_costs2_select::<F32x8>(kinds, p, f, out, rule)
+}
+
+/// [`Engine::select`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU has AVX2, BMI1 and POPCNT ([`available`]).
+#[target_feature(enable = "avx2,bmi1,popcnt")]
+unsafe fn select_avx2(f: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize> {
+    simd_select::<F32x8>(f, costs, mask, rule)
+}
+
+/// Eight `f32` lanes in one 256-bit AVX register. Private to this module (module docs,
+/// *Safety argument*): every value and every call exists only inside the AVX2 kernels.
+#[derive(Clone, Copy)]
+struct F32x8(__m256);
+
+/// Wraps one AVX intrinsic call. Every use is inside a method of [`F32x8`], which runs
+/// only inside this module's `#[target_feature]` kernels after [`available`] returned true
+/// (module docs, *Safety argument*); the intrinsics used take and return registers only
+/// (the load and store take pointers to whole `[f32; 8]` arrays, checked at their call).
+macro_rules! avx {
+    ($e:expr) => {
+        // SAFETY: the CPU has AVX2 (see the macro's docs: `F32x8` is used only by the
+        // kernels, after `available` detected AVX2, BMI1 and POPCNT).
+        unsafe { $e }
+    };
+}
+
+macro_rules! binop {
+    ($tr:ident, $m:ident, $f:ident) => {
+        impl $tr for F32x8 {
+            type Output = F32x8;
+            #[inline(always)]
+            fn $m(self, o: F32x8) -> F32x8 {
+                F32x8(avx!($f(self.0, o.0)))
+            }
+        }
+    };
+}
+
+binop!(Add, add, _mm256_add_ps);
+binop!(Sub, sub, _mm256_sub_ps);
+binop!(Mul, mul, _mm256_mul_ps);
+binop!(Div, div, _mm256_div_ps);
+binop!(BitAnd, bitand, _mm256_and_ps);
+
+impl BitAndAssign for F32x8 {
+    #[inline(always)]
+    fn bitand_assign(&mut self, o: F32x8) {
+        *self = *self & o;
+    }
+}
+
+impl Lane for F32x8 {
+    #[inline(always)]
+    fn splat(v: f32) -> Self {
+        F32x8(avx!(_mm256_set1_ps(v)))
+    }
+    #[inline(always)]
+    fn max_(self, o: Self) -> Self {
+        // `vmaxps`: `self > o ? self : o` per lane (module docs).
+        F32x8(avx!(_mm256_max_ps(self.0, o.0)))
+    }
+    #[inline(always)]
+    fn min_(self, o: Self) -> Self {
+        // `vminps`: `self < o ? self : o` per lane (module docs).
+        F32x8(avx!(_mm256_min_ps(self.0, o.0)))
+    }
+    #[inline(always)]
+    fn pos_or(self, fallback: Self) -> Self {
+        let zero = F32x8(avx!(_mm256_setzero_ps()));
+        self.gt_mask(zero).select(self, fallback)
+    }
+    #[inline(always)]
+    fn below_or(self, t: f32, below: Self, other: Self) -> Self {
+        let lt = F32x8(avx!(_mm256_cmp_ps::<_CMP_LT_OQ>(self.0, Self::splat(t).0)));
+        lt.select(below, other)
+    }
+}
+
+impl Vector for F32x8 {
+    #[inline(always)]
+    fn load(a: [f32; 8]) -> Self {
+        // `_mm256_loadu_ps` reads 8 unaligned `f32` from `a`, which holds exactly 8.
+        F32x8(avx!(_mm256_loadu_ps(a.as_ptr())))
+    }
+    #[inline(always)]
+    fn to_array(self) -> [f32; 8] {
+        let mut a = [0.0f32; 8];
+        // `_mm256_storeu_ps` writes 8 unaligned `f32` to `a`, which holds exactly 8.
+        avx!(_mm256_storeu_ps(a.as_mut_ptr(), self.0));
+        a
+    }
+    #[inline(always)]
+    fn gt_mask(self, o: Self) -> Self {
+        F32x8(avx!(_mm256_cmp_ps::<_CMP_GT_OQ>(self.0, o.0)))
+    }
+    #[inline(always)]
+    fn ge_mask(self, o: Self) -> Self {
+        F32x8(avx!(_mm256_cmp_ps::<_CMP_GE_OQ>(self.0, o.0)))
+    }
+    #[inline(always)]
+    fn le_mask(self, o: Self) -> Self {
+        F32x8(avx!(_mm256_cmp_ps::<_CMP_LE_OQ>(self.0, o.0)))
+    }
+    #[inline(always)]
+    fn eq_mask(self, o: Self) -> Self {
+        F32x8(avx!(_mm256_cmp_ps::<_CMP_EQ_OQ>(self.0, o.0)))
+    }
+    #[inline(always)]
+    fn select(self, t: Self, f: Self) -> Self {
+        // `vblendvps f, t, mask`: `t` where the mask lane's sign bit is set.
+        F32x8(avx!(_mm256_blendv_ps(f.0, t.0, self.0)))
+    }
+    #[inline(always)]
+    fn bits(self) -> u8 {
+        // `vmovmskps` sets bits 0..8 only.
+        avx!(_mm256_movemask_ps(self.0)) as u8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::select::finite;
+
+    /// The AVX2 lanes' operations, lane by lane, against `f32`'s on every class of value
+    /// (NaN on either side, signed zeros, infinities): the same bits for arithmetic,
+    /// `max_`/`min_`/`pos_or`/`below_or` (the `lane` module's NaN rule), comparisons and
+    /// `finite`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, BMI1 and POPCNT.
+    #[target_feature(enable = "avx2,bmi1,popcnt")]
+    unsafe fn check_lanes(a: [f32; 8], b: [f32; 8]) {
+        let (va, vb) = (F32x8::load(a), F32x8::load(b));
+        let got = [
+            (va + vb).to_array(),
+            (va - vb).to_array(),
+            (va * vb).to_array(),
+            (va / vb).to_array(),
+            va.max_(vb).to_array(),
+            va.min_(vb).to_array(),
+            va.pos_or(vb).to_array(),
+            va.below_or(1.0, va, vb).to_array(),
+        ];
+        let scalar: [fn(f32, f32) -> f32; 8] = [
+            |x, y| x + y,
+            |x, y| x - y,
+            |x, y| x * y,
+            |x, y| x / y,
+            |x, y| if x > y { x } else { y },
+            |x, y| if x < y { x } else { y },
+            |x, y| if x > 0.0 { x } else { y },
+            |x, y| if x < 1.0 { x } else { y },
+        ];
+        for (op, (g, s)) in got.iter().zip(scalar).enumerate() {
+            for j in 0..8 {
+                let want = s(a[j], b[j]);
+                assert!(
+                    g[j].to_bits() == want.to_bits() || (g[j].is_nan() && want.is_nan()),
+                    "op {op} lane {j}: {} vs {want} ({} {})",
+                    g[j],
+                    a[j],
+                    b[j]
+                );
+            }
+        }
+        let masks = [
+            (va.gt_mask(vb).bits(), 0),
+            (va.ge_mask(vb).bits(), 1),
+            (va.le_mask(vb).bits(), 2),
+            (va.eq_mask(vb).bits(), 3),
+            (finite(va).bits(), 4),
+        ];
+        for (bits, kind) in masks {
+            let want = (0..8).fold(0u8, |m, j| {
+                let (x, y) = (a[j], b[j]);
+                let t = match kind {
+                    0 => x > y,
+                    1 => x >= y,
+                    2 => x <= y,
+                    3 => x == y,
+                    _ => x.is_finite(),
+                };
+                m | (u8::from(t) << j)
+            });
+            assert_eq!(bits, want, "mask {kind}: {a:?} {b:?}");
+        }
+    }
+
+    #[test]
+    fn lanes_match_f32() {
+        if !available() {
+            return;
+        }
+        let cases = [
+            (
+                [f32::NAN, 1.0, -0.0, 0.0, f32::INFINITY, 2.0, f32::NAN, -1.0],
+                [
+                    0.5,
+                    f32::NAN,
+                    0.0,
+                    -0.0,
+                    1.0,
+                    f32::NEG_INFINITY,
+                    f32::NAN,
+                    -1.0,
+                ],
+            ),
+            (
+                [3.0, -2.5, 1e-45, f32::MAX, 0.999, 1.0, -0.0, 7.0],
+                [3.0, 2.5, -1e-45, f32::MAX, 1.0, 0.999, 0.0, f32::INFINITY],
+            ),
+        ];
+        for (a, b) in cases {
+            // SAFETY: `available` returned true: the CPU has AVX2, BMI1 and POPCNT.
+            unsafe { check_lanes(a, b) };
+            // SAFETY: as above.
+            unsafe { check_lanes(b, a) };
+        }
+    }
+}
