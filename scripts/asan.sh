@@ -3,7 +3,8 @@
 # storing, removing, routing, publishing, sweeping and changing knobs on one Router, with
 # real epoch reclamation, so a use-after-free, double free or out-of-bounds access on any
 # path it reaches aborts the run with ASan's report. Then the run-compressed index's
-# readers-against-writer test (kvroute-index's tests/run_index_concurrent.rs) the same way.
+# readers-against-writer test and its stores that break the chain property (kvroute-index's
+# tests/run_index_concurrent.rs and run_index_bad_input.rs, 64 cases) the same way.
 #
 #   bash scripts/asan.sh               # the full run: 60 s
 #   ASAN_SECS=20 bash scripts/asan.sh  # a shorter one (what .ci/run does)
@@ -34,5 +35,7 @@ echo "== router stress test under AddressSanitizer (${KVROUTE_STRESS_SECS} s)"
 cargo test --release --target "$host" -p kvroute-integration --test router_stress \
   -- --ignored --exact router_stress_full --nocapture
 
-echo "== RunIndex readers against its writer under AddressSanitizer"
+echo "== RunIndex readers against its writer, and stores that break the chain property, under AddressSanitizer"
 cargo test --release --target "$host" -p kvroute-index --test run_index_concurrent
+PROPTEST_CASES="${ASAN_PROPTEST_CASES:-64}" \
+  cargo test --release --target "$host" -p kvroute-index --test run_index_bad_input

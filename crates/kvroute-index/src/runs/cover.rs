@@ -31,6 +31,11 @@ impl Cover {
         }
     }
 
+    /// The held intervals `[start, end)`, sorted and disjoint.
+    pub(crate) fn intervals(&self) -> &[(u32, u32)] {
+        &self.iv
+    }
+
     /// Whether `p` is held.
     pub(crate) fn contains(&self, p: u32) -> bool {
         let i = self.iv.partition_point(|&(_, e)| e <= p);

@@ -7,8 +7,9 @@
 //! stays, so probes for other keys still pass it, and only the same key can revive the
 //! slot). Linear probing stops at the first empty key. When claimed keys pass 3/4 of the
 //! slots, or live ones fall below 1/16 (never below the initial size), the writer rebuilds
-//! the array at twice its live count, publishes it, and retires the old array through the
-//! epoch collector; a reader that started on the old array finishes on it.
+//! the array at twice its live count, publishes it, and retires the old array: the writer
+//! hands it to the epoch collector with the rest of its event's garbage (see `write`); a
+//! reader that started on the old array finishes on it.
 //!
 //! # Orderings
 //! * `key`: stored `Relaxed` before the slot's first view pointer; a reader that loads the
@@ -74,18 +75,36 @@ fn array_bytes(cap: usize) -> usize {
     core::mem::size_of::<Array>() + cap * core::mem::size_of::<Slot>()
 }
 
+/// A [`Heads::set`] refused: another run is linked under the key (two runs with one first
+/// key, which only input that breaks the chain property can make).
+#[derive(Debug)]
+pub(crate) struct Taken;
+
 /// The head table; see the module docs.
 pub(crate) struct Heads {
     array: AtomicPtr<Array>,
 }
 
 /// The head table's writer-only counts, kept in the writer's state (under the index's
-/// writer lock): claimed keys, live views, the initial capacity.
+/// writer lock): claimed keys, live views, the initial capacity, and the arrays replaced
+/// by rebuilds that the writer has not yet handed to the epoch collector.
 #[derive(Debug)]
 pub(crate) struct HeadCounts {
     used: usize,
     live: usize,
     min_cap: usize,
+    /// Replaced arrays: (pointer from `Box::into_raw`, heap bytes), freed with
+    /// [`free_array`] once no reader can use them.
+    pub(crate) retired: Vec<(usize, usize)>,
+}
+
+/// Frees an array that a rebuild replaced (an entry of [`HeadCounts::retired`]).
+///
+/// # Safety
+/// `p` is the pointer of a `retired` entry, freed once, with no reader left on it.
+pub(crate) unsafe fn free_array(p: usize) {
+    // SAFETY: the caller's contract; `p` came from `Box::into_raw`.
+    unsafe { drop(Box::from_raw(p as *mut Array)) };
 }
 
 // SAFETY: the array is reached through an atomic pointer and freed through the epoch
@@ -108,6 +127,7 @@ impl Heads {
                 used: 0,
                 live: 0,
                 min_cap: cap,
+                retired: Vec::new(),
             },
         )
     }
@@ -175,16 +195,22 @@ impl Heads {
         c: &mut HeadCounts,
         key: u64,
         view: *mut ViewHead,
-        guard: &Guard,
-    ) -> *mut ViewHead {
+    ) -> Result<*mut ViewHead, Taken> {
         let k = slot_key(key);
         if (c.used + 1) * 4 > self.current().slots.len() * 3 {
-            self.rebuild(c, ((c.live + 1) * 4).next_power_of_two(), guard);
+            self.rebuild(c, ((c.live + 1) * 4).next_power_of_two());
         }
         let a = self.current();
         let (i, found) = Self::probe(a, k);
         let s = &a.slots[i];
-        if !found {
+        if found {
+            let cur = s.view.load(Ordering::Relaxed);
+            // SAFETY: a linked view of this writer (only it links and frees views), and
+            // `view` is the caller's fresh one.
+            if !cur.is_null() && unsafe { (*cur).run != (*view).run } {
+                return Err(Taken);
+            }
+        } else {
             s.key.store(k, Ordering::Relaxed);
             c.used += 1;
         }
@@ -192,16 +218,22 @@ impl Heads {
         if old.is_null() {
             c.live += 1;
         }
-        old
+        Ok(old)
     }
 
     /// Writer: unlinks the view of the run starting at `key`, returning it (null if none).
     /// The caller frees it through the epoch collector.
-    pub(crate) fn unlink(&self, c: &mut HeadCounts, key: u64, guard: &Guard) -> *mut ViewHead {
+    pub(crate) fn unlink(&self, c: &mut HeadCounts, key: u64, run: u32) -> *mut ViewHead {
         let k = slot_key(key);
         let a = self.current();
         let (i, found) = Self::probe(a, k);
         if !found {
+            return ptr::null_mut();
+        }
+        let cur = a.slots[i].view.load(Ordering::Relaxed);
+        // SAFETY: a linked view of this writer (only it links and frees views).
+        if cur.is_null() || unsafe { (*cur).run } != run {
+            // Another run's view (or none): not this run's to unlink.
             return ptr::null_mut();
         }
         let old = a.slots[i].view.swap(ptr::null_mut(), Ordering::AcqRel);
@@ -210,14 +242,15 @@ impl Heads {
             let cap = a.slots.len();
             if c.live * 16 < cap && cap > c.min_cap {
                 let want = ((c.live + 1) * 4).next_power_of_two();
-                self.rebuild(c, want, guard);
+                self.rebuild(c, want);
             }
         }
         old
     }
 
-    /// Writer: copies the live slots into a fresh array of `cap` slots and retires the old.
-    fn rebuild(&self, c: &mut HeadCounts, cap: usize, guard: &Guard) {
+    /// Writer: copies the live slots into a fresh array of `cap` slots and retires the old
+    /// (into `c.retired`, for the writer to hand to the epoch collector).
+    fn rebuild(&self, c: &mut HeadCounts, cap: usize) {
         let cap = cap.max(c.min_cap);
         let new = Array::new(cap);
         let old = self.current();
@@ -236,12 +269,11 @@ impl Heads {
         c.used = live;
         c.live = live;
         let old = self.array.swap(Box::into_raw(new), Ordering::AcqRel);
-        // SAFETY: `old` came from `Box::into_raw` and is no longer reachable for new
-        // readers; readers pinned now finish before the collector runs the closure.
-        unsafe {
-            let old = old as usize;
-            guard.defer_unchecked(move || drop(Box::from_raw(old as *mut Array)));
-        }
+        // `old` is no longer reachable for new readers; readers pinned now finish before
+        // the collector runs the writer's garbage batch that frees it.
+        // SAFETY: `old` came from `Box::into_raw` and stays allocated until that batch.
+        let bytes = array_bytes(unsafe { &*old }.slots.len());
+        c.retired.push((old as usize, bytes));
     }
 
     /// Heap bytes of the current array.

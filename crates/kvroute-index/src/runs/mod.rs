@@ -29,7 +29,24 @@
 //! * Writers take one lock for the whole index (events of every worker are applied one at
 //!   a time); they never block readers. A change to a run publishes a new view (and a new
 //!   key buffer when the run outgrows its own); the old ones are freed through the epoch
-//!   collector after every reader that could see them has unpinned.
+//!   collector after every reader that could see them has unpinned. An event's garbage
+//!   goes to the collector as one batch; an event that unlinked a run (or replaced a key
+//!   buffer or the head table's array) then drains the collector, a few rounds of pin and
+//!   flush after releasing the lock, so its garbage is normally freed before it returns
+//!   (it stays only while a reader pinned from before the event holds it back, and a later
+//!   event or [`RunIndex::collect_garbage`] frees it).
+//!
+//! # Memory
+//! [`RunIndexStats::heap_bytes`] counts every allocation of the index: the head table's
+//! array, the run arena and each run's key buffer, members, covers and anchors, the
+//! published views, each worker's lane map and copy and alias maps, the writer's scratch
+//! buffers, the shared garbage gauge, and garbage waiting for the epoch collector (each
+//! batch's items, record and buffer). Not counted: crossbeam-epoch's own bookkeeping (the
+//! thread's registration and its queue of sealed bags). When every worker has let go of
+//! every block, the index frees its run arena and scratch buffers and each cleared worker's
+//! maps, so memory returns to the empty index's (head table, worker records) without
+//! [`RunIndex::collect_garbage`]; removals of single blocks keep a worker's lane map (it
+//! shrinks with hysteresis) until `collect_garbage` gives the rest back.
 //!
 //! # Bounded memory
 //! Each worker may hold at most `max_blocks_per_worker` engine hashes after every event. A
@@ -40,8 +57,9 @@
 //! own blocks.
 //!
 //! # Status
-//! Not yet the index the router uses: it has no loom model of its publication protocol
-//! yet. `PrefixIndex` stays the router's index until it does.
+//! The index the router (`kvroute::Router`) uses. Its publication protocol has no loom
+//! model yet; the differential property tests (`tests/run_index_model.rs`), the router's
+//! stress test and the memory tests (`tests/run_index_memory.rs`) cover it.
 //!
 //! # Orderings
 //! The head table's orderings are documented in `heads`; views and key buffers are
@@ -68,6 +86,14 @@ use std::sync::Arc;
 use heads::Heads;
 use write::{Ctx, Deferred, Writer};
 
+/// Rounds of pin and flush an event that freed a key buffer or an array runs after
+/// releasing the writer lock (each round advances the epoch at most once; a batch expires
+/// two advances after it was sealed).
+const EVENT_DRAIN_ROUNDS: usize = 6;
+
+/// Rounds of pin and flush [`RunIndex::collect_garbage`] spends, at most.
+const GARBAGE_DRAIN_ROUNDS: usize = 256;
+
 /// Gauges of a [`RunIndex`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -77,10 +103,15 @@ pub struct RunIndexStats {
     /// Key positions of the linked runs (distinct blocks, plus any position of a linked
     /// run that no worker holds any more).
     pub positions: u64,
+    /// Distinct blocks that at least one worker holds (the held positions of the linked
+    /// runs; [`IndexStats::nodes`](crate::index::IndexStats::nodes) of a node-per-block
+    /// index). At most `positions`.
+    pub blocks: u64,
     /// (worker, block) pairs held.
     pub residencies: u64,
     /// Heap bytes of the index: head table, run records, key buffers, views, covers,
-    /// worker lanes, and garbage waiting for the epoch collector.
+    /// worker lanes, scratch buffers, and garbage waiting for the epoch collector (every
+    /// allocation the index makes; see the module docs, "Memory").
     pub heap_bytes: u64,
     /// Of `heap_bytes`, garbage waiting for the epoch collector.
     pub deferred_bytes: u64,
@@ -88,6 +119,11 @@ pub struct RunIndexStats {
     pub hash_conflicts: u64,
     /// Runs split so far (a run whose partial holders passed the bound).
     pub splits: u64,
+    /// Runs left out of the head table because another run starts with the same key:
+    /// stores that broke the chain property of [`RunIndex::store_hashes`]. Their blocks are
+    /// not found by matches (the index under-states what those workers hold, never
+    /// over-states it); 0 for every engine stream.
+    pub duplicate_heads: u64,
     /// Blocks evicted by the per-worker cap.
     pub evicted_blocks: u64,
     /// Events rejected for a slot outside the index.
@@ -96,8 +132,15 @@ pub struct RunIndexStats {
     pub unknown_parent_stores: u64,
     /// Removed engine hashes the worker had not indexed.
     pub unknown_removes: u64,
-    /// Stores rejected for their block size, token count or extra-keys count.
+    /// Stores rejected for their block size, token count or extra-keys count (the sum of
+    /// the three counts below).
     pub malformed_stores: u64,
+    /// Stores rejected because their block size differs from the index's.
+    pub block_size_mismatches: u64,
+    /// Stores rejected because their token count is not `block_size` per block.
+    pub token_count_mismatches: u64,
+    /// Stores rejected because their extra-keys list is neither empty nor one per block.
+    pub extra_keys_count_mismatches: u64,
 }
 
 /// The run-compressed prefix index; see the module docs.
@@ -208,13 +251,21 @@ impl RunIndex {
             self.config.block_size,
             parent.map(|(_, _, k)| SequenceHash(k)),
         );
-        Ok(self.apply_store(&mut w, s, parent.map(|(r, o, _)| (r, o)), blocks))
+        let out = self.apply_store(&mut w, s, parent.map(|(r, o, _)| (r, o)), blocks);
+        self.settle(w);
+        Ok(out)
     }
 
     /// Applies a store whose chained hashes the caller computed: `blocks` are (engine
     /// hash, chained hash) pairs of consecutive blocks of one chain, the first one the
     /// child of the block the worker indexed under `parent` (or, with no parent, a chain's
     /// first block, or a block that already starts a run).
+    ///
+    /// Blocks that are not such a chain (they cannot be told apart from one without their
+    /// tokens) are stored as if they were: the index stays memory-safe and consistent, and
+    /// a match may then miss some of those blocks, never credit a block a worker does not
+    /// hold (counted in [`RunIndexStats::duplicate_heads`] where two runs would start with
+    /// one key).
     ///
     /// # Errors
     /// [`IndexError::SlotOutOfRange`]; [`IndexError::UnknownParent`] when `parent` is not
@@ -240,7 +291,29 @@ impl RunIndex {
                 }
             },
         };
-        Ok(self.apply_store(&mut w, s, at, blocks.iter().map(|&(e, k)| (e, k))))
+        let out = self.apply_store(&mut w, s, at, blocks.iter().map(|&(e, k)| (e, k)));
+        self.settle(w);
+        Ok(out)
+    }
+
+    /// Ends an event: releases the writer lock and, when the event freed a key buffer or
+    /// an array, drains the epoch collector (see the module docs).
+    fn settle(&self, mut w: kvroute_core::sync::MutexGuard<'_, Writer>) {
+        let freed = w.take_freed();
+        drop(w);
+        if freed {
+            self.drain(EVENT_DRAIN_ROUNDS);
+        }
+    }
+
+    /// Up to `rounds` rounds of pin and flush while garbage of this index waits.
+    fn drain(&self, rounds: usize) {
+        for _ in 0..rounds {
+            if self.deferred.get() == 0 {
+                return;
+            }
+            crossbeam_epoch::pin().flush();
+        }
     }
 
     fn apply_store(
@@ -297,12 +370,14 @@ impl RunIndex {
         let mut out = RemoveOutcome::default();
         w.remove(slot.index(), block_hashes, &mut out);
         w.publish(&cx);
+        drop(guard);
+        self.settle(w);
         IndexCounters::bump(&self.counters.unknown_removes, out.unknown as u64);
         Ok(out)
     }
 
-    /// Applies `AllBlocksCleared` (or an engine restart): the worker holds nothing any more.
-    /// Returns how many engine hashes it had.
+    /// Applies `AllBlocksCleared` (or an engine restart): the worker holds nothing any more
+    /// and its maps are freed. Returns how many engine hashes it had.
     ///
     /// # Errors
     /// [`IndexError::SlotOutOfRange`].
@@ -315,7 +390,23 @@ impl RunIndex {
         };
         let n = w.clear(slot.index());
         w.publish(&cx);
+        drop(guard);
+        self.settle(w);
         Ok(n)
+    }
+
+    /// Forgets the worker in `slot` entirely (residency, lane, copy and alias maps, store
+    /// clock), so the slot can be handed to a new tenant that inherits nothing; as
+    /// [`PrefixIndex::remove_worker`](crate::index::PrefixIndex::remove_worker). Call it
+    /// before releasing the slot in the `WorkerRegistry`. Returns how many engine hashes
+    /// it had. Clearing and resetting happen under one hold of the writer lock, so a racing
+    /// store of the same worker lands either wholly before (and is cleared) or wholly after.
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`].
+    pub fn remove_worker(&self, slot: Slot) -> Result<usize, IndexError> {
+        // `clear` resets the worker's maps and clock along with its residency.
+        self.clear(slot)
     }
 
     /// Number of engine hashes the worker in `slot` has indexed (0 outside the range).
@@ -335,20 +426,21 @@ impl RunIndex {
         }
     }
 
-    /// Asks the epoch collector to free what it holds, and gives back the lanes' spare
-    /// capacity. For tests, memory gauges and idle moments.
+    /// Asks the epoch collector to free the garbage it holds for this index, and gives
+    /// back spare capacity: each worker's lane map (an empty one is freed, others shrink to
+    /// twice their entries), copy and alias maps, the writer's scratch buffers, and the run
+    /// arena once nothing is indexed. Each event that unlinks a run frees its own garbage
+    /// before returning unless a reader pinned meanwhile holds it back; this is for tests,
+    /// memory gauges and idle moments: it takes the writer lock and walks every worker
+    /// (`O(worker_slots)`), then runs up to 256 rounds of pin and flush (bounded: garbage a
+    /// thread pinned forever holds back stays, counted in the gauge).
     pub fn collect_garbage(&self) {
         self.writer.lock().unwrap_or_else(|p| p.into_inner()).trim();
-        for _ in 0..256 {
-            crossbeam_epoch::pin().flush();
-            if self.deferred.get() == 0 {
-                break;
-            }
-        }
+        self.drain(GARBAGE_DRAIN_ROUNDS);
     }
 
-    /// Gauges; takes the writer lock and walks the run arena (`O(runs)`), so it is not for
-    /// the hot path.
+    /// Gauges and counters; takes the writer lock and walks the run arena and every run's
+    /// covers (`O(runs + intervals)`), so it is not for the hot path.
     pub fn stats(&self) -> RunIndexStats {
         let w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let deferred = self.deferred.get();
@@ -359,13 +451,20 @@ impl RunIndex {
         RunIndexStats {
             runs: w.linked,
             positions: w.positions,
+            blocks: w.held_positions(),
             residencies: w.residencies,
-            heap_bytes: (w.heap_bytes() + self.heads.heap_bytes() + deferred) as u64,
+            heap_bytes: (w.heap_bytes()
+                + self.heads.heap_bytes()
+                + deferred
+                // The shared garbage gauge (`Arc`: two counts, then it).
+                + 2 * core::mem::size_of::<usize>()
+                + core::mem::size_of::<Deferred>()) as u64,
             deferred_bytes: deferred as u64,
             hash_conflicts: self
                 .conflicts
                 .load(kvroute_core::sync::atomic::Ordering::Relaxed),
             splits: w.splits,
+            duplicate_heads: w.duplicate_heads,
             evicted_blocks: r(&c.evicted_blocks),
             slot_out_of_range: r(&c.slot_out_of_range),
             unknown_parent_stores: r(&c.unknown_parent_stores),
@@ -373,6 +472,9 @@ impl RunIndex {
             malformed_stores: r(&c.block_size_mismatches)
                 + r(&c.token_count_mismatches)
                 + r(&c.extra_keys_count_mismatches),
+            block_size_mismatches: r(&c.block_size_mismatches),
+            token_count_mismatches: r(&c.token_count_mismatches),
+            extra_keys_count_mismatches: r(&c.extra_keys_count_mismatches),
         }
     }
 

@@ -37,7 +37,7 @@ use hashbrown::HashMap;
 use kvroute_core::EngineHash;
 
 use super::cover::Cover;
-use super::heads::{HeadCounts, Heads};
+use super::heads::{HeadCounts, Heads, Taken, free_array};
 use super::lanes::{Lane, LaneMap};
 use super::view::{Partial, ViewHead};
 use crate::index::{RemoveOutcome, StoreOutcome};
@@ -95,8 +95,14 @@ impl Run {
     }
 
     fn key(&self, o: u32) -> u64 {
-        debug_assert!(o < self.hw);
-        // SAFETY: `o < hw <= cap`: a written key of the live buffer.
+        // Checked in release builds too: a position past the written keys is a broken
+        // invariant, which must stop here rather than read out of bounds.
+        assert!(
+            o < self.hw,
+            "offset {o} past the run's {} written keys",
+            self.hw
+        );
+        // SAFETY: `o < hw <= cap` (checked above): a written key of the live buffer.
         unsafe { self.keys.add(o as usize).read() }
     }
 
@@ -125,13 +131,25 @@ struct Lanes {
     /// Copies beyond the first, per engine hash stored more than once.
     copies: HashMap<u64, u16>,
     /// Extra engine hashes per held key (the same block under two engine hashes).
-    aliases: HashMap<u64, u32>,
+    aliases: HashMap<u64, Vec<Alias>>,
 }
 
 impl Lanes {
     fn copies(&self, eh: u64) -> u16 {
         1 + self.copies.get(&eh).copied().unwrap_or(0)
     }
+}
+
+/// Extra engine hashes of one worker at one position: `(run, offset)` as it was when the
+/// first extra one was stored (resolved through forwarding like a lane; the record holds a
+/// reference on the run), and how many. Kept per key *and* position: stores that break the
+/// chain property can put one key at two positions, and each position's count must stay
+/// its own.
+#[derive(Clone, Copy, Debug)]
+struct Alias {
+    run: u32,
+    off: u32,
+    extra: u32,
 }
 
 /// Allocates a key buffer of at least `cap` keys.
@@ -152,18 +170,47 @@ unsafe fn free_keys(p: *mut u64, cap: u32) {
     unsafe { drop(Vec::from_raw_parts(p, 0, cap as usize)) };
 }
 
-/// Hands `bytes` of garbage to the epoch collector, counted in `deferred` until freed.
-fn defer(guard: &Guard, deferred: &Arc<Deferred>, bytes: usize, f: impl FnOnce() + 'static) {
-    deferred.add(bytes);
-    let deferred = Arc::clone(deferred);
-    // SAFETY: `f` frees memory that no new reader can reach (unlinked or replaced before
-    // this call); readers pinned now are done before the collector runs it.
-    unsafe {
-        guard.defer_unchecked(move || {
-            f();
-            deferred.sub(bytes);
-        })
-    };
+/// One object an event made unreachable for new readers, freed after the grace period.
+enum Garbage {
+    /// A key buffer (`alloc_keys`).
+    Keys(*mut u64, u32),
+    /// A view (`ViewHead::build`).
+    View(*mut ViewHead),
+    /// A head-table array a rebuild replaced (`heads::free_array`).
+    Array(usize),
+}
+
+/// The garbage of one event, handed to the epoch collector as one deferred function
+/// (crossbeam frees a bounded number of deferred functions per collection, so one per
+/// object would let a clear of thousands of runs outpace it).
+struct Batch {
+    items: Vec<Garbage>,
+    /// Heap bytes of the batch: its items, its own record and buffer.
+    bytes: usize,
+    deferred: Arc<Deferred>,
+}
+
+impl Batch {
+    /// Frees every item.
+    ///
+    /// # Safety
+    /// No reader can reach the items any more (the grace period has passed); each item is
+    /// freed once.
+    unsafe fn free(self: Box<Self>) {
+        for g in &self.items {
+            match *g {
+                // SAFETY: the caller's contract, for each item.
+                Garbage::Keys(p, cap) => unsafe { free_keys(p, cap) },
+                // SAFETY: as above.
+                Garbage::View(v) => unsafe { ViewHead::free(v) },
+                // SAFETY: as above.
+                Garbage::Array(a) => unsafe { free_array(a) },
+            }
+        }
+        let (bytes, deferred) = (self.bytes, Arc::clone(&self.deferred));
+        drop(self);
+        deferred.sub(bytes);
+    }
 }
 
 /// Bytes handed to the epoch collector and not yet freed.
@@ -202,6 +249,8 @@ pub(crate) struct Writer {
     pub(crate) linked: u64,
     /// Splits so far.
     pub(crate) splits: u64,
+    /// Runs left unlinked because another run has their first key (bad input).
+    pub(crate) duplicate_heads: u64,
     /// A store's (engine hash, key) pairs.
     scratch: Vec<(u64, u64)>,
     /// The stamp of the store in progress.
@@ -211,6 +260,12 @@ pub(crate) struct Writer {
     // Scratch for building views.
     full: Vec<u64>,
     partials: Vec<Partial>,
+    /// Garbage of the event in progress, handed to the collector by `publish`.
+    garbage: Vec<Garbage>,
+    /// Heap bytes of the items of `garbage`.
+    garbage_bytes: usize,
+    /// Whether the event in progress freed a key buffer or an array (not only views).
+    freed: bool,
 }
 
 // SAFETY: the raw pointers are to buffers and views this writer owns (readers only read
@@ -237,11 +292,15 @@ impl Writer {
             positions: 0,
             linked: 0,
             splits: 0,
+            duplicate_heads: 0,
             scratch: Vec::new(),
             stamp: 0,
             retired_keys: Vec::new(),
             full: Vec::new(),
             partials: Vec::new(),
+            garbage: Vec::new(),
+            garbage_bytes: 0,
+            freed: false,
         }
     }
 
@@ -558,11 +617,70 @@ impl Writer {
                 if c.insert(from + i as u32) {
                     self.residencies += 1;
                 } else {
-                    *self.lanes[s].aliases.entry(key).or_insert(0) += 1;
+                    self.add_alias(s, r, from + i as u32, key);
+                    // `c` borrows the run: look it up again for the next position.
+                    return self.hold_rest(s, r, from + i as u32 + 1, &blocks[i + 1..]);
                 }
             }
         }
         self.mark(r);
+    }
+
+    /// The rest of a [`hold_range`](Self::hold_range) after an alias, one position at a
+    /// time.
+    fn hold_rest(&mut self, s: usize, r: u32, from: u32, blocks: &[(u64, u64)]) {
+        for (i, &(_, key)) in blocks.iter().enumerate() {
+            let c = self.runs[r as usize].member_or_insert(s as u32);
+            if c.insert(from + i as u32) {
+                self.residencies += 1;
+            } else {
+                self.add_alias(s, r, from + i as u32, key);
+            }
+        }
+        self.mark(r);
+    }
+
+    /// Worker `s` holds position `(r, o)` (key `key`) under one more engine hash.
+    fn add_alias(&mut self, s: usize, r: u32, o: u32, key: u64) {
+        let found = self.lanes[s].aliases.get(&key).and_then(|list| {
+            list.iter()
+                .position(|a| self.forward(a.run, a.off) == (r, o))
+        });
+        match found {
+            Some(i) => self.lanes[s].aliases.get_mut(&key).expect("listed")[i].extra += 1,
+            None => {
+                self.runs[r as usize].refs += 1;
+                self.lanes[s].aliases.entry(key).or_default().push(Alias {
+                    run: r,
+                    off: o,
+                    extra: 1,
+                });
+            }
+        }
+    }
+
+    /// Drops one extra engine hash of worker `s` at position `(r, o)` (key `key`), if it
+    /// has one there; returns whether it did.
+    fn drop_alias(&mut self, s: usize, r: u32, o: u32, key: u64) -> bool {
+        let Some(list) = self.lanes[s].aliases.get(&key) else {
+            return false;
+        };
+        let Some(i) = list
+            .iter()
+            .position(|a| self.forward(a.run, a.off) == (r, o))
+        else {
+            return false;
+        };
+        let list = self.lanes[s].aliases.get_mut(&key).expect("listed");
+        list[i].extra -= 1;
+        if list[i].extra == 0 {
+            let a = list.swap_remove(i);
+            if list.is_empty() {
+                self.lanes[s].aliases.remove(&key);
+            }
+            self.drop_ref(a.run);
+        }
+        true
     }
 
     /// Worker `s` takes position `(r, o)` (key `key`) under engine hash `eh`.
@@ -577,7 +695,7 @@ impl Writer {
             self.residencies += 1;
             self.mark(r);
         } else {
-            *self.lanes[s].aliases.entry(key).or_insert(0) += 1;
+            self.add_alias(s, r, o, key);
         }
         self.lanes[s].map.insert(eh, Lane { run: r, off: o });
     }
@@ -595,17 +713,7 @@ impl Writer {
         let (r, o) = self.forward(lane.run, lane.off);
         let aliased = !self.lanes[s].aliases.is_empty() && {
             let key = self.runs[r as usize].key(o);
-            let aliases = &mut self.lanes[s].aliases;
-            match aliases.get_mut(&key) {
-                Some(n) => {
-                    *n -= 1;
-                    if *n == 0 {
-                        aliases.remove(&key);
-                    }
-                    true
-                }
-                None => false,
-            }
+            self.drop_alias(s, r, o, key)
         };
         if !aliased {
             let run = &mut self.runs[r as usize];
@@ -737,20 +845,94 @@ impl Writer {
             let v = ViewHead::build(run.keys, r, run.len, &self.full, &self.partials);
             let key = run.key(0);
             let was_linked = run.linked();
-            self.runs[r as usize].view = v;
-            let old = cx.heads.set(&mut self.heads, key, v, cx.guard);
-            if !was_linked {
-                self.linked += 1;
+            match cx.heads.set(&mut self.heads, key, v) {
+                Ok(old) => {
+                    self.runs[r as usize].view = v;
+                    if !was_linked {
+                        self.linked += 1;
+                    }
+                    self.retire_view(old);
+                }
+                Err(Taken) => {
+                    // Another run starts with the same key: input that broke the chain
+                    // property (see `RunIndex::store_hashes`). This run stays unlinked:
+                    // readers do not see it (the index under-states, never over-states,
+                    // what its workers hold), and its memory stays accounted for.
+                    // SAFETY: `v` was never published; freed once, here.
+                    unsafe { ViewHead::free(v) };
+                    if was_linked {
+                        // Cannot happen: a linked run owns its slot. Keep the gauge true.
+                        self.linked -= 1;
+                    }
+                    self.runs[r as usize].view = core::ptr::null_mut();
+                    self.duplicate_heads += 1;
+                }
             }
-            self.retire_view(cx, old);
         }
         // Every view that pointed into a replaced buffer is replaced now.
-        for (p, cap) in self.retired_keys.drain(..) {
-            defer(cx.guard, &self.deferred, cap as usize * 8, move || {
-                // SAFETY: no published view points into it any more (above); freed once.
-                unsafe { free_keys(p as *mut u64, cap) }
-            });
+        for (p, cap) in core::mem::take(&mut self.retired_keys) {
+            self.retire(Garbage::Keys(p as *mut u64, cap), cap as usize * 8);
         }
+        for (a, bytes) in core::mem::take(&mut self.heads.retired) {
+            self.retire(Garbage::Array(a), bytes);
+        }
+        if self.linked == 0 && self.free.len() == self.runs.len() {
+            // Nothing is indexed and no record is in use: give back the arena and the
+            // scratch, so an emptied index holds only its fixed allocations.
+            self.release_arena();
+        }
+        self.seal(cx);
+    }
+
+    /// Frees the run arena and the writer's scratch buffers (every record vacant).
+    fn release_arena(&mut self) {
+        debug_assert!(self.runs.iter().all(|r| r.keys.is_null() && r.refs == 0));
+        self.runs = Vec::new();
+        self.free = Vec::new();
+        self.scratch = Vec::new();
+        self.dirty = Vec::new();
+        self.full = Vec::new();
+        self.partials = Vec::new();
+    }
+
+    /// Adds `item` (`bytes` of heap) to the event's garbage.
+    fn retire(&mut self, item: Garbage, bytes: usize) {
+        if !matches!(item, Garbage::View(_)) {
+            self.freed = true;
+        }
+        self.garbage.push(item);
+        self.garbage_bytes += bytes;
+    }
+
+    /// Hands the event's garbage to the epoch collector as one deferred function, counted
+    /// in `deferred` until it has run.
+    fn seal(&mut self, cx: &Ctx<'_>) {
+        if self.garbage.is_empty() {
+            return;
+        }
+        let items = core::mem::take(&mut self.garbage);
+        let bytes = core::mem::replace(&mut self.garbage_bytes, 0)
+            + core::mem::size_of::<Batch>()
+            + items.capacity() * core::mem::size_of::<Garbage>();
+        self.deferred.add(bytes);
+        let batch = Box::new(Batch {
+            items,
+            bytes,
+            deferred: Arc::clone(&self.deferred),
+        });
+        let p = Box::into_raw(batch) as usize;
+        // SAFETY: every item is unreachable for new readers (unlinked or replaced above);
+        // readers pinned now are done before the collector runs this; it runs once.
+        unsafe {
+            cx.guard
+                .defer_unchecked(move || Box::from_raw(p as *mut Batch).free())
+        };
+    }
+
+    /// Whether the events since the last call freed a key buffer or a head-table array
+    /// (the caller then drains the collector), and resets it.
+    pub(crate) fn take_freed(&mut self) -> bool {
+        core::mem::replace(&mut self.freed, false)
     }
 
     /// Fills the scratch coverage of run `r` from its members.
@@ -769,24 +951,20 @@ impl Writer {
         }
     }
 
-    fn retire_view(&self, cx: &Ctx<'_>, v: *mut ViewHead) {
+    fn retire_view(&mut self, v: *mut ViewHead) {
         if v.is_null() {
             return;
         }
         // SAFETY: `v` is a view of this writer, just replaced or unlinked.
         let bytes = unsafe { (*v).bytes() };
-        let p = v as usize;
-        defer(cx.guard, &self.deferred, bytes, move || {
-            // SAFETY: unreachable for new readers; freed once, by the collector.
-            unsafe { ViewHead::free(p as *mut ViewHead) }
-        });
+        self.retire(Garbage::View(v), bytes);
     }
 
     /// Unlinks run `r` (no members left) and frees its keys; the record stays while
     /// something refers to it.
     fn unlink(&mut self, cx: &Ctx<'_>, r: u32) {
         let run = &mut self.runs[r as usize];
-        let (keys, cap, len) = (run.keys as usize, run.cap, run.len);
+        let (keys, cap, len) = (run.keys, run.cap, run.len);
         let key = run.key(0);
         let was_linked = run.linked();
         run.view = core::ptr::null_mut();
@@ -796,14 +974,12 @@ impl Writer {
         // `len` stays: lanes forwarded through this record still need it.
         self.positions -= u64::from(len);
         if was_linked {
-            let old = cx.heads.unlink(&mut self.heads, key, cx.guard);
-            self.retire_view(cx, old);
+            let old = cx.heads.unlink(&mut self.heads, key, r);
+            self.retire_view(old);
             self.linked -= 1;
         }
-        defer(cx.guard, &self.deferred, cap as usize * 8, move || {
-            // SAFETY: the run's view is unlinked (or was never published); freed once.
-            unsafe { free_keys(keys as *mut u64, cap) }
-        });
+        // The run's view is unlinked (or was never published): no new reader reaches it.
+        self.retire(Garbage::Keys(keys, cap), cap as usize * 8);
         let (a, ao) = core::mem::replace(&mut self.runs[r as usize].anchor, (NONE, 0));
         if a != NONE {
             // No longer a run after its parent: the parent may go too.
@@ -931,7 +1107,12 @@ impl Writer {
             }
             let positions = held.len() as u64;
             let extra: u64 = held.values().map(|&n| u64::from(n - 1)).sum();
-            let aliases: u64 = l.aliases.values().map(|&n| u64::from(n)).sum();
+            let aliases: u64 = l
+                .aliases
+                .values()
+                .flatten()
+                .map(|a| u64::from(a.extra))
+                .sum();
             if extra != aliases {
                 return Err(format!(
                     "worker {s}: {extra} extra lanes, {aliases} aliases"
@@ -951,6 +1132,29 @@ impl Writer {
         Ok(())
     }
 
+    /// Positions of linked runs that at least one worker holds (distinct blocks held:
+    /// every key has one position); `O(intervals)`, for the gauges.
+    pub(crate) fn held_positions(&self) -> u64 {
+        let mut iv: Vec<(u32, u32)> = Vec::new();
+        let mut total = 0u64;
+        for run in self.runs.iter().filter(|r| r.linked()) {
+            iv.clear();
+            for (_, c) in &run.members {
+                iv.extend_from_slice(c.intervals());
+            }
+            iv.sort_unstable();
+            let mut end = 0u32;
+            for &(a, b) in &iv {
+                let a = a.max(end);
+                if b > a {
+                    total += u64::from(b - a);
+                    end = b;
+                }
+            }
+        }
+        total
+    }
+
     /// Heap bytes the writer owns (arena, key buffers, covers, lanes), views included.
     pub(crate) fn heap_bytes(&self) -> usize {
         let mut b = self.runs.capacity() * core::mem::size_of::<Run>()
@@ -967,9 +1171,21 @@ impl Writer {
             }
         }
         for l in &self.lanes {
-            b += l.map.heap_bytes() + l.copies.allocation_size() + l.aliases.allocation_size();
+            b += l.map.heap_bytes()
+                + l.copies.allocation_size()
+                + l.aliases.allocation_size()
+                + l.aliases
+                    .values()
+                    .map(|v| v.capacity() * core::mem::size_of::<Alias>())
+                    .sum::<usize>();
         }
-        b += self.scratch.capacity() * 16;
+        b += self.scratch.capacity() * core::mem::size_of::<(u64, u64)>()
+            + self.dirty.capacity() * 4
+            + self.retired_keys.capacity() * core::mem::size_of::<(usize, u32)>()
+            + self.full.capacity() * 8
+            + self.partials.capacity() * core::mem::size_of::<Partial>()
+            + self.garbage.capacity() * core::mem::size_of::<Garbage>()
+            + self.heads.retired.capacity() * core::mem::size_of::<(usize, usize)>();
         b
     }
 
@@ -981,18 +1197,37 @@ impl Writer {
             l.aliases.shrink_to_fit();
         }
         self.scratch = Vec::new();
-        if self
-            .runs
-            .iter()
-            .all(|r| r.refs == 0 && !r.linked() && r.members.is_empty())
-        {
-            self.runs = Vec::new();
-            self.free = Vec::new();
+        self.dirty = Vec::new();
+        self.retired_keys = Vec::new();
+        self.heads.retired = Vec::new();
+        if self.linked == 0 && self.free.len() == self.runs.len() {
+            self.release_arena();
+        } else {
+            self.runs.shrink_to_fit();
+            self.free.shrink_to_fit();
         }
     }
 
-    /// Frees every key buffer and view (teardown: no reader is left).
+    /// Frees every key buffer, view and retired array (teardown: no reader is left).
     pub(crate) fn free_all(&mut self) {
+        for (p, cap) in self.retired_keys.drain(..) {
+            // SAFETY: teardown; a replaced buffer no view uses, freed once.
+            unsafe { free_keys(p as *mut u64, cap) };
+        }
+        for (a, _) in self.heads.retired.drain(..) {
+            // SAFETY: teardown; a replaced array, freed once.
+            unsafe { free_array(a) };
+        }
+        for g in self.garbage.drain(..) {
+            // SAFETY: teardown: unsealed garbage, freed once.
+            unsafe {
+                match g {
+                    Garbage::Keys(p, cap) => free_keys(p, cap),
+                    Garbage::View(v) => ViewHead::free(v),
+                    Garbage::Array(a) => free_array(a),
+                }
+            }
+        }
         for run in &mut self.runs {
             if !run.keys.is_null() {
                 // SAFETY: teardown with exclusive access; each buffer is freed once.

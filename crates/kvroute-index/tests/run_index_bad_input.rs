@@ -1,0 +1,230 @@
+//! `RunIndex` fed stores that break the chain property (blocks that are not consecutive
+//! blocks of one chain, or a continuation stored without its parent), as a buggy producer
+//! of `store_hashes` could send: the index must stay memory-safe and consistent, and a
+//! match may under-state what a worker holds but never over-state it.
+//!
+//! For random interleavings of such stores (random blocks of a 30-hash universe of
+//! chained hashes, in random order, with no parent or an indexed one), proper chain stores,
+//! removes and clears on workers at slots {0, 63, 64} of 65, after every operation:
+//! * the writer's invariants hold (`check_invariants`);
+//! * every slot's overlap for every query is at most the reference model's (per worker,
+//!   engine hash -> chained hash: the longest prefix all of whose blocks it holds);
+//! * the residency gauge is at least the model's (no held block is lost) and at most the
+//!   engine hashes indexed (a block stored both as a chain and out of one may sit at two
+//!   positions);
+//!
+//! and once every worker clears, the index holds no run, position or residency. The
+//! AddressSanitizer job (`scripts/asan.sh`) runs it too.
+//!
+//! Cases: `PROPTEST_CASES` (default 256).
+
+mod index_common;
+
+use index_common::{Model, all_paths, cases};
+use kvroute_core::{EngineHash, HashNamespace, SequenceHash, Slot};
+use kvroute_index::BlockHasher;
+use kvroute_index::index::IndexConfig;
+use kvroute_index::runs::RunIndex;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// `store_hashes` of universe blocks in the given order, after the n-th mapping of
+    /// the worker (when `parent` is set and it has one) or with no parent.
+    Scatter {
+        w: usize,
+        parent: Option<usize>,
+        blocks: Vec<(u8, usize)>,
+    },
+    /// A proper chain from the root: the universe path's blocks in order.
+    Chain {
+        w: usize,
+        path: usize,
+        eh: u8,
+    },
+    Remove {
+        w: usize,
+        ehs: Vec<u8>,
+    },
+    Clear {
+        w: usize,
+    },
+}
+
+fn ops(universe: usize) -> impl Strategy<Value = Vec<Op>> {
+    let w = 0..3usize;
+    let op = prop_oneof![
+        4 => (w.clone(), prop::option::of(any::<usize>()), prop::collection::vec((0..12u8, 0..universe), 1..6))
+            .prop_map(|(w, parent, blocks)| Op::Scatter { w, parent, blocks }),
+        2 => (w.clone(), 0..universe, 0..12u8).prop_map(|(w, path, eh)| Op::Chain { w, path, eh }),
+        3 => (w.clone(), prop::collection::vec(0..14u8, 1..5)).prop_map(|(w, ehs)| Op::Remove { w, ehs }),
+        1 => w.prop_map(|w| Op::Clear { w }),
+    ];
+    prop::collection::vec(op, 1..50)
+}
+
+#[test]
+fn stores_that_break_the_chain_property_never_over_state_a_match() {
+    let hasher = BlockHasher::new(2, HashNamespace::DEFAULT);
+    let paths = all_paths(2, 4);
+    let universe: Vec<Vec<SequenceHash>> = paths
+        .iter()
+        .map(|p| index_common::path_hashes(&hasher, p))
+        .collect();
+    let queries: Vec<Vec<SequenceHash>> = all_paths(2, 5)
+        .iter()
+        .filter(|p| p.len() == 5)
+        .map(|p| index_common::path_hashes(&hasher, p))
+        .collect();
+    let slots = [Slot(0), Slot(63), Slot(64)];
+    let mut runner = TestRunner::new(Config {
+        cases: cases(256),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&ops(universe.len()), |ops| {
+            let mut config = IndexConfig::new(65, 2);
+            config.expected_blocks = 16;
+            let index = RunIndex::new(config).expect("valid config");
+            let mut model = Model::new(65, 2, usize::MAX);
+            let mut out = index.new_overlaps();
+            for (i, op) in ops.iter().enumerate() {
+                let fail = |e: String| TestCaseError::fail(format!("op {i} {op:?}: {e}"));
+                match op {
+                    Op::Scatter { w, parent, blocks } => {
+                        let slot = slots[*w];
+                        let parent = parent.and_then(|pick| {
+                            let m = model.workers.get(&slot.0)?;
+                            (!m.entries.is_empty())
+                                .then(|| *m.entries.keys().nth(pick % m.entries.len()).unwrap())
+                        });
+                        let pairs: Vec<(EngineHash, SequenceHash)> = blocks
+                            .iter()
+                            .map(|&(e, u)| (EngineHash(u64::from(e)), *universe[u].last().unwrap()))
+                            .collect();
+                        let got = index.store_hashes(slot, parent.map(EngineHash), &pairs);
+                        let want = model.store_hashes(slot, &pairs);
+                        prop_assert_eq!(
+                            got.map_err(|e| e.to_string()),
+                            want.map_err(|e| e.to_string())
+                        );
+                    }
+                    Op::Chain { w, path, eh } => {
+                        let slot = slots[*w];
+                        let pairs: Vec<(EngineHash, SequenceHash)> = universe[*path]
+                            .iter()
+                            .enumerate()
+                            .map(|(j, &h)| (EngineHash(u64::from(*eh) + 16 * j as u64), h))
+                            .collect();
+                        let got = index.store_hashes(slot, None, &pairs);
+                        let want = model.store_hashes(slot, &pairs);
+                        prop_assert_eq!(
+                            got.map_err(|e| e.to_string()),
+                            want.map_err(|e| e.to_string())
+                        );
+                    }
+                    Op::Remove { w, ehs } => {
+                        let slot = slots[*w];
+                        let hashes: Vec<EngineHash> =
+                            ehs.iter().map(|&e| EngineHash(u64::from(e))).collect();
+                        prop_assert_eq!(index.remove(slot, &hashes), model.remove(slot, &hashes));
+                    }
+                    Op::Clear { w } => {
+                        let slot = slots[*w];
+                        prop_assert_eq!(index.clear(slot), model.clear(slot));
+                    }
+                }
+                index.check_invariants().map_err(fail)?;
+                for q in &queries {
+                    index.match_prefix(q, &mut out);
+                    let want = model.overlaps(q);
+                    for (s, (&got, &cap)) in out.as_slice().iter().zip(&want).enumerate() {
+                        if got > cap {
+                            return Err(fail(format!(
+                                "slot {s}: overlap {got} over the model's {cap}"
+                            )));
+                        }
+                    }
+                }
+                // A block stored at two positions (once as a chain, once out of one) is
+                // counted at each: at least once per block held, at most once per engine
+                // hash.
+                let st = index.stats();
+                let hashes: usize = slots.iter().map(|&s| index.worker_blocks(s)).sum();
+                prop_assert!(
+                    model.residencies() <= st.residencies && st.residencies <= hashes as u64,
+                    "op {}: residencies {} outside [{}, {}]",
+                    i,
+                    st.residencies,
+                    model.residencies(),
+                    hashes
+                );
+            }
+            for &s in &slots {
+                index.clear(s).expect("slot");
+            }
+            index.collect_garbage();
+            let st = index.stats();
+            prop_assert_eq!((st.runs, st.positions, st.residencies), (0, 0, 0));
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// A split whose tail would start with the key of another run: worker 0 stores a 20-block
+/// chain; worker 1 stores its block 10 alone, with no parent (a continuation without its
+/// parent: it becomes a run of its own); workers 2 to 10 then hold the chain's first 10 to
+/// 18 blocks, nine partial holders, so the run splits at 10 and its tail would start with
+/// the same key as worker 1's run. The tail stays out of the head table (counted in
+/// `duplicate_heads`); nothing is over-stated, the writer stays consistent, and clearing
+/// everyone leaves nothing.
+#[test]
+fn a_split_onto_a_taken_first_key_leaves_the_tail_unlinked() {
+    let hasher = BlockHasher::new(2, HashNamespace::DEFAULT);
+    let chain = index_common::path_hashes(&hasher, &[1; 20]);
+    let mut config = IndexConfig::new(16, 2);
+    config.expected_blocks = 16;
+    let index = RunIndex::new(config).expect("valid config");
+    let mut model = Model::new(16, 2, usize::MAX);
+    let mut store = |w: u32, blocks: &[(EngineHash, SequenceHash)]| {
+        let got = index.store_hashes(Slot(w), None, blocks).expect("slot");
+        let want = model.store_hashes(Slot(w), blocks).expect("slot");
+        assert_eq!(got, want);
+    };
+    let pairs = |w: u64, n: usize| -> Vec<(EngineHash, SequenceHash)> {
+        (0..n)
+            .map(|i| (EngineHash(w << 32 | i as u64), chain[i]))
+            .collect()
+    };
+    store(0, &pairs(0, 20));
+    store(1, &[(EngineHash(1 << 32), chain[10])]);
+    for w in 2..=10u64 {
+        store(w as u32, &pairs(w, 8 + w as usize));
+    }
+    let st = index.stats();
+    assert!(st.splits >= 1, "nine partial holders split the run");
+    assert_eq!(st.duplicate_heads, 1, "the tail found its first key taken");
+    index.check_invariants().expect("writer consistent");
+    let mut out = index.new_overlaps();
+    index.match_prefix(&chain, &mut out);
+    let want = model.overlaps(&chain);
+    for (s, (&got, &cap)) in out.as_slice().iter().zip(&want).enumerate() {
+        assert!(got <= cap, "slot {s}: {got} over the model's {cap}");
+    }
+    // The head part is still found: every holder of the chain's first 10 blocks.
+    for w in [0usize, 2, 5, 10] {
+        assert!(
+            out.as_slice()[w] >= 10,
+            "worker {w} at {}",
+            out.as_slice()[w]
+        );
+    }
+    for w in 0..16 {
+        index.clear(Slot(w)).expect("slot");
+    }
+    index.collect_garbage();
+    let st = index.stats();
+    assert_eq!((st.runs, st.positions, st.residencies), (0, 0, 0));
+}
