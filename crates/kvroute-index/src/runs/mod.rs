@@ -56,10 +56,22 @@
 //! index under-state a worker's cache, and a runaway stream of one worker evicts only its
 //! own blocks.
 //!
+//! # Input that breaks the chain property
+//! Stores whose blocks are not one chain cannot be told apart from chains without their
+//! tokens. They leave the index memory-safe and consistent: a key may then sit at two
+//! positions (a worker holding it at each counts twice in `residencies`), a run whose
+//! first key another run already has stays out of the head table
+//! ([`RunIndexStats::duplicate_heads`]), and a match may miss such blocks but never
+//! credits a block a worker does not hold (`tests/run_index_bad_input.rs`, also under
+//! AddressSanitizer).
+//!
 //! # Status
-//! The index the router (`kvroute::Router`) uses. Its publication protocol has no loom
-//! model yet; the differential property tests (`tests/run_index_model.rs`), the router's
-//! stress test and the memory tests (`tests/run_index_memory.rs`) cover it.
+//! Not yet the index the router (`kvroute::Router`) uses: the router's stress test stores
+//! blocks that are not chains and checks evictions against the node index's rule, and the
+//! publication protocol has no loom model yet. The differential property tests
+//! (`tests/run_index_model.rs`), the readers-against-writer test
+//! (`tests/run_index_concurrent.rs`), the bad-input tests and the memory tests
+//! (`tests/run_index_memory.rs`) cover it.
 //!
 //! # Orderings
 //! The head table's orderings are documented in `heads`; views and key buffers are
