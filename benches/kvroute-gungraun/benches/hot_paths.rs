@@ -3,6 +3,10 @@
 //!
 //! * `match_prefix`: `PrefixIndex::match_prefix` of a known conversation (`warm`: two
 //!   workers match all 128 blocks, the rest 32) and of a new one (`cold`: 32, then a miss).
+//! * `match_runs`: the same two matches on the run-compressed `RunIndex` holding the same
+//!   fleet.
+//! * `ingest_runs`: the ingest bench's 256 events on `RunIndex` (`store_hashes` after the
+//!   event's parent, then `remove`).
 //! * `scorer_pass`: the scorer pass alone, `projected_time` (enforce), SIMD
 //!   (`Scorer::score`).
 //! * `route_end_to_end`: `Router::route` with precomputed hashes (match, snapshot, score,
@@ -27,6 +31,7 @@ use kvroute_bench::{
     StoreWorkload, route, score,
 };
 use kvroute_index::index::{Overlaps, PrefixIndex};
+use kvroute_index::runs::RunIndex;
 use kvroute_score::{Fleet, ScoreConfig, Scorer, TieInput};
 
 /// Workers of every bench here.
@@ -72,6 +77,75 @@ fn match_prefix(mut case: MatchCase) -> MatchCase {
     case.index
         .match_prefix(black_box(&case.query), &mut case.out);
     black_box(case.out.deepest());
+    case
+}
+
+/// A `RunIndex` holding the 512-worker fleet, a query and a warm output buffer.
+struct RunsCase {
+    index: RunIndex,
+    query: Vec<SequenceHash>,
+    out: Overlaps,
+}
+
+fn runs_case(cold: bool) -> RunsCase {
+    let fleet = ConversationFleet::new(WORKERS, FLEET_SEED);
+    let index = fleet.build_run_index();
+    let query = if cold {
+        fleet.cold_request(COLD_SEED)
+    } else {
+        warm_query(&fleet)
+    };
+    let mut out = index.new_overlaps();
+    index.match_prefix(&query, &mut out);
+    RunsCase { index, query, out }
+}
+
+fn runs_warm() -> RunsCase {
+    runs_case(false)
+}
+
+fn runs_cold() -> RunsCase {
+    runs_case(true)
+}
+
+#[library_benchmark]
+#[bench::warm_512(setup = runs_warm)]
+#[bench::cold_512(setup = runs_cold)]
+fn match_runs(mut case: RunsCase) -> RunsCase {
+    case.index
+        .match_prefix(black_box(&case.query), &mut case.out);
+    black_box(case.out.deepest());
+    case
+}
+
+/// A `RunIndex` holding the 512-worker fleet and the ingest bench's events.
+struct RunsIngestCase {
+    index: RunIndex,
+    load: StoreWorkload,
+}
+
+fn runs_ingest_case() -> RunsIngestCase {
+    let fleet = ConversationFleet::new(STORE_WORKERS, FLEET_SEED);
+    let index = fleet.build_run_index();
+    let load = StoreWorkload::new(&fleet, STORE_EVENTS, EVENTS_SEED);
+    RunsIngestCase { index, load }
+}
+
+#[library_benchmark]
+#[bench::store_remove_hashes_512(setup = runs_ingest_case)]
+fn ingest_runs(case: RunsIngestCase) -> RunsIngestCase {
+    for e in &case.load.events {
+        black_box(
+            case.index
+                .store_hashes(e.slot, Some(e.parent), &e.pairs)
+                .expect("valid slot and parent"),
+        );
+        black_box(
+            case.index
+                .remove(e.slot, &e.engine_hashes)
+                .expect("valid slot"),
+        );
+    }
     case
 }
 
@@ -197,10 +271,12 @@ library_benchmark_group!(
     name = hot_paths,
     benchmarks = [
         match_prefix,
+        match_runs,
         scorer_pass,
         route_end_to_end,
         ingest_hashes,
-        ingest_tokens
+        ingest_tokens,
+        ingest_runs
     ]
 );
 
