@@ -115,9 +115,12 @@ impl Overlaps {
 /// Words of the `alive` set kept on the stack (4,096 slots).
 pub(crate) const MAX_WORDS: usize = super::types::MAX_WORKER_SLOTS / 64;
 
-/// Writes `depth` into the overlaps of word `w`'s slots whose bit is set in `dropped`.
-/// Few bits: one store each. Many bits (a shared prefix ending for most of the fleet at
-/// once): one branch-free pass over the word's 64 entries, which the compiler vectorises.
+/// Writes `depth` into the overlaps of word `w`'s slots whose bit is set in `dropped`
+/// (bits of slots inside `blocks` only). Few bits: one store each. The whole word (a shared prefix ending for every worker of
+/// the word at once): a fill of its 64 entries. Many bits otherwise: eight bits at a time
+/// expanded into lane masks and blended (`(entry & !m) | (depth & m)`), which the compiler
+/// turns into vector compares and blends even at the SSE2 baseline (a per-bit variable
+/// shift, which SSE2 lacks, stayed scalar).
 #[inline]
 pub(crate) fn record(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
     if dropped == 0 {
@@ -130,10 +133,16 @@ pub(crate) fn record(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
             blocks[base + left.trailing_zeros() as usize] = depth;
             left &= left - 1;
         }
+    } else if dropped == u64::MAX {
+        blocks[base..base + 64].fill(depth);
     } else {
-        for (b, entry) in blocks[base..base + 64].iter_mut().enumerate() {
-            let set = (dropped >> b) & 1 != 0;
-            *entry = if set { depth } else { *entry };
+        const BITS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+        for (c, chunk) in blocks[base..base + 64].chunks_exact_mut(8).enumerate() {
+            let byte = ((dropped >> (8 * c)) & 0xff) as u32;
+            for (entry, bit) in chunk.iter_mut().zip(BITS) {
+                let m = 0u32.wrapping_sub(u32::from(byte & bit != 0));
+                *entry = (*entry & !m) | (depth & m);
+            }
         }
     }
 }
@@ -267,6 +276,40 @@ mod tests {
         index.match_prefix(&[SequenceHash(1)], &mut o);
         assert_eq!(o.as_slice(), &[0, 0, 0]);
         assert_eq!(o.deepest(), 0);
+    }
+
+    #[test]
+    fn record_writes_exactly_the_dropped_slots_on_every_path() {
+        // Masks for each path: few bits, a whole word, many bits, and a word past the
+        // end of a short array (one store per bit).
+        let mut x: u64 = 0x0123_4567_89ab_cdef;
+        let mut masks = vec![1u64, 0x8000_0000_0000_0001, u64::MAX, u64::MAX - 1, 0xff00];
+        for _ in 0..200 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            masks.push(x);
+            masks.push(x & (x >> 3));
+        }
+        for &m in &masks {
+            for (len, w) in [(192usize, 1usize), (100, 1), (64, 0)] {
+                // Callers set bits of existing slots only.
+                let m = if len < (w + 1) * 64 {
+                    m & ((1u64 << (len - w * 64)) - 1)
+                } else {
+                    m
+                };
+                let mut got: Vec<u32> = (0..len as u32).collect();
+                let mut want = got.clone();
+                record(&mut got, w, m, 777);
+                for b in 0..64 {
+                    if m >> b & 1 == 1 && w * 64 + b < len {
+                        want[w * 64 + b] = 777;
+                    }
+                }
+                assert_eq!(got, want, "mask {m:#x}, len {len}, word {w}");
+            }
+        }
     }
 
     #[test]
