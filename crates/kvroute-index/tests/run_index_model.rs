@@ -503,3 +503,50 @@ fn the_cap_evicts_the_deepest_of_the_least_recently_stored() {
     assert_eq!(out.as_slice(), &[0, 10, 0, 0]);
     assert_eq!(index.stats().evicted_blocks, 5);
 }
+
+/// Removals of stretches in one event (ascending, descending, and mixed with gaps and
+/// repeats) leave exactly the blocks the model keeps.
+#[test]
+fn stretch_removals_in_either_order_match_the_model() {
+    let hasher = BlockHasher::new(BLOCK_SIZE, HashNamespace::DEFAULT);
+    let chain = index_common::path_hashes(&hasher, &[2; 20]);
+    let index = RunIndex::new(IndexConfig::new(4, BLOCK_SIZE)).expect("valid config");
+    let mut model = Model::new(4, BLOCK_SIZE, usize::MAX);
+    let pairs: Vec<(EngineHash, SequenceHash)> = chain
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| (EngineHash(100 + i as u64), s))
+        .collect();
+    let removals: [&[u64]; 4] = [
+        &[5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
+        &[14, 13, 12, 11, 10, 9, 8, 7, 6, 5],
+        &[3, 4, 10, 9, 8, 17, 16, 99, 3],
+        &[0, 1, 2, 19, 18],
+    ];
+    let mut out = index.new_overlaps();
+    for r in removals {
+        for w in [Slot(1), Slot(2)] {
+            index.clear(w).expect("slot");
+            model.clear(w).expect("slot");
+            assert_eq!(
+                index.store_hashes(w, None, &pairs).expect("slot"),
+                model.store_hashes(w, &pairs).expect("slot")
+            );
+        }
+        let hashes: Vec<EngineHash> = r.iter().map(|&i| EngineHash(100 + i)).collect();
+        assert_eq!(
+            index.remove(Slot(1), &hashes),
+            model.remove(Slot(1), &hashes)
+        );
+        index.check_invariants().expect("writer consistent");
+        for n in 1..=20 {
+            index.match_prefix(&chain[..n], &mut out);
+            assert_eq!(
+                out.as_slice(),
+                model.overlaps(&chain[..n]).as_slice(),
+                "{r:?}, {n}"
+            );
+        }
+        assert_eq!(index.stats().residencies, model.residencies());
+    }
+}

@@ -97,7 +97,27 @@ impl Cover {
         }
     }
 
-    /// Marks `p` not held; returns false when it was not held.
+    /// Marks `a..b` not held; all of it must be held (so it lies in one interval).
+    pub(crate) fn remove_range(&mut self, a: u32, b: u32) {
+        let i = self.iv.partition_point(|&(_, e)| e <= a);
+        let (s, e) = self.iv[i];
+        assert!(s <= a && b <= e, "{a}..{b} is not all held: {:?}", self.iv);
+        match (s == a, b == e) {
+            (true, true) => {
+                self.iv.remove(i);
+            }
+            (true, false) => self.iv[i].0 = b,
+            (false, true) => self.iv[i].1 = a,
+            (false, false) => {
+                self.iv[i].1 = a;
+                self.iv.insert(i + 1, (b, e));
+            }
+        }
+    }
+
+    /// Marks `p` not held; returns false when it was not held (tests; the writer removes
+    /// ranges).
+    #[cfg(test)]
     pub(crate) fn remove(&mut self, p: u32) -> bool {
         let i = self.iv.partition_point(|&(_, e)| e <= p);
         let Some((s, e)) = self.iv.get(i).copied() else {
@@ -186,7 +206,13 @@ mod tests {
             let len = 1 + (x >> 50) as u32 % 4;
             let free = (p..p + len).all(|q| !model.contains(&q));
             assert_eq!(c.intersects(p, p + len), !free, "{c:?} {p}..{}", p + len);
-            if (x >> 40) % 3 == 0 {
+            let held = (p..p + len).all(|q| model.contains(&q));
+            if (x >> 40) % 5 == 4 && held {
+                c.remove_range(p, p + len);
+                for q in p..p + len {
+                    model.remove(&q);
+                }
+            } else if (x >> 40) % 3 == 0 {
                 assert_eq!(c.remove(p), model.remove(&p));
             } else if (x >> 40) % 3 == 1 && free {
                 c.insert_range(p, p + len);

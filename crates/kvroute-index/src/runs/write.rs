@@ -703,9 +703,23 @@ impl Writer {
     /// Drops engine hash `eh` of worker `s` entirely (every copy). Returns false when the
     /// worker has no such hash.
     fn release(&mut self, s: usize, eh: u64) -> bool {
-        let Some(lane) = self.lanes[s].map.remove(eh) else {
-            return false;
-        };
+        match self.unmap(s, eh) {
+            None => false,
+            Some((r, o, aliased)) => {
+                if !aliased {
+                    self.uncover(s, r, o, o + 1);
+                }
+                true
+            }
+        }
+    }
+
+    /// Unmaps engine hash `eh` of worker `s` (every copy) and drops its lane's reference:
+    /// the position it held, and whether another engine hash of the worker still holds
+    /// that position (an alias, whose count this drops instead). The caller then
+    /// [`uncover`](Self::uncover)s the position unless it was aliased.
+    fn unmap(&mut self, s: usize, eh: u64) -> Option<(u32, u32, bool)> {
+        let lane = self.lanes[s].map.remove(eh)?;
         let l = &mut self.lanes[s];
         if !l.copies.is_empty() {
             l.copies.remove(&eh);
@@ -715,22 +729,25 @@ impl Writer {
             let key = self.runs[r as usize].key(o);
             self.drop_alias(s, r, o, key)
         };
-        if !aliased {
-            let run = &mut self.runs[r as usize];
-            let slot = s as u32;
-            if let Ok(i) = run.members.binary_search_by_key(&slot, |m| m.0) {
-                let c = &mut run.members[i].1;
-                let was = c.remove(o);
-                debug_assert!(was, "a lane's position is held");
-                if c.is_empty() {
-                    run.members.remove(i);
-                }
-            }
-            self.residencies -= 1;
-            self.mark(r);
-        }
+        // `r` holds a position of the worker's (or an alias), so it is not freed here.
         self.drop_ref(lane.run);
-        true
+        Some((r, o, aliased))
+    }
+
+    /// Worker `s` stops holding the positions `a..b` of run `r` (all held, by engine hashes
+    /// already unmapped).
+    fn uncover(&mut self, s: usize, r: u32, a: u32, b: u32) {
+        let run = &mut self.runs[r as usize];
+        let slot = s as u32;
+        if let Ok(i) = run.members.binary_search_by_key(&slot, |m| m.0) {
+            let c = &mut run.members[i].1;
+            c.remove_range(a, b);
+            if c.is_empty() {
+                run.members.remove(i);
+            }
+        }
+        self.residencies -= u64::from(b - a);
+        self.mark(r);
     }
 
     /// Keeps worker `s` within `cap` engine hashes: when it holds more, evicts the excess
@@ -776,7 +793,12 @@ impl Writer {
     }
 
     /// Applies a removal of `hashes` for worker `s`.
+    ///
+    /// Consecutive positions of one run (an engine removing a stretch it stored together,
+    /// in either order) leave the worker's cover in one update.
     pub(crate) fn remove(&mut self, s: usize, hashes: &[EngineHash], out: &mut RemoveOutcome) {
+        // Positions unmapped and not yet uncovered: `(run, from, to)`.
+        let mut pending: Option<(u32, u32, u32)> = None;
         for (i, eh) in hashes.iter().enumerate() {
             if let Some(next) = hashes.get(i + 16) {
                 self.lanes[s].map.prefetch(next.0);
@@ -791,11 +813,29 @@ impl Writer {
                     self.lanes[s].copies.remove(&eh.0);
                 }
                 out.copies_dropped += 1;
-            } else if self.release(s, eh.0) {
-                out.removed += 1;
-            } else {
-                out.unknown += 1;
+                continue;
             }
+            let Some((r, o, aliased)) = self.unmap(s, eh.0) else {
+                out.unknown += 1;
+                continue;
+            };
+            out.removed += 1;
+            if aliased {
+                continue;
+            }
+            pending = match pending {
+                Some((pr, a, b)) if pr == r && o == b => Some((pr, a, b + 1)),
+                Some((pr, a, b)) if pr == r && o + 1 == a => Some((pr, o, b)),
+                other => {
+                    if let Some((pr, a, b)) = other {
+                        self.uncover(s, pr, a, b);
+                    }
+                    Some((r, o, o + 1))
+                }
+            };
+        }
+        if let Some((r, a, b)) = pending {
+            self.uncover(s, r, a, b);
         }
     }
 
