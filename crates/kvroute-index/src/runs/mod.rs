@@ -244,19 +244,7 @@ impl RunIndex {
         validate_store(&self.config, &self.counters, event, extra_keys)?;
         let mut w = self.writer(slot)?;
         let s = slot.index();
-        let parent = match event.parent {
-            None => None,
-            Some(p) => match w.key_of(s, p.0) {
-                Some(found) => Some(found),
-                None => {
-                    IndexCounters::bump(&self.counters.unknown_parent_stores, 1);
-                    return Err(IndexError::UnknownParent {
-                        parent: p,
-                        blocks: event.block_hashes.len(),
-                    });
-                }
-            },
-        };
+        let parent = self.parent(&mut w, s, event.parent, event.block_hashes.len())?;
         let blocks = chain_blocks(
             event,
             extra_keys,
@@ -290,22 +278,35 @@ impl RunIndex {
     ) -> Result<StoreOutcome, IndexError> {
         let mut w = self.writer(slot)?;
         let s = slot.index();
-        let at = match parent {
-            None => None,
-            Some(p) => match w.key_of(s, p.0) {
-                Some((r, o, _)) => Some((r, o)),
-                None => {
-                    IndexCounters::bump(&self.counters.unknown_parent_stores, 1);
-                    return Err(IndexError::UnknownParent {
-                        parent: p,
-                        blocks: blocks.len(),
-                    });
-                }
-            },
-        };
-        let out = self.apply_store(&mut w, s, at, blocks.iter().map(|&(e, k)| (e, k)));
+        let at = self
+            .parent(&mut w, s, parent, blocks.len())?
+            .map(|(r, o, _)| (r, o));
+        let out = self.apply_store(&mut w, s, at, blocks.iter().copied());
         self.settle(w);
         Ok(out)
+    }
+
+    /// The position and key of a store's `parent` on worker `s` (none without a parent).
+    ///
+    /// # Errors
+    /// [`IndexError::UnknownParent`] (counted) when the worker has not indexed it.
+    fn parent(
+        &self,
+        w: &mut Writer,
+        s: usize,
+        parent: Option<EngineHash>,
+        blocks: usize,
+    ) -> Result<Option<(u32, u32, u64)>, IndexError> {
+        let Some(p) = parent else {
+            return Ok(None);
+        };
+        match w.key_of(s, p.0) {
+            Some(found) => Ok(Some(found)),
+            None => {
+                IndexCounters::bump(&self.counters.unknown_parent_stores, 1);
+                Err(IndexError::UnknownParent { parent: p, blocks })
+            }
+        }
     }
 
     /// Ends an event: releases the writer lock and, when the event freed a key buffer or
