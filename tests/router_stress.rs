@@ -65,7 +65,7 @@ mod stress;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use index_common::{Model, Rng, check_matches, check_stats};
+use index_common::{Model, Rng, check_matches, check_run_stats};
 use kvroute::ingest::IngestStats;
 use kvroute::{
     AdmissionConfig, EventError, LoadSample, Nanos, Policy, RejectionCounts, Reserved,
@@ -154,7 +154,7 @@ fn stress(admission: Option<AdmissionConfig>, duration: Duration) {
             .map(|&p| (Tree::eh(b, p), tree.chains[b][p]))
             .collect();
         let want = model.store_hashes(slot, &pairs).map_err(EventError::Index);
-        assert_eq!(router.store_hashes(STABLE[k], &pairs), want);
+        assert_eq!(router.store_hashes(STABLE[k], None, &pairs), want);
         router.update_load(STABLE[k], idle(), clock.now()).unwrap();
     }
     router.publish(clock.now()).unwrap();
@@ -252,7 +252,7 @@ fn check_index(router: &Router, tree: &Tree, model: &Model) {
     let slots: Vec<Slot> = (0..SLOTS as u32).map(Slot).collect();
     let mut out = router.index().new_overlaps();
     check_matches(router.index(), model, &queries, &slots, &mut out).unwrap();
-    check_stats(&router.index_stats(), model).unwrap();
+    check_run_stats(&router.index_stats(), model).unwrap();
 }
 
 /// Every (slot, tenancy) a decision named belongs to one worker, registered in that slot.
@@ -493,7 +493,7 @@ fn summary(router: &Router, outs: &Outs, admission: Option<AdmissionConfig>) {
         "admission {:?}: {ops} writer ops ({adds} registrations), {decisions} decisions, \
          {} re-scores, {} unchecked, {} redirects, rejections {:?}, {} publications \
          ({} pinned), {} sweeps, {} knob changes; reservations {:?}; carried {:?}; breakers \
-         {:?}; index: {} table resizes",
+         {:?}; index: {} run splits",
         admission.map(|a| a.max_outstanding_requests),
         st.rescores,
         st.unchecked_reserves,
@@ -506,6 +506,6 @@ fn summary(router: &Router, outs: &Outs, admission: Option<AdmissionConfig>) {
         st.reservations,
         router.stats().carried,
         st.breaker,
-        router.index_stats().table_resizes,
+        router.index_stats().splits,
     );
 }

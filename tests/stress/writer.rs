@@ -292,7 +292,7 @@ impl<'a> Writer<'a> {
             _ => {
                 let pairs = [(Tree::eh(0, 0), self.tree.chains[0][0])];
                 assert_eq!(
-                    self.router.store_hashes(id, &pairs),
+                    self.router.store_hashes(id, None, &pairs),
                     Err(EventError::UnknownWorker(id))
                 );
                 assert_eq!(
@@ -339,7 +339,7 @@ impl<'a> Writer<'a> {
         let ctx = |what: &str| format!("worker {id} in slot {} ({what})", slot.0);
         let pairs_result = |w: &mut Self, pairs: &[(EngineHash, SequenceHash)], what| {
             let want = w.model.store_hashes(slot, pairs).map_err(EventError::Index);
-            assert_eq!(r.store_hashes(id, pairs), want, "{}", ctx(what));
+            assert_eq!(r.store_hashes(id, None, pairs), want, "{}", ctx(what));
         };
         match self.rng.below(1000) {
             // A prefix of a branch, as one store of chained hashes.

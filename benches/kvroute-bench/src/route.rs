@@ -42,7 +42,7 @@ pub fn router(fleet: &ConversationFleet) -> Router {
         let slot = router.add_worker(WorkerId::new(w as u64, 0)).expect("room");
         assert_eq!(slot.index(), w);
     }
-    fleet.populate(router.index());
+    fleet.populate_runs(router.index());
     for w in 0..fleet.workers {
         router
             .update_load(WorkerId::new(w as u64, 0), load_sample(w), NOW)

@@ -151,12 +151,14 @@ pub use kvroute_core::{
     HashNamespace, LoadSample, Nanos, Number, OutOfRange, RankReport, SequenceHash, Slot,
     SlotGeneration, UpdateError, WorkerId,
 };
-// The prefix index, as `Router::index` exposes it for inspection (gauges, direct matching).
+// The prefix index: `RunIndex`, as `Router::index` exposes it for inspection (gauges, direct
+// matching), its vocabulary, and the node-per-block `PrefixIndex` for direct use.
 pub use kvroute_index::hash::ExtraKeysOrderError;
 pub use kvroute_index::index::{
     BlockStore, IndexConfig, IndexError, IndexStats, Overlaps, PrefixIndex, RemoveOutcome,
     StoreOutcome,
 };
+pub use kvroute_index::runs::{RunIndex, RunIndexStats};
 pub use kvroute_index::{BlockHasher, LocalBlockHash};
 // The load view: what `Router::load_reader` reads and `configure_engine` takes.
 pub use kvroute_load::{

@@ -8,7 +8,7 @@
 //!   never inherits a late event of its predecessor. `route` never takes it.
 //! * `load` (mutex): the single-writer load publisher. `route` never takes it; it reads
 //!   published snapshots lock-free.
-//! * The registry's, the index's per-worker and the reservation table's admin locks are
+//! * The registry's, the index's writer lock and the reservation table's admin locks are
 //!   their crates' own.
 
 use kvroute_core::EngineHash;
@@ -16,7 +16,8 @@ use kvroute_core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use kvroute_core::sync::{Mutex, MutexGuard, RwLock};
 use kvroute_core::{EngineId, LoadSample, Nanos, Number, OutOfRange, UpdateError};
 use kvroute_core::{SequenceHash, Slot, SlotGeneration, WorkerId};
-use kvroute_index::index::{BlockStore, IndexStats, PrefixIndex, RemoveOutcome, StoreOutcome};
+use kvroute_index::index::{BlockStore, RemoveOutcome, StoreOutcome};
+use kvroute_index::runs::{RunIndex, RunIndexStats};
 use kvroute_index::{BlockHasher, RegistryError, WorkerRegistry};
 use kvroute_load::{
     EngineConfig, LoadPublisher, LoadReader, PublishError, ReservationTable, Reserved, SweepReport,
@@ -55,7 +56,7 @@ pub struct Router {
     /// A snapshot older than this at a decision's time is not trusted (see `route`).
     pub(crate) max_load_age: Nanos,
     registry: WorkerRegistry,
-    pub(crate) index: PrefixIndex,
+    pub(crate) index: RunIndex,
     membership: RwLock<()>,
     load: Mutex<LoadState>,
     pub(crate) reader: LoadReader,
@@ -96,8 +97,7 @@ impl Router {
         config.validate()?;
         // Every part's own bounds were checked above with the same constants, so none of
         // the constructors below can refuse these values.
-        let index =
-            PrefixIndex::new(config.index_config()).map_err(RouterConfigError::OutOfRange)?;
+        let index = RunIndex::new(config.index_config()).map_err(RouterConfigError::OutOfRange)?;
         let table = ReservationTable::new(config.worker_slots, config.reservation_ttl).map_err(
             |e| match e {
                 TableError::BadConfig(e) => RouterConfigError::OutOfRange(e),
@@ -302,16 +302,27 @@ impl Router {
     }
 
     /// Applies a store whose chained hashes the producer computed with kvroute's scheme:
-    /// pairs of (engine hash, chained hash), in sequence order.
+    /// pairs of (engine hash, chained hash) of consecutive blocks of one chain, in sequence
+    /// order, the first one the child of `parent` (an engine hash this worker stored
+    /// before), or with no parent a chain's first block (or a block that already starts a
+    /// run of the index), as an engine's `BlockStored` event is.
+    /// [`RunIndex::store_hashes`] relies on that shape: pairs that are not one chain are
+    /// indexed as if they were.
     ///
     /// # Errors
-    /// [`EventError::UnknownWorker`].
+    /// [`EventError::UnknownWorker`]; [`EventError::Index`] with
+    /// [`IndexError::UnknownParent`](kvroute_index::index::IndexError::UnknownParent) when
+    /// the worker has not indexed `parent` (counted in [`index_stats`](Self::index_stats),
+    /// nothing stored).
     pub fn store_hashes(
         &self,
         worker: WorkerId,
+        parent: Option<EngineHash>,
         blocks: &[(EngineHash, SequenceHash)],
     ) -> Result<StoreOutcome, EventError> {
-        self.with_slot(worker, |slot| Ok(self.index.store_hashes(slot, blocks)?))
+        self.with_slot(worker, |slot| {
+            Ok(self.index.store_hashes(slot, parent, blocks)?)
+        })
     }
 
     /// Applies a `BlockRemoved` event of `worker` (engine hashes it stored; unknown ones are
@@ -564,13 +575,17 @@ impl Router {
         lock(&self.load).carry.end_carried(worker)
     }
 
-    /// The index's counters and gauges (rejected events, nodes, memory).
-    pub fn index_stats(&self) -> IndexStats {
+    /// The index's counters and gauges (rejected events, runs, positions, residencies,
+    /// memory in bytes); takes the index's writer lock and walks its runs (`O(runs)`), so
+    /// it is not for the hot path.
+    pub fn index_stats(&self) -> RunIndexStats {
         self.index.stats()
     }
 
-    /// Read access to the prefix index (gauges, `worker_blocks`, direct matching).
-    pub fn index(&self) -> &PrefixIndex {
+    /// Read access to the run-compressed prefix index (gauges, `worker_blocks`,
+    /// `engine_hashes`, direct matching into [`Overlaps`](crate::Overlaps),
+    /// `collect_garbage`).
+    pub fn index(&self) -> &RunIndex {
         &self.index
     }
 

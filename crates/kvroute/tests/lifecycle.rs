@@ -93,7 +93,7 @@ fn add_worker_errors() {
         Err(WorkerError::Full { capacity: 2 })
     );
     assert_eq!(
-        r.store_hashes(WorkerId::new(9, 0), &[]),
+        r.store_hashes(WorkerId::new(9, 0), None, &[]),
         Err(EventError::UnknownWorker(WorkerId::new(9, 0)))
     );
 }

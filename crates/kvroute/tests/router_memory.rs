@@ -61,7 +61,7 @@ fn store_chains(
         let base = first + c * 128;
         buf.clear();
         buf.extend((base..base + 128).map(|k| (EngineHash(k), seq(k))));
-        r.store_hashes(worker, buf).expect("registered");
+        r.store_hashes(worker, None, buf).expect("registered");
     }
 }
 
@@ -112,10 +112,10 @@ fn store_and_clear_cycles() -> Result<(), String> {
         r.clear_blocks(w).unwrap();
         check(round, baseline, "a store of 8,192 blocks and a clear")?;
         let s = r.index_stats();
-        if s.nodes != 0 || (s.heap_bytes as isize - gauge).abs() > 0 {
+        if s.positions != 0 || (s.heap_bytes as isize - gauge).abs() > 0 {
             return Err(format!(
-                "round {round}: index gauge {} bytes with {} nodes (want {gauge} with 0)",
-                s.heap_bytes, s.nodes
+                "round {round}: index gauge {} bytes with {} positions (want {gauge} with 0)",
+                s.heap_bytes, s.positions
             ));
         }
     }

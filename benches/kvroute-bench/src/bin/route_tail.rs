@@ -75,7 +75,7 @@ fn writer(router: &Router, fleet: &ConversationFleet, stop: &AtomicBool, blocks:
                 .enumerate()
                 .map(|(i, &s)| (writer_hash(n, i), s)),
         );
-        index.store_hashes(slot, &pairs).expect("slot exists");
+        index.store_hashes(slot, None, &pairs).expect("slot exists");
         held.push_back((slot, n));
         let mut done = pairs.len() as u64;
         if held.len() > WINDOW {

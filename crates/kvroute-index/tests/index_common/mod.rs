@@ -35,6 +35,33 @@ use kvroute_index::BlockHasher;
 use kvroute_index::index::{
     BlockStore, IndexError, IndexStats, Overlaps, PrefixIndex, RemoveOutcome, StoreOutcome,
 };
+use kvroute_index::runs::{RunIndex, RunIndexStats};
+
+/// What [`check_matches`] asks of an index: both indexes answer it the same way.
+pub trait Matcher {
+    /// The index's `match_prefix`.
+    fn matches(&self, query: &[SequenceHash], out: &mut Overlaps);
+    /// The index's `worker_blocks`.
+    fn blocks_of(&self, slot: Slot) -> usize;
+}
+
+impl Matcher for PrefixIndex {
+    fn matches(&self, query: &[SequenceHash], out: &mut Overlaps) {
+        self.match_prefix(query, out);
+    }
+    fn blocks_of(&self, slot: Slot) -> usize {
+        self.worker_blocks(slot)
+    }
+}
+
+impl Matcher for RunIndex {
+    fn matches(&self, query: &[SequenceHash], out: &mut Overlaps) {
+        self.match_prefix(query, out);
+    }
+    fn blocks_of(&self, slot: Slot) -> usize {
+        self.worker_blocks(slot)
+    }
+}
 
 /// One engine hash of one worker in the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -368,17 +395,43 @@ pub fn check_stats(stats: &IndexStats, model: &Model) -> Result<(), String> {
     Ok(())
 }
 
+/// [`check_stats`] for a [`RunIndex`]: its `blocks` (distinct blocks held) stand for the
+/// nodes, and its separate rejection counts for the model's.
+pub fn check_run_stats(stats: &RunIndexStats, model: &Model) -> Result<(), String> {
+    let c = &model.counters;
+    let got = (
+        stats.blocks,
+        stats.residencies,
+        ModelCounters {
+            slot_out_of_range: stats.slot_out_of_range,
+            block_size_mismatches: stats.block_size_mismatches,
+            token_count_mismatches: stats.token_count_mismatches,
+            unknown_parent_stores: stats.unknown_parent_stores,
+            unknown_removes: stats.unknown_removes,
+            hash_conflicts: stats.hash_conflicts,
+            evicted_blocks: stats.evicted_blocks,
+        },
+    );
+    let want = (model.nodes(), model.residencies(), *c);
+    if got != want {
+        return Err(format!(
+            "stats (blocks, residencies, counters):\n  index {got:?}\n  model {want:?}"
+        ));
+    }
+    Ok(())
+}
+
 /// Matches every query against the index (reusing one `Overlaps`) and compares the whole
 /// per-slot array and `deepest` with the model; also compares `worker_blocks` of `slots`.
 pub fn check_matches(
-    index: &PrefixIndex,
+    index: &impl Matcher,
     model: &Model,
     queries: &[Vec<SequenceHash>],
     slots: &[Slot],
     out: &mut Overlaps,
 ) -> Result<(), String> {
     for (qi, q) in queries.iter().enumerate() {
-        index.match_prefix(q, out);
+        index.matches(q, out);
         let want = model.overlaps(q);
         if out.as_slice() != want.as_slice() {
             let diff: Vec<(usize, u32, u32)> = want
@@ -402,11 +455,11 @@ pub fn check_matches(
         }
     }
     for &s in slots {
-        if index.worker_blocks(s) != model.worker_blocks(s) {
+        if index.blocks_of(s) != model.worker_blocks(s) {
             return Err(format!(
                 "worker_blocks({}) = {} but model {}",
                 s.0,
-                index.worker_blocks(s),
+                index.blocks_of(s),
                 model.worker_blocks(s)
             ));
         }

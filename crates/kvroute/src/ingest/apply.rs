@@ -25,7 +25,8 @@
 //! * Unknown event kinds are counted and skipped.
 
 use kvroute_core::{Slot, WorkerId};
-use kvroute_index::index::{BlockStore, IndexError, PrefixIndex};
+use kvroute_index::index::{BlockStore, IndexError};
+use kvroute_index::runs::RunIndex;
 use kvroute_wire::{BlockRemoved, BlockStored, KvEvent};
 
 use super::extra_keys::block_extra_keys;
@@ -106,7 +107,7 @@ impl core::fmt::Display for RejectedEvent {
 
 /// Applies events for one worker; see the module docs.
 pub(crate) struct Applier<'a> {
-    pub index: &'a PrefixIndex,
+    pub index: &'a RunIndex,
     pub counters: &'a IngestCounters,
     pub slot: Slot,
     pub worker: WorkerId,

@@ -45,7 +45,7 @@ fn block_digest(s: &BlockStored, j: usize, keys: &[ExtraKey]) -> Option<ExtraKey
 }
 
 /// The per-block extra-keys digests of a store, as
-/// [`PrefixIndex::store_with_extra_keys`](kvroute_index::index::PrefixIndex::store_with_extra_keys)
+/// [`RunIndex::store_with_extra_keys`](kvroute_index::runs::RunIndex::store_with_extra_keys)
 /// takes them: one entry per `extra_keys` entry (the index checks that this is one per
 /// block), or empty when the store sends no `extra_keys` (no allocation then) or no block
 /// has a key left after the module's rules (nothing can then be credited to the wrong

@@ -10,7 +10,7 @@
 //!   it must pick the engine's worker, crediting it that same overlap, whenever the engine
 //!   reports a hit;
 //! * the `snapshot` (after the last batch before the final `AllBlocksCleared`): the
-//!   worker's engine-hash map in the index (`PrefixIndex::engine_hashes`) has the engine's
+//!   worker's engine-hash map in the index (`RunIndex::engine_hashes`) has the engine's
 //!   cached-hash count, copy count and SHA-256 over the sorted distinct hashes, and the
 //!   index holds as many residencies;
 //! * after the final `AllBlocksCleared` the worker holds nothing, and the `end` record's
