@@ -5,7 +5,8 @@
 #
 # Each crate keeps its models in one place, `src/loom_models/` (kvroute: `src/loom_models.rs`),
 # unit tests of the crate so that they reach its private protocols:
-# * kvroute-index: the node protocol and the node table (`loom_models/{node,table}.rs`);
+# * kvroute-index: the node protocol and the node table (`loom_models/{node,table}.rs`), and
+#   the run index's publication (`loom_models/runs.rs`);
 # * kvroute-load: snapshot publication and reservations (`loom_models/{snapshot,reservations}.rs`);
 # * kvroute: the decision's optimistic re-score loop on the real reservation table.
 set -euo pipefail

@@ -12,8 +12,10 @@
 //! * 3 writers, each owning 8 workers (5 fed through `store` / `store_hashes` /
 //!   `remove_blocks` / `clear_blocks`, 3 through `ingest` with sequence numbers, gaps
 //!   recovered by `skip_replay` or by a replay, stale duplicates, wrong DP ranks), which they
-//!   add, remove and re-add; stores chain on parents, conflict, and burst past the cap
-//!   (eviction). Each worker's events come from its one writer, in a deterministic order.
+//!   add, remove and re-add; every store is a chain after its parent (refused when the
+//!   worker does not hold it), and stores conflict and burst past the cap (eviction, which
+//!   the model reconciles with the engine hashes the index kept). Each worker's events come
+//!   from its one writer, in a deterministic order.
 //! * 3 routing threads: token and hash prompts over a small tree of shared blocks, cold
 //!   prompts, another namespace, malformed requests; decisions are held for a while and
 //!   ended by `release`, `commit` or `first_token`.
@@ -24,7 +26,7 @@
 //!
 //! What it proves, whatever the interleaving:
 //! * every writer call returns exactly what the writer's reference model
-//!   (`index_common::Model`) predicts, every ingest report is exact, events for a removed
+//!   (`index_common::Model`) predicts (but for which blocks the cap evicts), every ingest report is exact, events for a removed
 //!   worker are refused, and a re-added worker starts empty and trusted;
 //! * every decision names a worker of the fleet plan, never claims more overlap than the
 //!   prompt has blocks, claims none for a cold prompt, claims exactly the known overlap on a
@@ -149,12 +151,20 @@ fn stress(admission: Option<AdmissionConfig>, duration: Duration) {
     let mut model = Model::new(SLOTS, BS, CAP);
     for (k, (slot, b, blocks)) in stable_plan().into_iter().enumerate() {
         assert_eq!(router.add_worker(STABLE[k]), Ok(slot));
-        let pairs: Vec<_> = blocks
-            .iter()
-            .map(|&p| (Tree::eh(b, p), tree.chains[b][p]))
+        // The branch's chain up to the last block of the plan, as one store, then the
+        // blocks the plan leaves out removed (a hole, as an engine's eviction leaves it).
+        let end = blocks.last().map_or(0, |&p| p + 1);
+        let pairs: Vec<_> = (0..end)
+            .map(|p| (Tree::eh(b, p), tree.chains[b][p]))
             .collect();
         let want = model.store_hashes(slot, &pairs).map_err(EventError::Index);
         assert_eq!(router.store_hashes(STABLE[k], None, &pairs), want);
+        let holes: Vec<_> = (0..end)
+            .filter(|p| !blocks.contains(p))
+            .map(|p| Tree::eh(b, p))
+            .collect();
+        let want = model.remove(slot, &holes).map_err(EventError::Index);
+        assert_eq!(router.remove_blocks(STABLE[k], &holes), want);
         router.update_load(STABLE[k], idle(), clock.now()).unwrap();
     }
     router.publish(clock.now()).unwrap();
@@ -235,7 +245,7 @@ fn check_coverage(outs: &Outs, model: &Model) {
     assert!(calls >= ROUTERS as u64 * MIN_DECISIONS);
 }
 
-/// The index is the merged model: overlaps of every tree path prefix, of mixed paths and of
+/// The index is the merged model: overlaps of every tree path prefix, of paths followed by unstored blocks and of
 /// the prefix alone, per-worker block counts, nodes, residencies and counters.
 fn check_index(router: &Router, tree: &Tree, model: &Model) {
     let mut queries: Vec<Vec<SequenceHash>> = Vec::new();
@@ -243,11 +253,18 @@ fn check_index(router: &Router, tree: &Tree, model: &Model) {
         queries.extend((1..=DEPTH).map(|n| c[..n].to_vec()));
         queries.push(c[PREFIX..].to_vec());
     }
+    // A path of the tree followed by blocks nobody stored, as a new turn of a
+    // conversation is. (A query mixing blocks of two branches is not one: a chained hash
+    // names its whole prefix, so no prompt hashes to it.)
     let mut rng = Rng::new(77);
     queries.extend((0..32).map(|_| {
-        (0..DEPTH)
-            .map(|p| tree.chains[rng.below(BRANCHES as u64) as usize][p])
-            .collect::<Vec<_>>()
+        let (b, n) = (
+            rng.below(BRANCHES as u64) as usize,
+            rng.below(DEPTH as u64 + 1),
+        );
+        let mut q = tree.chains[b][..n as usize].to_vec();
+        q.extend((n..DEPTH as u64).map(|_| SequenceHash(rng.next_u64() | 1)));
+        q
     }));
     let slots: Vec<Slot> = (0..SLOTS as u32).map(Slot).collect();
     let mut out = router.index().new_overlaps();

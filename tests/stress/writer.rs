@@ -8,13 +8,13 @@
 //! batches, gaps recovered by `skip_replay` or by a replay, stale duplicates (a restart
 //! when the duplicate holds `AllBlocksCleared`), batches of the wrong DP rank. Events for a worker that is not registered must be refused.
 
-use kvroute::IndexError;
 use kvroute::ingest::{EventTally, RESET_WINDOW, SeqOutcome, block_store};
 use kvroute::{BlockRemoved, BlockStored, EventEncoding, KvEvent, KvEventBatch, KvMessage, Medium};
 use kvroute::{
     BlockStore, Channel, EngineHash, EventError, HashNamespace, IngestError, IngestReport,
     ReplayRequest, Router, SequenceHash, Slot, WorkerError, WorkerId,
 };
+use kvroute::{IndexError, StoreOutcome};
 
 use super::{
     BRANCHES, BS, CAP, DEPTH, DIRECT_PER_WRITER, MIN_WRITER_OPS, NOISE_EH, Run, SLOTS, Tree,
@@ -141,7 +141,7 @@ pub fn writer(router: &Router, tree: &Tree, run: &Run, w: usize, seed: u64) -> W
         router,
         tree,
         rng: Rng::new(seed),
-        model: Model::new(SLOTS, BS, CAP),
+        model: Model::new(SLOTS, BS, usize::MAX),
         out_history: Vec::new(),
         ingest: IngestTally::default(),
         coverage: Coverage::default(),
@@ -334,13 +334,43 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// The store's outcome must equal the model's but for `evicted`: the index evicts by
+    /// its own rule past the cap, and the model (built without a cap) is reconciled with
+    /// the worker's engine hashes the index kept.
+    fn check_store(
+        &mut self,
+        id: WorkerId,
+        slot: Slot,
+        got: Result<StoreOutcome, EventError>,
+        want: Result<StoreOutcome, EventError>,
+        what: &str,
+    ) {
+        let ctx = format!("worker {id} in slot {} ({what})", slot.0);
+        let evicted = got.as_ref().map_or(0, |o| o.evicted);
+        assert_eq!(got.map(|o| StoreOutcome { evicted: 0, ..o }), want, "{ctx}");
+        let kept = self.router.index().engine_hashes(slot);
+        if let Err(e) = self.model.reconcile_evictions(slot, &kept, evicted, CAP) {
+            panic!("{ctx}: {e}");
+        }
+    }
+
+    /// A store of `pairs` after `parent` through `store_hashes`, checked by `check_store`.
+    fn pairs_store(
+        &mut self,
+        id: WorkerId,
+        slot: Slot,
+        parent: Option<EngineHash>,
+        pairs: &[(EngineHash, SequenceHash)],
+        what: &str,
+    ) {
+        let want = self.model.store_hashes_after(slot, parent, pairs);
+        let got = self.router.store_hashes(id, parent, pairs);
+        self.check_store(id, slot, got, want.map_err(EventError::Index), what);
+    }
+
     fn direct_op(&mut self, id: WorkerId, slot: Slot) {
         let (r, tree) = (self.router, self.tree);
         let ctx = |what: &str| format!("worker {id} in slot {} ({what})", slot.0);
-        let pairs_result = |w: &mut Self, pairs: &[(EngineHash, SequenceHash)], what| {
-            let want = w.model.store_hashes(slot, pairs).map_err(EventError::Index);
-            assert_eq!(r.store_hashes(id, None, pairs), want, "{}", ctx(what));
-        };
         match self.rng.below(1000) {
             // A prefix of a branch, as one store of chained hashes.
             0..=239 => {
@@ -348,7 +378,7 @@ impl<'a> Writer<'a> {
                 let pairs: Vec<_> = (0..k)
                     .map(|p| (Tree::eh(b, p), tree.chains[b][p]))
                     .collect();
-                pairs_result(self, &pairs, "prefix");
+                self.pairs_store(id, slot, None, &pairs, "prefix");
             }
             // Blocks of a branch through `store` (token ids re-hashed, chained on a parent).
             240..=449 => {
@@ -361,24 +391,25 @@ impl<'a> Writer<'a> {
                     namespace: HashNamespace::DEFAULT,
                 };
                 let want = self.model.store(slot, &ev).map_err(EventError::Index);
-                assert_eq!(r.store(id, &ev), want, "{}", ctx("chained"));
+                let got = r.store(id, &ev);
+                self.check_store(id, slot, got, want, "chained");
             }
-            // Random blocks of the tree (residency that is not prefix-closed).
+            // Single blocks of the tree, each after its parent (refused when the worker
+            // does not hold it): with the removals, residency that is not prefix-closed.
             450..=529 => {
-                let n = 1 + self.below(4);
-                let pairs: Vec<_> = (0..n)
-                    .map(|_| {
-                        let (b, p) = (self.below(BRANCHES), self.below(DEPTH));
-                        (Tree::eh(b, p), tree.chains[b][p])
-                    })
-                    .collect();
-                pairs_result(self, &pairs, "scatter");
+                for _ in 0..1 + self.below(4) {
+                    let (b, p) = (self.below(BRANCHES), self.below(DEPTH));
+                    let parent = p.checked_sub(1).map(|q| Tree::eh(b, q));
+                    let pairs = [(Tree::eh(b, p), tree.chains[b][p])];
+                    self.pairs_store(id, slot, parent, &pairs, "single");
+                }
             }
             // An engine hash re-used for other content (a conflict: the latest word wins).
             530..=579 => {
                 let (b, p) = (self.below(BRANCHES), self.below(DEPTH));
+                let parent = p.checked_sub(1).map(|q| Tree::eh(b, q));
                 let pairs = [(EngineHash(1000 + self.rng.below(6)), tree.chains[b][p])];
-                pairs_result(self, &pairs, "alias");
+                self.pairs_store(id, slot, parent, &pairs, "alias");
             }
             580..=969 => {
                 let hashes = self.removal();
@@ -396,7 +427,7 @@ impl<'a> Writer<'a> {
                         )
                     })
                     .collect();
-                pairs_result(self, &pairs, "burst");
+                self.pairs_store(id, slot, None, &pairs, "burst");
             }
             980..=989 => {
                 let hashes: Vec<_> = (0..128).map(|j| EngineHash(NOISE_EH + j)).collect();

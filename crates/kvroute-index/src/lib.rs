@@ -12,7 +12,6 @@
 pub mod hash;
 pub mod index;
 pub mod registry;
-#[cfg(not(kvroute_loom))]
 pub mod runs;
 
 #[cfg(all(test, kvroute_loom))]

@@ -280,9 +280,8 @@ impl Harness {
         self.check(index, model)
     }
 
-    /// With a cap: the engine hashes the index evicted in the last store (all copies) are
-    /// dropped from the model too, after checking that the store reported as many and that
-    /// the worker is within the cap. Without one, nothing may be evicted.
+    /// With a cap: the engine hashes the index evicted in the last store are dropped from
+    /// the model too ([`Model::reconcile_evictions`]). Without one, nothing may be evicted.
     fn reconcile(
         &self,
         index: &RunIndex,
@@ -290,41 +289,11 @@ impl Harness {
         slot: Slot,
         evicted: usize,
     ) -> Result<(), String> {
-        let Some(cap) = self.cap else {
-            return if evicted == 0 {
-                Ok(())
-            } else {
-                Err(format!("{evicted} evicted without a cap"))
-            };
-        };
-        let kept: std::collections::HashSet<u64> = index
-            .engine_hashes(slot)
-            .into_iter()
-            .map(|(e, _)| e.0)
-            .collect();
-        if kept.len() > cap {
-            return Err(format!("{} engine hashes over the cap {cap}", kept.len()));
+        match self.cap {
+            Some(cap) => model.reconcile_evictions(slot, &index.engine_hashes(slot), evicted, cap),
+            None if evicted == 0 => Ok(()),
+            None => Err(format!("{evicted} evicted without a cap")),
         }
-        let gone: Vec<u64> = model
-            .workers
-            .get(&slot.0)
-            .map(|w| {
-                w.entries
-                    .keys()
-                    .copied()
-                    .filter(|e| !kept.contains(e))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if gone.len() != evicted {
-            return Err(format!("reported {evicted} evicted, {} gone", gone.len()));
-        }
-        if let Some(w) = model.workers.get_mut(&slot.0) {
-            for e in gone {
-                w.entries.remove(&e);
-            }
-        }
-        Ok(())
     }
 
     fn check(&self, index: &RunIndex, model: &Model) -> Result<(), String> {

@@ -3,4 +3,5 @@
 //! `loom::model`, which explores every interleaving of its threads with loom's atomics.
 
 mod node;
+mod runs;
 mod table;

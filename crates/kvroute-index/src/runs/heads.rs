@@ -22,11 +22,16 @@
 //! * `array`: published with `Release` after the new array is fully written; readers load
 //!   it with `Acquire`. The writer is the only thread that stores it, so its own loads are
 //!   `Relaxed`.
+//!
+//! The loom models in `loom_models/runs.rs` race a reader against an append in place, a
+//! new child run, a split, an unlink and a rebuild; with `view` or `array` weakened to
+//! `Relaxed` on both sides, loom reports the reader reaching a view or an array that is
+//! not yet written (a causality violation on the cell each carries in loom builds).
 
 use core::ptr;
 use kvroute_core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-use crossbeam_epoch::Guard;
+use super::epoch::Guard;
 
 use super::view::ViewHead;
 
@@ -47,6 +52,10 @@ struct Slot {
 struct Array {
     slots: Box<[Slot]>,
     mask: usize,
+    /// Loom builds only: written by `new`, read by every reader of the array (see
+    /// `ViewHead::check_built`).
+    #[cfg(kvroute_loom)]
+    built: kvroute_core::sync::cell::UnsafeCell<usize>,
 }
 
 impl Array {
@@ -60,6 +69,8 @@ impl Array {
                 })
                 .collect(),
             mask: cap - 1,
+            #[cfg(kvroute_loom)]
+            built: kvroute_core::sync::cell::UnsafeCell::new(cap),
         })
     }
 
@@ -139,6 +150,9 @@ impl Heads {
         // SAFETY: the array is freed only through the epoch collector, after every reader
         // pinned when it was retired (this one holds `_guard`) has unpinned.
         let a = unsafe { &*self.array.load(Ordering::Acquire) };
+        #[cfg(kvroute_loom)]
+        // SAFETY: the cell is written only by `Array::new`, before the array is published.
+        assert_eq!(unsafe { *a.built.get().deref() }, a.slots.len());
         let mut i = a.home(k);
         loop {
             let s = &a.slots[i];
@@ -147,7 +161,11 @@ impl Heads {
                 let v = s.view.load(Ordering::Acquire);
                 // SAFETY: a non-null pointer is a published view, freed only through the
                 // epoch collector after this reader unpins.
-                return unsafe { v.as_ref() };
+                let v = unsafe { v.as_ref() };
+                if let Some(v) = v {
+                    v.check_built();
+                }
+                return v;
             }
             if sk == EMPTY {
                 return None;

@@ -80,6 +80,7 @@
 //! `Relaxed` statistics.
 
 mod cover;
+mod epoch;
 mod heads;
 mod lanes;
 mod view;
@@ -325,7 +326,7 @@ impl RunIndex {
             if self.deferred.get() == 0 {
                 return;
             }
-            crossbeam_epoch::pin().flush();
+            epoch::pin().flush();
         }
     }
 
@@ -336,7 +337,7 @@ impl RunIndex {
         at: Option<(u32, u32)>,
         blocks: impl ExactSizeIterator<Item = (EngineHash, SequenceHash)>,
     ) -> StoreOutcome {
-        let guard = crossbeam_epoch::pin();
+        let guard = epoch::pin();
         let cx = Ctx {
             heads: &self.heads,
             guard: &guard,
@@ -375,7 +376,7 @@ impl RunIndex {
         block_hashes: &[EngineHash],
     ) -> Result<RemoveOutcome, IndexError> {
         let mut w = self.writer(slot)?;
-        let guard = crossbeam_epoch::pin();
+        let guard = epoch::pin();
         let cx = Ctx {
             heads: &self.heads,
             guard: &guard,
@@ -396,7 +397,7 @@ impl RunIndex {
     /// [`IndexError::SlotOutOfRange`].
     pub fn clear(&self, slot: Slot) -> Result<usize, IndexError> {
         let mut w = self.writer(slot)?;
-        let guard = crossbeam_epoch::pin();
+        let guard = epoch::pin();
         let cx = Ctx {
             heads: &self.heads,
             guard: &guard,
@@ -512,7 +513,7 @@ impl Drop for RunIndex {
         let w = self.writer.get_mut().unwrap_or_else(|p| p.into_inner());
         w.free_all();
         for _ in 0..64 {
-            crossbeam_epoch::pin().flush();
+            epoch::pin().flush();
             if self.deferred.get() == 0 {
                 break;
             }

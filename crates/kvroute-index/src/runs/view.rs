@@ -26,6 +26,11 @@ pub(crate) struct ViewHead {
     len: u32,
     words: u32,
     partials: u32,
+    /// Loom builds only: a checked cell written by the build and read by every reader that
+    /// reaches the view, so that loom reports a reader not ordered after the build (a
+    /// publication weaker than release / acquire).
+    #[cfg(kvroute_loom)]
+    built: kvroute_core::sync::cell::UnsafeCell<u32>,
 }
 
 /// One partial holder: `(slot, cutoff)`.
@@ -73,6 +78,8 @@ impl ViewHead {
                 len,
                 words: full.len() as u32,
                 partials: partials.len() as u32,
+                #[cfg(kvroute_loom)]
+                built: kvroute_core::sync::cell::UnsafeCell::new(run),
             });
             let w = p.cast::<u8>().add(Self::words_offset()).cast::<u64>();
             core::ptr::copy_nonoverlapping(full.as_ptr(), w, full.len());
@@ -94,6 +101,7 @@ impl ViewHead {
         // the word and partial counts the layout was made with.
         unsafe {
             let l = layout((*p).words as usize, (*p).partials as usize);
+            core::ptr::drop_in_place(p);
             std::alloc::dealloc(p.cast(), l);
         }
     }
@@ -112,6 +120,17 @@ impl ViewHead {
             .extend(Layout::array::<Partial>(0).expect("empty array"))
             .expect("fits");
         off
+    }
+
+    /// Loom builds: reads the build's checked cell (see the field); nothing otherwise.
+    #[inline]
+    pub(crate) fn check_built(&self) {
+        #[cfg(kvroute_loom)]
+        {
+            // SAFETY: the cell is written only by `build`, before the view is published.
+            let run = unsafe { *self.built.get().deref() };
+            assert_eq!(run, self.run, "a view's header is read as it was built");
+        }
     }
 
     /// The run's keys (chained block hashes), `len` of them.

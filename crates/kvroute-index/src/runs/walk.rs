@@ -48,7 +48,7 @@ impl RunIndex {
             return;
         }
         let words = slots.div_ceil(64).min(MAX_WORDS);
-        let guard = crossbeam_epoch::pin();
+        let guard = super::epoch::pin();
         let Some(mut view) = self.heads.find(hashes[0].0, &guard) else {
             return;
         };

@@ -31,7 +31,7 @@
 
 use std::sync::Arc;
 
-use crossbeam_epoch::Guard;
+use super::epoch::Guard;
 use hashbrown::HashMap;
 
 use kvroute_core::EngineHash;
@@ -183,6 +183,7 @@ enum Garbage {
 /// The garbage of one event, handed to the epoch collector as one deferred function
 /// (crossbeam frees a bounded number of deferred functions per collection, so one per
 /// object would let a clear of thousands of runs outpace it).
+#[cfg(not(kvroute_loom))]
 struct Batch {
     items: Vec<Garbage>,
     /// Heap bytes of the batch: its items, its own record and buffer.
@@ -190,6 +191,7 @@ struct Batch {
     deferred: Arc<Deferred>,
 }
 
+#[cfg(not(kvroute_loom))]
 impl Batch {
     /// Frees every item.
     ///
@@ -217,6 +219,7 @@ impl Batch {
 #[derive(Debug, Default)]
 pub(crate) struct Deferred(kvroute_core::sync::atomic::AtomicUsize);
 
+#[cfg_attr(kvroute_loom, allow(dead_code))]
 impl Deferred {
     fn add(&self, b: usize) {
         self.0
@@ -240,6 +243,7 @@ pub(crate) struct Writer {
     heads: HeadCounts,
     dirty: Vec<u32>,
     words: usize,
+    #[cfg_attr(kvroute_loom, allow(dead_code))]
     deferred: Arc<Deferred>,
     /// (worker, position) pairs held.
     pub(crate) residencies: u64,
@@ -262,6 +266,9 @@ pub(crate) struct Writer {
     partials: Vec<Partial>,
     /// Garbage of the event in progress, handed to the collector by `publish`.
     garbage: Vec<Garbage>,
+    /// Garbage of earlier events, kept until teardown in loom builds (see `epoch`).
+    #[cfg(kvroute_loom)]
+    parked: Vec<Garbage>,
     /// Heap bytes of the items of `garbage`.
     garbage_bytes: usize,
     /// Whether the event in progress freed a key buffer or an array (not only views).
@@ -299,6 +306,8 @@ impl Writer {
             full: Vec::new(),
             partials: Vec::new(),
             garbage: Vec::new(),
+            #[cfg(kvroute_loom)]
+            parked: Vec::new(),
             garbage_bytes: 0,
             freed: false,
         }
@@ -951,6 +960,20 @@ impl Writer {
             return;
         }
         let items = core::mem::take(&mut self.garbage);
+        #[cfg(kvroute_loom)]
+        {
+            // No collector to model: park the garbage until teardown (see `epoch`).
+            let _ = cx;
+            self.garbage_bytes = 0;
+            self.parked.extend(items);
+        }
+        #[cfg(not(kvroute_loom))]
+        self.defer(cx, items);
+    }
+
+    /// Hands `items` to the epoch collector as one deferred function.
+    #[cfg(not(kvroute_loom))]
+    fn defer(&mut self, cx: &Ctx<'_>, items: Vec<Garbage>) {
         let bytes = core::mem::replace(&mut self.garbage_bytes, 0)
             + core::mem::size_of::<Batch>()
             + items.capacity() * core::mem::size_of::<Garbage>();
@@ -1258,6 +1281,8 @@ impl Writer {
             // SAFETY: teardown; a replaced array, freed once.
             unsafe { free_array(a) };
         }
+        #[cfg(kvroute_loom)]
+        self.garbage.append(&mut self.parked);
         for g in self.garbage.drain(..) {
             // SAFETY: teardown: unsealed garbage, freed once.
             unsafe {

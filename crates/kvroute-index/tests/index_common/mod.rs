@@ -164,6 +164,71 @@ impl Model {
         self.store_from_depth(slot, blocks, 0)
     }
 
+    /// `RunIndex::store_hashes`: `blocks` after the block the worker indexed under
+    /// `parent` (or a chain's first block without one). An unknown parent is counted and
+    /// refused with nothing stored.
+    pub fn store_hashes_after(
+        &mut self,
+        slot: Slot,
+        parent: Option<EngineHash>,
+        blocks: &[(EngineHash, SequenceHash)],
+    ) -> Result<StoreOutcome, IndexError> {
+        self.check_slot(slot)?;
+        let first_depth = match parent {
+            None => 0,
+            Some(p) => match self.mapping(slot, p.0) {
+                Some(m) => m.depth + 1,
+                None => {
+                    self.counters.unknown_parent_stores += 1;
+                    return Err(IndexError::UnknownParent {
+                        parent: p,
+                        blocks: blocks.len(),
+                    });
+                }
+            },
+        };
+        self.store_from_depth(slot, blocks, first_depth)
+    }
+
+    /// Reconciles the model (built without a cap) with an index that evicts under `cap`
+    /// by its own rule: after a store that reported `evicted` engine hashes evicted (all
+    /// their copies), the worker's engine hashes the index still has (`kept`) must be at
+    /// most `cap`, and exactly `evicted` of the model's must be missing from them; those
+    /// are dropped from the model and counted in its `evicted_blocks`.
+    pub fn reconcile_evictions(
+        &mut self,
+        slot: Slot,
+        kept: &[(EngineHash, u32)],
+        evicted: usize,
+        cap: usize,
+    ) -> Result<(), String> {
+        if kept.len() > cap {
+            return Err(format!("{} engine hashes over the cap {cap}", kept.len()));
+        }
+        let kept: BTreeSet<u64> = kept.iter().map(|(e, _)| e.0).collect();
+        let Some(w) = self.workers.get_mut(&slot.0) else {
+            return if evicted == 0 {
+                Ok(())
+            } else {
+                Err(format!("reported {evicted} evicted from an empty worker"))
+            };
+        };
+        let gone: Vec<u64> = w
+            .entries
+            .keys()
+            .copied()
+            .filter(|e| !kept.contains(e))
+            .collect();
+        if gone.len() != evicted {
+            return Err(format!("reported {evicted} evicted, {} gone", gone.len()));
+        }
+        for e in gone {
+            w.entries.remove(&e);
+        }
+        self.counters.evicted_blocks += evicted as u64;
+        Ok(())
+    }
+
     /// `store_hashes` whose first block sits at `first_depth`.
     fn store_from_depth(
         &mut self,
