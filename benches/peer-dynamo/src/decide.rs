@@ -56,7 +56,7 @@ pub fn kvroute_router(fleet: &ConversationFleet) -> Router {
             .expect("room");
         assert_eq!(slot.index(), w);
     }
-    fleet.populate(router.index());
+    fleet.populate_runs(router.index());
     for w in 0..fleet.workers {
         let sample = WorkerLoad::of(w).kvroute_sample();
         router
