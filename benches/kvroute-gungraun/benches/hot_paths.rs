@@ -8,7 +8,8 @@
 //! * `ingest_runs`: the ingest bench's 256 events on `RunIndex` (`store_hashes` after the
 //!   event's parent, then `remove`).
 //! * `scorer_pass`: the scorer pass alone, `projected_time` (enforce), SIMD
-//!   (`Scorer::score`).
+//!   (`Scorer::score`), from the lanes and from the fleet's prepared cost coefficients
+//!   (`Fleet::prepare_costs`).
 //! * `route_end_to_end`: `Router::route` with precomputed hashes (match, snapshot, score,
 //!   reserve and release), `warm` and `cold` as above.
 //! * `ingest_hashes`, `ingest_tokens`: the 256 store events of the ingest bench, each stored
@@ -168,8 +169,17 @@ fn score_projected_time() -> ScoreCase {
     ScoreCase { fleet, scorer, cfg }
 }
 
+/// [`score_projected_time`] with the fleet's cost coefficients prepared for the default
+/// configuration (what the router's fill keeps).
+fn score_projected_time_coefficients() -> ScoreCase {
+    let mut case = score_projected_time();
+    case.fleet.prepare_costs(&case.cfg);
+    case
+}
+
 #[library_benchmark]
 #[bench::projected_time_simd_512(setup = score_projected_time)]
+#[bench::projected_time_coefficients_512(setup = score_projected_time_coefficients)]
 fn scorer_pass(mut case: ScoreCase) -> ScoreCase {
     let tie = TieInput {
         cursor: 1,

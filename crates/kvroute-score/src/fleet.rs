@@ -11,6 +11,8 @@ use kvroute_core::Slot;
 use kvroute_index::index::Overlaps;
 use kvroute_load::{LANE_PAD, LoadSnapshot, ReservationTable, Reserved, Validity, padded_len};
 
+use crate::coef::Coefficients;
+
 /// Every validity, to map a `u8` back.
 const VALIDITIES: [Validity; 6] = [
     Validity::Vacant,
@@ -123,6 +125,13 @@ pub struct Fleet {
     base: Option<BaseKey>,
     /// The aggregates of that part.
     base_agg: BaseAgg,
+    /// The cost coefficients (module `coef`), when prepared.
+    pub(crate) coef: Coefficients,
+    /// Slots whose lanes (other than `overlap`) the last fill changed without rebuilding
+    /// the base: those it restored and those it folded reservations into.
+    pub(crate) touched: Vec<u32>,
+    /// Whether the last fill rebuilt the base lanes (every slot changed).
+    pub(crate) rebuilt: bool,
 }
 
 impl Fleet {
@@ -219,6 +228,7 @@ impl Fleet {
         self.occ_known.resize(n, false);
         self.agg = None;
         self.base = None;
+        self.coef.key = None;
     }
 
     /// Sizes the lanes for `slots` slots without clearing them (a fill writes every lane
@@ -233,6 +243,7 @@ impl Fleet {
         self.occ_known.resize(n, false);
         self.mask.resize(n, 0);
         self.agg = None;
+        self.coef.key = None;
     }
 
     fn set(&mut self, i: usize, s: &SlotFigures) {
@@ -326,6 +337,29 @@ impl Fleet {
         tokens_per_request: u32,
         snapshot_stale: bool,
     ) {
+        self.fill_lanes(
+            snapshot,
+            table,
+            overlaps,
+            tokens_per_request,
+            snapshot_stale,
+        );
+        // The coefficients (`prepare_costs`, `fill_with`) no longer describe every lane.
+        if self.rebuilt || !self.touched.is_empty() {
+            self.coef.key = None;
+        }
+    }
+
+    /// [`fill_as_of`](Self::fill_as_of) without touching the cost coefficients: the
+    /// caller brings them up to date from `touched` and `rebuilt`.
+    pub(crate) fn fill_lanes(
+        &mut self,
+        snapshot: &LoadSnapshot,
+        table: &ReservationTable,
+        overlaps: &Overlaps,
+        tokens_per_request: u32,
+        snapshot_stale: bool,
+    ) {
         let len = snapshot.len();
         let key = BaseKey {
             stamp: snapshot.stamp(),
@@ -333,11 +367,14 @@ impl Fleet {
             tokens_per_request,
             stale: snapshot_stale,
         };
+        self.touched.clear();
         if key.stamp != 0 && self.base == Some(key) && self.lane_len() == padded_len(len) {
             self.restore_reserved(snapshot, tokens_per_request);
+            self.rebuilt = false;
         } else {
             self.fill_base(snapshot, tokens_per_request, snapshot_stale);
             self.base = (key.stamp != 0).then_some(key);
+            self.rebuilt = true;
         }
         let n = self.lane_len();
         let mask = &self.mask[..n];
@@ -378,6 +415,7 @@ impl Fleet {
             if self.mask[i] == 0 {
                 continue;
             }
+            self.touched.push(slot.0);
             let before = self.requests[i];
             let after = (u64::from(running[i]) + u64::from(waiting[i]) + r.requests) as f32;
             self.requests[i] = after;
@@ -520,6 +558,7 @@ impl Fleet {
             if self.mask[i] == 0 {
                 continue;
             }
+            self.touched.push(slot.0);
             let (running, waiting) = (snapshot.running()[i], snapshot.waiting()[i]);
             self.requests[i] = base_requests(running, waiting);
             self.queued[i] = if reported[i].contains(Fields::PREFILL_TOKENS) {
@@ -870,6 +909,14 @@ mod tests {
         let tpr = 512;
         let mut lanes = Fleet::new();
         lanes.fill(&snap, &table, &overlaps, tpr);
+        // The same fills with the cost coefficients kept up to date between publications.
+        let cfg = crate::ScoreConfig {
+            tokens_per_request: tpr,
+            ..Default::default()
+        };
+        let mut kept = Fleet::new();
+        kept.fill_with(&snap, &table, &overlaps, &cfg, false);
+        assert_coefficients_fresh(&kept, &cfg, "first fill_with");
         for round in 0..3 {
             let keep = guards.len() / 2;
             guards.truncate(keep);
@@ -903,8 +950,43 @@ mod tests {
                 &reference,
                 &format!("reused lanes, seed {seed} cap {cap} round {round}"),
             );
+            kept.fill_with(&snap, &table, &overlaps, &cfg, false);
+            assert_same(&kept, &reference, &format!("fill_with, round {round}"));
+            assert!(kept.coef.key.is_some());
+            assert_coefficients_fresh(&kept, &cfg, &format!("seed {seed} cap {cap} round {round}"));
+        }
+        // A plain fill that changes lanes leaves no coefficient that could be stale.
+        drop(guards.pop());
+        kept.fill(&snap, &table, &overlaps, tpr);
+        if !kept.touched.is_empty() {
+            assert!(
+                kept.coef.key.is_none(),
+                "a plain fill drops the coefficients"
+            );
         }
         guards
+    }
+
+    /// `f`'s coefficients equal those `prepare_costs` computes from its lanes now, bit for
+    /// bit (lanes and the irregular count).
+    fn assert_coefficients_fresh(f: &Fleet, cfg: &crate::ScoreConfig, what: &str) {
+        let mut fresh = f.clone();
+        fresh.prepare_costs(cfg);
+        let (a, b) = (&f.coef, &fresh.coef);
+        assert_eq!(a.key, b.key, "{what}: key");
+        for (name, x, y) in [
+            ("spp", &a.spp, &b.spp),
+            ("a", &a.a, &b.a),
+            ("q1", &a.q1, &b.q1),
+            ("cap", &a.cap, &b.cap),
+            ("room", &a.room, &b.room),
+            ("start", &a.start, &b.start),
+            ("barrier", &a.barrier, &b.barrier),
+            ("least", &a.least, &b.least),
+        ] {
+            assert_eq!(bits(x), bits(y), "{what}: coefficient {name}");
+        }
+        assert_eq!(a.irregular, b.irregular, "{what}: irregular slots");
     }
 
     #[test]

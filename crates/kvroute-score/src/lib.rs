@@ -4,6 +4,10 @@
 //! * [`Fleet`] (module `fleet`): the request's view of every slot as padded `f32` lanes,
 //!   filled from a load snapshot, the live reservations and the prefix match.
 //! * `cost`: each policy's per-worker formula, written once over a lane type.
+//! * `coef`: the per-slot coefficients of `projected_time` and `least_load` that depend on
+//!   no request, folded once per publication ([`Fleet::prepare_costs`],
+//!   [`Fleet::fill_with`]); the SIMD passes compute from them, the same bits as from the
+//!   lanes.
 //! * `select`: the SIMD pass and its scalar reference: costs, masked argmin, tie keys.
 //! * [`Scorer`] (module `decide`): the policies and their reason codes.
 //! * [`ScoreConfig`], [`SharedConfig`] (module `config`): knobs, bounds, live updates read
@@ -75,6 +79,7 @@
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod avx2;
+mod coef;
 mod config;
 mod cost;
 mod decide;

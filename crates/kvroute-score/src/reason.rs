@@ -239,24 +239,33 @@ pub struct Choice {
 impl Choice {
     /// Whether two choices are the same decision: slot, reason, fallback, the
     /// counterfactual's slot and reason, and every cost and overlap (the choice's and the
-    /// counterfactual's, its dispatched cost included) equal bit for bit.
+    /// counterfactual's, its dispatched cost included) equal bit for bit, or both NaN (a
+    /// NaN's sign and payload are not specified by IEEE 754 propagation: a scalar and a
+    /// vector instruction may return different ones for the same operands).
     pub fn same_as(&self, o: &Choice) -> bool {
+        let bits = |x: f32| {
+            if x.is_nan() {
+                f32::NAN.to_bits()
+            } else {
+                x.to_bits()
+            }
+        };
         let cf = |c: &Option<Counterfactual>| {
             c.map(|c| {
                 (
                     c.slot,
                     c.reason,
-                    c.cost.to_bits(),
-                    c.overlap_blocks.to_bits(),
-                    c.dispatched_cost.to_bits(),
+                    bits(c.cost),
+                    bits(c.overlap_blocks),
+                    bits(c.dispatched_cost),
                 )
             })
         };
         self.slot == o.slot
             && self.reason == o.reason
             && self.fallback == o.fallback
-            && self.cost.to_bits() == o.cost.to_bits()
-            && self.overlap_blocks.to_bits() == o.overlap_blocks.to_bits()
+            && bits(self.cost) == bits(o.cost)
+            && bits(self.overlap_blocks) == bits(o.overlap_blocks)
             && cf(&self.shadow) == cf(&o.shadow)
     }
 }

@@ -300,16 +300,98 @@ pub(crate) fn simd_occupied_sums<V: Vector>(f: &Fleet, costs: &[f32]) -> (f32, f
     (sum, k)
 }
 
+/// The fleet's cost coefficients (module `coef`), chunked like [`Cols`].
+struct CoefCols<'a> {
+    spp: &'a [[f32; 8]],
+    a: &'a [[f32; 8]],
+    q1: &'a [[f32; 8]],
+    cap: &'a [[f32; 8]],
+    room: &'a [[f32; 8]],
+    start: &'a [[f32; 8]],
+    barrier: &'a [[f32; 8]],
+    least: &'a [[f32; 8]],
+}
+
+/// How a pass computes one kind of cost: from the lanes, or from the coefficients where
+/// the fleet holds them for the pass's parameters (the same bits either way).
+enum Plan<'a> {
+    Lanes(CostKind),
+    Projected(CoefCols<'a>),
+    Least(CoefCols<'a>),
+}
+
+impl<'a> Plan<'a> {
+    #[inline(always)]
+    fn new(kind: CostKind, p: &Params, f: &'a Fleet) -> Self {
+        let k = &f.coef;
+        let usable = match kind {
+            CostKind::Projected => k.projected_for(p),
+            CostKind::LeastLoad => k.least_for(p),
+            _ => false,
+        };
+        if !usable || k.spp.len() != f.lane_len() {
+            return Plan::Lanes(kind);
+        }
+        let n = f.lane_len() / 8;
+        let cols = CoefCols {
+            spp: chunked(&k.spp, n),
+            a: chunked(&k.a, n),
+            q1: chunked(&k.q1, n),
+            cap: chunked(&k.cap, n),
+            room: chunked(&k.room, n),
+            start: chunked(&k.start, n),
+            barrier: chunked(&k.barrier, n),
+            least: chunked(&k.least, n),
+        };
+        match kind {
+            CostKind::Projected => Plan::Projected(cols),
+            _ => Plan::Least(cols),
+        }
+    }
+
+    /// The costs of chunk `c`.
+    #[inline(always)]
+    fn chunk<V: Vector>(&self, p: &Params, cols: &Cols<'_>, c: usize) -> V {
+        match self {
+            Plan::Lanes(kind) => cost::<V>(*kind, p, &cols.lanes(c)),
+            Plan::Projected(k) => projected_from_coefficients(p, cols, k, c),
+            Plan::Least(k) => V::load(k.least[c]),
+        }
+    }
+}
+
+/// `projected_time` of chunk `c` from the coefficients: the operations of
+/// [`cost`]'s `Projected` arm that depend on the request and the mean load, in the same
+/// order, on the terms the coefficients hold (module `coef`).
+#[inline(always)]
+fn projected_from_coefficients<V: Vector>(
+    p: &Params,
+    cols: &Cols<'_>,
+    k: &CoefCols<'_>,
+    c: usize,
+) -> V {
+    let one = V::splat(1.0);
+    let cap = V::load(k.cap[c]);
+    let room = cap.min_(V::splat(p.mean_load + 1.0)).max_(V::load(k.q1[c]));
+    let n = V::load(k.room[c]).select(room, cap);
+    let uncached = (V::splat(p.prompt) - V::load(cols.overlap[c]) * V::splat(p.block_size))
+        .max_(V::splat(0.0));
+    let prefill = n * (uncached * V::load(k.spp[c]));
+    let decode = V::splat(p.output) * (V::load(cols.dbase[c]) + (n + n - one) * V::load(k.a[c]));
+    V::load(k.start[c]) + prefill + decode + V::load(k.barrier[c])
+}
+
 /// [`Engine::costs`] of the vector pass over `V`.
 #[inline(always)]
 pub(crate) fn simd_costs<V: Vector>(kind: CostKind, p: &Params, f: &Fleet, out: &mut Vec<f32>) {
     let cols = Cols::new(f);
+    let plan = Plan::new(kind, p, f);
     // Every lane is overwritten below: size the buffer without clearing it.
     out.resize(f.lane_len(), 0.0);
     out.truncate(f.lane_len());
     let o = chunked_mut(out, cols.chunks);
     for c in 0..cols.chunks {
-        o[c] = cost::<V>(kind, p, &cols.lanes(c)).to_array();
+        o[c] = plan.chunk::<V>(p, &cols, c).to_array();
     }
 }
 
@@ -324,6 +406,7 @@ pub(crate) fn simd_costs2_select<V: Vector>(
 ) -> [Option<usize>; 2] {
     let cols = Cols::new(f);
     let chunks = cols.chunks;
+    let plans = [Plan::new(kinds[0], p, f), Plan::new(kinds[1], p, f)];
     let [a, b] = out;
     for o in [&mut *a, &mut *b] {
         o.resize(f.lane_len(), 0.0);
@@ -338,15 +421,39 @@ pub(crate) fn simd_costs2_select<V: Vector>(
     let (mut sa, mut sb) = (Scan::<V>::new(), Scan::<V>::new());
     {
         let (ea, eb) = (&mut ba[..chunks], &mut bb[..chunks]);
-        for c in 0..chunks {
-            let x = cols.lanes::<V>(c);
-            let va = cost::<V>(kinds[0], p, &x);
-            let vb = cost::<V>(kinds[1], p, &x);
-            ca[c] = va.to_array();
-            cb[c] = vb.to_array();
-            let occupied = V::load(cols.occupied[c]).gt_mask(V::splat(0.0));
-            ea[c] = sa.add(occupied & finite(va), va);
-            eb[c] = sb.add(occupied & finite(vb), vb);
+        // A macro, not a closure: a closure would not inherit the AVX2 kernel's target
+        // features, and its vector operations would not be inlined.
+        macro_rules! take {
+            ($c:expr, $va:expr, $vb:expr) => {{
+                let (c, va, vb): (usize, V, V) = ($c, $va, $vb);
+                ca[c] = va.to_array();
+                cb[c] = vb.to_array();
+                let occupied = V::load(cols.occupied[c]).gt_mask(V::splat(0.0));
+                ea[c] = sa.add(occupied & finite(va), va);
+                eb[c] = sb.add(occupied & finite(vb), vb);
+            }};
+        }
+        match &plans {
+            // `projected_time` enforce's pair from the coefficients: no plan to match per
+            // chunk.
+            [Plan::Projected(k), Plan::Least(l)] => {
+                for c in 0..chunks {
+                    take!(
+                        c,
+                        projected_from_coefficients(p, &cols, k, c),
+                        V::load(l.least[c])
+                    );
+                }
+            }
+            _ => {
+                for c in 0..chunks {
+                    take!(
+                        c,
+                        plans[0].chunk::<V>(p, &cols, c),
+                        plans[1].chunk::<V>(p, &cols, c)
+                    );
+                }
+            }
         }
     }
     [

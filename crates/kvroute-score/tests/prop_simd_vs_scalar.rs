@@ -91,15 +91,19 @@ proptest! {
         rel in prop_oneof![Just(0.0f32), Just(2.0), Just(0.5)],
     ) {
         let figures = slots(SIZES[size], seed, specials, vacancy);
-        let f = Fleet::from_slots(&figures);
+        let lanes_only = Fleet::from_slots(&figures);
+        // The same fleet with the cost coefficients of the default knobs (which every
+        // `cfg` below keeps): the SIMD passes compute from them, the reference never does.
+        let mut prepared = Fleet::from_slots(&figures);
+        prepared.prepare_costs(&ScoreConfig::default());
         let req = ScoreRequest { prompt_tokens: prompt, block_size: 16, expected_output_tokens: output };
         let tie = TieInput { cursor, random: draw };
         let mut s = Scorer::new();
-        for policy in policies() {
+        for (f, policy) in [&lanes_only, &prepared].into_iter().flat_map(|f| policies().into_iter().map(move |p| (f, p))) {
             let cfg = { let mut c = ScoreConfig::default(); c.policy = policy; c.near_tie_band = near; c.tie_epsilon = eps; c.escape_margin_rel = rel; c };
-            let b = s.score_reference(&f, req, &cfg, tie);
+            let b = s.score_reference(f, req, &cfg, tie);
             for path in common::vector_paths() {
-                let a = s.score_with(path, &f, req, &cfg, tie);
+                let a = s.score_with(path, f, req, &cfg, tie);
                 prop_assert!(a.same_as(&b), "{policy:?}: {path} {a:?} scalar {b:?}");
                 prop_assert_eq!(a.slot.is_none(), a.reason == Reason::NoEligibleWorker);
                 if let Some(sl) = a.slot {
@@ -108,12 +112,12 @@ proptest! {
                 prop_assert_eq!(a.shadow.is_some(), policy == SHADOW, "{:?}", policy);
                 if let Some(cf) = a.shadow {
                     let enforce = { let mut c = cfg; c.policy = ENFORCE; c };
-                    check_counterfactual(&mut s, path, &figures, &f, req, &enforce, tie, &a, &cf)?;
+                    check_counterfactual(&mut s, path, &figures, f, req, &enforce, tie, &a, &cf)?;
                 }
             }
             // `score` runs one of them.
             prop_assert!(SimdPath::active().is_available());
-            prop_assert!(s.score(&f, req, &cfg, tie).same_as(&b));
+            prop_assert!(s.score(f, req, &cfg, tie).same_as(&b));
         }
     }
 }

@@ -151,7 +151,7 @@ impl Router {
             // whatever the snapshot said when it was published.
             let stale = snap.seq() != 0
                 && req.now.saturating_since(snap.published_at()) > self.max_load_age;
-            fleet.fill_as_of(&snap, &self.table, overlaps, cfg.tokens_per_request, stale);
+            fleet.fill_with(&snap, &self.table, overlaps, &cfg, stale);
             let tie = TieInput {
                 cursor: cursor.wrapping_add(attempt),
                 random,
