@@ -5,8 +5,8 @@
 //! its `sequence` and `apply` modules, and `kvroute-index`): per worker, a map engine hash
 //! -> (chained hash, copies), the sequence frontier, the pending replay and its witness,
 //! and the block-size distrust. Checked each step: the worker's engine-hash map in the index
-//! (`PrefixIndex::engine_hashes`), `match_prefix` over recent stores against the model's
-//! hash sets, `Router::is_trusted`, the report's trust flag, and the ingest counters the
+//! (`RunIndex::engine_hashes`), `match_prefix` over the whole paths (from the chain's first
+//! block) of recent stores against the model's hash sets, `Router::is_trusted`, the report's trust flag, and the ingest counters the
 //! model can tally.
 //!
 //! Input: a sequence of operations. Each starts with an op byte: bit 3 the worker, bit 4
@@ -51,6 +51,10 @@ const WORKERS: [WorkerId; 2] = [WorkerId::new(1, 0), WorkerId::new(2, 1)];
 struct Model {
     /// Engine hash -> (chained hash, copies).
     blocks: HashMap<u64, (u64, u32)>,
+    /// Chained hash -> its parent's chained hash, for every block this worker stored after
+    /// a parent: a fact about content (a chained hash names its whole prefix), kept across
+    /// clears, from which a store's whole path from the first block is rebuilt.
+    parent_of: HashMap<u64, u64>,
     next: u64,
     last_live: Option<u64>,
     /// The batch `ts` of the last live batch (`f64::to_bits`).
@@ -249,7 +253,27 @@ impl Model {
             }
         }
         t.stored_blocks += n;
-        queries.push(seqs);
+        // The query is the store's whole path from the chain's first block, as a prompt's
+        // hashes are (a match starts at a prompt's first block).
+        let mut prev = parent;
+        for &seq in &seqs {
+            if let Some(p) = prev {
+                self.parent_of.insert(seq, p);
+            }
+            prev = Some(seq);
+        }
+        let mut path = Vec::new();
+        let mut cur = parent;
+        while let Some(p) = cur {
+            if path.len() > 4096 {
+                break;
+            }
+            path.push(p);
+            cur = self.parent_of.get(&p).copied();
+        }
+        path.reverse();
+        path.extend(seqs);
+        queries.push(path);
     }
 
     fn remove(&mut self, r: &BlockRemoved, t: &mut Tally) {

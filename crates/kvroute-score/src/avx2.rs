@@ -4,7 +4,7 @@
 //! `wide::f32x8` picks its implementation when the crate is compiled, so a default build
 //! (SSE2 baseline) runs each `f32x8` as two 128-bit halves even on an AVX2 machine. This
 //! module instead instantiates the pass (`select::simd_costs`, `simd_select`,
-//! `simd_costs2_select`, `simd_occupied_sums`, written once over [`Vector`] and
+//! `simd_costs2_select_escape`, `simd_occupied_sums`, written once over [`Vector`] and
 //! `#[inline(always)]`) with its own
 //! 256-bit vector [`F32x8`] (`core::arch` intrinsics) inside functions compiled with
 //! `#[target_feature(enable = "avx2,bmi1,popcnt")]`, so LLVM emits AVX2 (and `tzcnt`,
@@ -48,7 +48,8 @@ use crate::cost::{CostKind, Params};
 use crate::fleet::Fleet;
 use crate::lane::{Lane, Vector};
 use crate::select::{
-    Engine, Mask, Simd, TieRule, simd_costs, simd_costs2_select, simd_occupied_sums, simd_select,
+    Engine, Escape, Mask, Simd, TieRule, simd_costs, simd_costs2_select_escape, simd_occupied_sums,
+    simd_select,
 };
 
 /// Whether this CPU runs the AVX2 engine: AVX2, BMI1 and POPCNT detected, once per process.
@@ -77,19 +78,20 @@ impl Engine for Avx2 {
         }
     }
 
-    fn costs2_select(
+    fn costs2_select_escape(
         kinds: [CostKind; 2],
         p: &Params,
         f: &Fleet,
         out: [&mut Vec<f32>; 2],
         rule: &TieRule,
-    ) -> [Option<usize>; 2] {
+        margin: f32,
+    ) -> (Option<usize>, Escape) {
         if available() {
-            // SAFETY: `costs2_select_avx2` needs AVX2, BMI1 and POPCNT, which `available`
-            // just detected on this CPU.
-            unsafe { costs2_select_avx2(kinds, p, f, out, rule) }
+            // SAFETY: `costs2_select_escape_avx2` needs AVX2, BMI1 and POPCNT, which
+            // `available` just detected on this CPU.
+            unsafe { costs2_select_escape_avx2(kinds, p, f, out, rule, margin) }
         } else {
-            Simd::costs2_select(kinds, p, f, out, rule)
+            Simd::costs2_select_escape(kinds, p, f, out, rule, margin)
         }
     }
 
@@ -132,19 +134,20 @@ unsafe fn costs_avx2(kind: CostKind, p: &Params, f: &Fleet, out: &mut Vec<f32>) 
     simd_costs::<F32x8>(kind, p, f, out);
 }
 
-/// [`Engine::costs2_select`] compiled for AVX2.
+/// [`Engine::costs2_select_escape`] compiled for AVX2.
 ///
 /// # Safety
 /// The CPU has AVX2, BMI1 and POPCNT ([`available`]).
 #[target_feature(enable = "avx2,bmi1,popcnt")]
-unsafe fn costs2_select_avx2(
+unsafe fn costs2_select_escape_avx2(
     kinds: [CostKind; 2],
     p: &Params,
     f: &Fleet,
     out: [&mut Vec<f32>; 2],
     rule: &TieRule,
-) -> [Option<usize>; 2] {
-    simd_costs2_select::<F32x8>(kinds, p, f, out, rule)
+    margin: f32,
+) -> (Option<usize>, Escape) {
+    simd_costs2_select_escape::<F32x8>(kinds, p, f, out, rule, margin)
 }
 
 /// [`Engine::select`] compiled for AVX2.

@@ -67,7 +67,7 @@ use crate::cost::{CostKind, LaneIn, Params, cost};
 use crate::fleet::Fleet;
 use crate::path::SimdPath;
 use crate::reason::{Choice, Counterfactual, FallbackCause, Reason};
-use crate::select::{Engine, Mask, Scalar, Simd, TieRule, lane_at};
+use crate::select::{Engine, Escape, Mask, Scalar, Simd, TieRule, lane_at};
 
 /// The request as the scorer sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,7 +230,7 @@ impl Ctx<'_> {
     }
 
     /// The scoped rule: each occupied slot that is not fresh gets the cost of `kind` with
-    /// no cache credit (overlap 0), from its own lanes, and never less than just above the
+    /// no cache credit (overlap 0), from its own lanes, and, when finite, never less than just above the
     /// tie band of the best fresh slot's cost: a worker whose figures are not current is
     /// never preferred to the best one whose figures are. Scalar per slot, for both engines
     /// alike.
@@ -254,7 +254,13 @@ impl Ctx<'_> {
                     ..lane_at(f, i)
                 };
                 let own = cost::<f32>(kind, &self.p, &x);
-                *c = if own < floor { floor } else { own };
+                // A cost that is not finite stays so (the slot stays ineligible): the floor
+                // raises a low cost, it does not turn −∞ into a candidate.
+                *c = if own.is_finite() && own < floor {
+                    floor
+                } else {
+                    own
+                };
             }
         }
     }
@@ -293,31 +299,39 @@ impl Ctx<'_> {
         if self.fleet_wide().is_some() {
             return self.model::<E>(s, CostKind::Projected);
         }
-        let [p, l] = if self.fallback_cause().is_some() {
+        let (p, escape) = if self.fallback_cause().is_some() {
             // Scoped: the projected costs without the cache credit of the slots that are not
             // fresh (`least_load` takes no cache into account).
             E::costs(CostKind::Projected, &self.p, self.fleet, &mut s.costs);
             self.uncredit(CostKind::Projected, &mut s.costs);
             E::costs(CostKind::LeastLoad, &self.p, self.fleet, &mut s.aux);
-            [
+            let l = E::select(self.fleet, &s.aux, Mask::ALL, &self.rule);
+            (
                 E::select(self.fleet, &s.costs, Mask::ALL, &self.rule),
-                E::select(self.fleet, &s.aux, Mask::ALL, &self.rule),
-            ]
+                l.map_or(Escape::NoneEligible, Escape::Pick),
+            )
         } else {
-            E::costs2_select(
+            // The least-load pick's cost is at least the least one, so the gap to it is at
+            // most `aux[p] − least` (subtraction is monotone in its operands, rounding
+            // included): within the margin there is no escape, whichever slot the tie rule
+            // would pick, and the pass does not select on that lane.
+            E::costs2_select_escape(
                 [CostKind::Projected, CostKind::LeastLoad],
                 &self.p,
                 self.fleet,
                 [&mut s.costs, &mut s.aux],
                 &self.rule,
+                self.cfg.escape_margin_s,
             )
         };
         let Some(p) = p else {
             return none();
         };
         let pc = s.costs[p];
-        let Some(l) = l else {
-            return none();
+        let l = match escape {
+            Escape::NoneEligible => return none(),
+            Escape::Within => return self.scoped(self.choice(p, self.classify(p), pc)),
+            Escape::Pick(l) => l,
         };
         let lc = s.aux[l];
         let gap = s.aux[p] - lc;

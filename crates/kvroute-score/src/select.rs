@@ -3,7 +3,7 @@
 //! [`Simd`] runs over `wide::f32x8` vectors (the lanes are padded, so there is no scalar
 //! tail), and on x86 the AVX2 engine (module `avx2`) runs the same code over 256-bit AVX2
 //! vectors: the vector pass is written once over [`Vector`] (`simd_costs`, `simd_select`,
-//! `simd_costs2_select`, `#[inline(always)]` so that each engine compiles it for its own
+//! `simd_costs2_select_escape`, `#[inline(always)]` so that each engine compiles it for its own
 //! instruction set). [`Scalar`] is the reference, one slot at a time. All implement the
 //! same rule:
 //!
@@ -27,7 +27,8 @@
 //! then visit only the band's slots, so a small band costs nothing more. `projected_time`
 //! computes its two cost kinds (projected seconds and the escape's `least_load` seconds)
 //! in one pass over the lanes that also does both selections' eligibility pass
-//! ([`Engine::costs2_select`]).
+//! ([`Engine::costs2_select_escape`]); the `least_load` selection's band pass and tie keys
+//! run only when its least cost leaves an escape possible.
 
 #![allow(clippy::needless_range_loop)] // parallel lanes are indexed together
 
@@ -62,23 +63,35 @@ pub(crate) struct TieRule {
 pub(crate) trait Engine {
     /// Writes the cost of every lane (padded length) into `out`.
     fn costs(kind: CostKind, p: &Params, fleet: &Fleet, out: &mut Vec<f32>);
-    /// [`costs`](Self::costs) of two kinds at once, then [`select`](Self::select) on each
-    /// of the two cost lanes with [`Mask::ALL`] and `rule` (one pass over the lanes where
-    /// the implementation can share the loads and the eligibility pass).
-    fn costs2_select(
+    /// [`costs`](Self::costs) of two kinds at once, [`select`](Self::select) on the first
+    /// cost lane with [`Mask::ALL`] and `rule`, and on the second only when needed: when the
+    /// second lane's cost at the first pick exceeds its least eligible cost by more than
+    /// `margin` (otherwise no slot of the second lane can be more than `margin` below the
+    /// first pick, whichever the tie rule would pick). One pass over the lanes where the
+    /// implementation can share the loads and the eligibility pass.
+    fn costs2_select_escape(
         kinds: [CostKind; 2],
         p: &Params,
         fleet: &Fleet,
         out: [&mut Vec<f32>; 2],
         rule: &TieRule,
-    ) -> [Option<usize>; 2] {
+        margin: f32,
+    ) -> (Option<usize>, Escape) {
         let [a, b] = out;
         Self::costs(kinds[0], p, fleet, a);
         Self::costs(kinds[1], p, fleet, b);
-        [
-            Self::select(fleet, a, Mask::ALL, rule),
-            Self::select(fleet, b, Mask::ALL, rule),
-        ]
+        let min = (0..fleet.len)
+            .filter(|&i| fleet.occupied[i] > 0.0 && b[i].is_finite())
+            .map(|i| b[i])
+            .fold(None, |m: Option<f32>, c| match m {
+                Some(m) if m <= c => Some(m),
+                _ => Some(c),
+            });
+        let first = Self::select(fleet, a, Mask::ALL, rule);
+        let escape = Escape::judge(first, b, min, margin, || {
+            Self::select(fleet, b, Mask::ALL, rule)
+        });
+        (first, escape)
     }
     /// The chosen slot under `mask` and `rule`, or `None` when no slot is eligible.
     fn select(fleet: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize>;
@@ -87,6 +100,38 @@ pub(crate) trait Engine {
     /// every engine gets the same bits (the reference uses the portable vectors too).
     fn occupied_sums(fleet: &Fleet, costs: &[f32]) -> (f32, f32) {
         simd_occupied_sums::<f32x8>(fleet, costs)
+    }
+}
+
+/// What [`Engine::costs2_select_escape`] found on its second cost lane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Escape {
+    /// No slot is eligible in it.
+    NoneEligible,
+    /// Its cost at the first pick is within the margin of its least eligible cost.
+    Within,
+    /// Past the margin: its own pick.
+    Pick(usize),
+}
+
+impl Escape {
+    /// The rule of [`Engine::costs2_select_escape`], given the first pick, the second
+    /// lane, its least eligible cost and how to select on it.
+    #[inline(always)]
+    fn judge(
+        first: Option<usize>,
+        second: &[f32],
+        min: Option<f32>,
+        margin: f32,
+        select: impl FnOnce() -> Option<usize>,
+    ) -> Self {
+        let Some(min) = min else {
+            return Escape::NoneEligible;
+        };
+        if first.is_some_and(|p| second[p] - min <= margin) {
+            return Escape::Within;
+        }
+        select().map_or(Escape::NoneEligible, Escape::Pick)
     }
 }
 
@@ -395,15 +440,16 @@ pub(crate) fn simd_costs<V: Vector>(kind: CostKind, p: &Params, f: &Fleet, out: 
     }
 }
 
-/// [`Engine::costs2_select`] of the vector pass over `V`.
+/// [`Engine::costs2_select_escape`] of the vector pass over `V`.
 #[inline(always)]
-pub(crate) fn simd_costs2_select<V: Vector>(
+pub(crate) fn simd_costs2_select_escape<V: Vector>(
     kinds: [CostKind; 2],
     p: &Params,
     f: &Fleet,
     out: [&mut Vec<f32>; 2],
     rule: &TieRule,
-) -> [Option<usize>; 2] {
+    margin: f32,
+) -> (Option<usize>, Escape) {
     let cols = Cols::new(f);
     let chunks = cols.chunks;
     let plans = [Plan::new(kinds[0], p, f), Plan::new(kinds[1], p, f)];
@@ -456,10 +502,17 @@ pub(crate) fn simd_costs2_select<V: Vector>(
             }
         }
     }
-    [
-        finish(f, chunked(a, chunks), rule, sa, ba),
-        finish(f, chunked(b, chunks), rule, sb, bb),
-    ]
+    let first = finish(f, chunked(a, chunks), rule, sa, ba);
+    let min = (sb.any != 0).then(|| hmin(sb.acc));
+    // Not `Escape::judge`: a closure would not inherit the AVX2 kernel's target features.
+    let escape = match min {
+        None => Escape::NoneEligible,
+        Some(m) if first.is_some_and(|p| b[p] - m <= margin) => Escape::Within,
+        Some(_) => {
+            finish(f, chunked(b, chunks), rule, sb, bb).map_or(Escape::NoneEligible, Escape::Pick)
+        }
+    };
+    (first, escape)
 }
 
 /// [`Engine::select`] of the vector pass over `V`.
@@ -489,14 +542,15 @@ impl Engine for Simd {
         simd_costs::<f32x8>(kind, p, f, out);
     }
 
-    fn costs2_select(
+    fn costs2_select_escape(
         kinds: [CostKind; 2],
         p: &Params,
         f: &Fleet,
         out: [&mut Vec<f32>; 2],
         rule: &TieRule,
-    ) -> [Option<usize>; 2] {
-        simd_costs2_select::<f32x8>(kinds, p, f, out, rule)
+        margin: f32,
+    ) -> (Option<usize>, Escape) {
+        simd_costs2_select_escape::<f32x8>(kinds, p, f, out, rule, margin)
     }
 
     fn select(f: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize> {
