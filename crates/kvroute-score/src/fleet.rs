@@ -989,6 +989,92 @@ mod tests {
         assert_eq!(a.irregular, b.irregular, "{what}: irregular slots");
     }
 
+    /// `projected_time` enforce on a fleet kept by `fill_with` between publications (every
+    /// worker fresh, the SIMD passes computing from the coefficients, the slots that
+    /// reservations changed recomputed) decides as the scalar reference does, round after
+    /// round of new and released reservations.
+    #[test]
+    fn decisions_on_kept_coefficients_equal_the_reference() {
+        let cap = 300;
+        let mut r = NearTieRng::new(7);
+        let (mut publisher, reader) = LoadPublisher::new(LoadConfig::new(cap)).unwrap();
+        let table = ReservationTable::new(cap, ReservationTable::DEFAULT_TTL).unwrap();
+        let now = Nanos::from_secs(100);
+        let mut tenants = Vec::new();
+        for i in 0..cap {
+            let slot = Slot(i as u32);
+            let w = WorkerId::new(i as u64, 0);
+            publisher.add_worker(slot, w, SlotGeneration(1)).unwrap();
+            table.add_worker(slot, SlotGeneration(1), now).unwrap();
+            let mut sample = LoadSample::new(
+                pick(&mut r, 8) as u32,
+                pick(&mut r, 4) as u32,
+                16,
+                pick(&mut r, 500) as f32 / 1_000.0,
+            );
+            // Queues of at most 0.5 s: the least-load gap rarely passes the 2 s escape
+            // margin, so the decisions mostly skip the least-load selection.
+            sample.waiting_prefill_tokens = Some(pick(&mut r, 2_000) as u32);
+            sample.prefill_tps = Some(4_000.0 + pick(&mut r, 8_000) as f32);
+            publisher.apply_sample(w, sample, now).unwrap();
+            tenants.push(slot);
+        }
+        publisher.publish(now).unwrap();
+        let snap = reader.load();
+        let cfg = crate::ScoreConfig::default();
+        let mut kept = Fleet::new();
+        let mut scorer = crate::Scorer::new();
+        // Heavy reservations on a few slots when the coefficients are first computed,
+        // released before the first decision: only recomputing those slots gives their
+        // costs now.
+        let mut guards: Vec<Reservation> = (0..20)
+            .map(|k| {
+                let work = Work {
+                    prefill_tokens: 60_000,
+                    decode_tokens: 5_000,
+                };
+                table
+                    .reserve(tenants[k * 7], SlotGeneration(1), work, now)
+                    .unwrap()
+            })
+            .collect();
+        let none = Overlaps::from_blocks(vec![0; cap]);
+        kept.fill_with(&snap, &table, &none, &cfg, false);
+        guards.clear();
+        for round in 0..12 {
+            let overlaps = Overlaps::from_blocks(
+                (0..cap)
+                    .map(|_| pick(&mut r, 2) as u32 * pick(&mut r, 100) as u32)
+                    .collect(),
+            );
+            kept.fill_with(&snap, &table, &overlaps, &cfg, false);
+            for cursor in 0..4 {
+                let req = crate::ScoreRequest {
+                    prompt_tokens: pick(&mut r, 4_000) as u32,
+                    block_size: 16,
+                    expected_output_tokens: pick(&mut r, 500) as u32,
+                };
+                let tie = crate::TieInput {
+                    cursor,
+                    random: None,
+                };
+                let got = scorer.score(&kept, req, &cfg, tie);
+                let want = scorer.score_reference(&kept, req, &cfg, tie);
+                assert!(got.same_as(&want), "round {round}: {got:?} vs {want:?}");
+            }
+            // More reservations each round, and some released.
+            guards.truncate(guards.len() * 3 / 4);
+            for _ in 0..10 {
+                let slot = tenants[pick(&mut r, cap as u64) as usize];
+                let work = Work {
+                    prefill_tokens: pick(&mut r, 3_000) as u32,
+                    decode_tokens: 100,
+                };
+                guards.push(table.reserve(slot, SlotGeneration(1), work, now).unwrap());
+            }
+        }
+    }
+
     #[test]
     fn lane_wise_fill_equals_the_per_slot_fill() {
         for cap in [1, 2, 7, 16, 17, 64, 100, 513] {

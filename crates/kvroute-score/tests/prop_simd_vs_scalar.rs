@@ -33,7 +33,13 @@ fn val(r: &mut NearTieRng, scale: f32, specials: bool) -> f32 {
     }
 }
 
-fn slots(n: usize, seed: u64, specials: bool, vacancy: u64) -> Vec<Option<SlotFigures>> {
+fn slots(
+    n: usize,
+    seed: u64,
+    specials: bool,
+    vacancy: u64,
+    fresh: bool,
+) -> Vec<Option<SlotFigures>> {
     let mut r = NearTieRng::new(seed);
     let validities = [
         Validity::Fresh,
@@ -50,7 +56,7 @@ fn slots(n: usize, seed: u64, specials: bool, vacancy: u64) -> Vec<Option<SlotFi
                 return None;
             }
             let sp = specials && r.next_u64() % 4 == 0;
-            let validity = if r.next_u64() % 3 == 0 {
+            let validity = if !fresh && r.next_u64() % 3 == 0 {
                 validities[(r.next_u64() % 7) as usize]
             } else {
                 Validity::Fresh
@@ -89,8 +95,12 @@ proptest! {
         eps in prop_oneof![Just(0.0f32), Just(1e-3), Just(0.2)],
         output in prop_oneof![Just(0u32), 1u32..4_000],
         rel in prop_oneof![Just(0.0f32), Just(2.0), Just(0.5)],
+        fresh in any::<bool>(),
     ) {
-        let figures = slots(SIZES[size], seed, specials, vacancy);
+        // `fresh`: every slot's telemetry fresh, where `projected_time` enforce takes no
+        // scoped fallback (its least-load selection then runs only where an escape is
+        // possible).
+        let figures = slots(SIZES[size], seed, specials, vacancy, fresh);
         let lanes_only = Fleet::from_slots(&figures);
         // The same fleet with the cost coefficients of the default knobs (which every
         // `cfg` below keeps): the SIMD passes compute from them, the reference never does.
@@ -256,5 +266,42 @@ fn all_vacant_or_all_nan_fleet_has_no_eligible_worker() {
             let c = common::both(f, 100, &common::cfg(policy), 0);
             assert_eq!(c.reason, Reason::NoEligibleWorker, "{policy:?}");
         }
+    }
+}
+
+/// A prepared fleet, every slot fresh: a slot above the least cost but inside its tie band
+/// ties with the least. Two idle workers with KV usage 0.5
+/// (barrier 0.15 s, `kv_barrier_s` 0.15), an empty prompt and one output token (0.001 s
+/// at the default 1,000 tokens/s): slot 0 costs 0.151 s, slot 1 holds 400 queued tokens
+/// (0.05 s at the default 8,000 tokens/s): 0.201 s. With a tie band of 0.5 both tie
+/// (0.201 <= 0.151 · 1.5), so cursor 1 picks slot 1.
+#[test]
+fn a_slot_inside_the_tie_band_above_the_least_cost_ties() {
+    let idle = |queued: f32| SlotFigures {
+        kv_usage: 0.5,
+        queued_tokens: queued,
+        ..SlotFigures::idle()
+    };
+    let figures = [Some(idle(0.0)), Some(idle(400.0))];
+    let mut cfg = ScoreConfig::default();
+    cfg.policy = ENFORCE;
+    cfg.tie_epsilon = 0.5;
+    let req = ScoreRequest {
+        prompt_tokens: 0,
+        block_size: 16,
+        expected_output_tokens: 1,
+    };
+    let mut prepared = Fleet::from_slots(&figures);
+    prepared.prepare_costs(&cfg);
+    let mut s = Scorer::new();
+    let tie = TieInput {
+        cursor: 1,
+        random: None,
+    };
+    let reference = s.score_reference(&prepared, req, &cfg, tie);
+    assert_eq!(reference.slot.map(|x| x.index()), Some(1), "{reference:?}");
+    for path in common::vector_paths() {
+        let got = s.score_with(path, &prepared, req, &cfg, tie);
+        assert!(got.same_as(&reference), "{path}: {got:?} vs {reference:?}");
     }
 }
