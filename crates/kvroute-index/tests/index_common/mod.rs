@@ -435,55 +435,44 @@ impl Model {
     }
 }
 
-/// Compares every counter and gauge of `stats` with the model.
-pub fn check_stats(stats: &IndexStats, model: &Model) -> Result<(), String> {
-    let c = &model.counters;
-    let got = (
-        stats.nodes,
-        stats.residencies,
+/// The model's counters as an index's stats hold them (`IndexStats` and `RunIndexStats`
+/// name them alike).
+macro_rules! counters_of {
+    ($stats:expr) => {
         ModelCounters {
-            slot_out_of_range: stats.slot_out_of_range,
-            block_size_mismatches: stats.block_size_mismatches,
-            token_count_mismatches: stats.token_count_mismatches,
-            unknown_parent_stores: stats.unknown_parent_stores,
-            unknown_removes: stats.unknown_removes,
-            hash_conflicts: stats.hash_conflicts,
-            evicted_blocks: stats.evicted_blocks,
-        },
-    );
-    let want = (model.nodes(), model.residencies(), *c);
+            slot_out_of_range: $stats.slot_out_of_range,
+            block_size_mismatches: $stats.block_size_mismatches,
+            token_count_mismatches: $stats.token_count_mismatches,
+            unknown_parent_stores: $stats.unknown_parent_stores,
+            unknown_removes: $stats.unknown_removes,
+            hash_conflicts: $stats.hash_conflicts,
+            evicted_blocks: $stats.evicted_blocks,
+        }
+    };
+}
+
+/// Compares an index's distinct blocks (`what`), residencies and counters with the model's.
+fn compare_counts(what: &str, got: (u64, u64, ModelCounters), model: &Model) -> Result<(), String> {
+    let want = (model.nodes(), model.residencies(), model.counters);
     if got != want {
         return Err(format!(
-            "stats (nodes, residencies, counters):\n  index {got:?}\n  model {want:?}"
+            "stats ({what}, residencies, counters):\n  index {got:?}\n  model {want:?}"
         ));
     }
     Ok(())
 }
 
+/// Compares every counter and gauge of `stats` with the model.
+pub fn check_stats(stats: &IndexStats, model: &Model) -> Result<(), String> {
+    let got = (stats.nodes, stats.residencies, counters_of!(stats));
+    compare_counts("nodes", got, model)
+}
+
 /// [`check_stats`] for a [`RunIndex`]: its `blocks` (distinct blocks held) stand for the
 /// nodes, and its separate rejection counts for the model's.
 pub fn check_run_stats(stats: &RunIndexStats, model: &Model) -> Result<(), String> {
-    let c = &model.counters;
-    let got = (
-        stats.blocks,
-        stats.residencies,
-        ModelCounters {
-            slot_out_of_range: stats.slot_out_of_range,
-            block_size_mismatches: stats.block_size_mismatches,
-            token_count_mismatches: stats.token_count_mismatches,
-            unknown_parent_stores: stats.unknown_parent_stores,
-            unknown_removes: stats.unknown_removes,
-            hash_conflicts: stats.hash_conflicts,
-            evicted_blocks: stats.evicted_blocks,
-        },
-    );
-    let want = (model.nodes(), model.residencies(), *c);
-    if got != want {
-        return Err(format!(
-            "stats (blocks, residencies, counters):\n  index {got:?}\n  model {want:?}"
-        ));
-    }
-    Ok(())
+    let got = (stats.blocks, stats.residencies, counters_of!(stats));
+    compare_counts("blocks", got, model)
 }
 
 /// Matches every query against the index (reusing one `Overlaps`) and compares the whole
