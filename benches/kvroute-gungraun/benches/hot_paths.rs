@@ -11,7 +11,8 @@
 //!   (`Scorer::score`), from the lanes and from the fleet's prepared cost coefficients
 //!   (`Fleet::prepare_costs`).
 //! * `route_end_to_end`: `Router::route` with precomputed hashes (match, snapshot, score,
-//!   reserve and release), `warm` and `cold` as above.
+//!   reserve and release), `warm` and `cold` as above; `warm_1024` on the same fleet of
+//!   1,024 workers.
 //! * `ingest_hashes`, `ingest_tokens`: the 256 store events of the ingest bench, each stored
 //!   then removed again (`store_hashes` + `remove`; `store` with token ids + `remove`).
 //!
@@ -200,7 +201,11 @@ struct RouteCase {
 }
 
 fn route_case(cold: bool) -> RouteCase {
-    let fleet = ConversationFleet::new(WORKERS, FLEET_SEED);
+    route_case_of(WORKERS, cold)
+}
+
+fn route_case_of(workers: usize, cold: bool) -> RouteCase {
+    let fleet = ConversationFleet::new(workers, FLEET_SEED);
     let router = route::router(&fleet);
     let query = if cold {
         fleet.cold_request(COLD_SEED)
@@ -219,9 +224,15 @@ fn route_cold() -> RouteCase {
     route_case(true)
 }
 
+/// The same at 1,024 workers (the 1,024-worker instruction target).
+fn route_warm_1024() -> RouteCase {
+    route_case_of(2 * WORKERS, false)
+}
+
 #[library_benchmark]
 #[bench::warm_512(setup = route_warm)]
 #[bench::cold_512(setup = route_cold)]
+#[bench::warm_1024(setup = route_warm_1024)]
 fn route_end_to_end(case: RouteCase) -> RouteCase {
     let req = route::request(black_box(&case.query));
     black_box(case.router.route(&req).expect("routes").slot);
