@@ -82,14 +82,21 @@ impl BlockPool {
     /// Blocks `meta.len()..total` were never handed out: they form the front of the free
     /// queue, in id order (ahead of every freed block), so they need no links and no state
     /// until first used.
+    ///
+    /// The block states and the hash map are sized for every block up front: a replay
+    /// fills the pool, so growing them by doubling only copied them and faulted in fresh
+    /// pages for every intermediate size. Reserving touches only the map's control bytes
+    /// (one per bucket); the rest of a page is touched when a block first uses it.
     pub(crate) fn new(blocks: u32) -> Self {
+        let mut meta = Vec::with_capacity(blocks.max(1) as usize);
+        meta.push(FREE_META);
         Self {
-            meta: vec![FREE_META],
+            meta,
             head: NIL,
             tail: NIL,
             listed: 0,
             total: blocks,
-            cached: HashMapId::default(),
+            cached: HashMapId::with_capacity_and_hasher(blocks as usize, Default::default()),
             extra: HashMapId::default(),
         }
     }
