@@ -15,6 +15,7 @@ use kvroute_bench::{
     StoreWorkload,
 };
 use kvroute_index::index::PrefixIndex;
+use kvroute_index::runs::RunIndex;
 
 /// Worker counts of the `match_prefix` benches.
 const WORKER_COUNTS: [usize; 4] = [16, 128, 512, 1024];
@@ -64,12 +65,12 @@ fn match_prefix(c: &mut Criterion) {
 }
 
 /// Replays `events` `iters` times, timing only `timed` and running `untimed` after it.
-fn replay(
+fn replay<I>(
     iters: u64,
     load: &StoreWorkload,
-    index: &PrefixIndex,
-    mut timed: impl FnMut(&PrefixIndex, &kvroute_bench::StoreEvent),
-    mut untimed: impl FnMut(&PrefixIndex, &kvroute_bench::StoreEvent),
+    index: &I,
+    mut timed: impl FnMut(&I, &kvroute_bench::StoreEvent),
+    mut untimed: impl FnMut(&I, &kvroute_bench::StoreEvent),
 ) -> Duration {
     let mut total = Duration::ZERO;
     for _ in 0..iters {
@@ -173,5 +174,64 @@ fn store(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, match_prefix, store);
+/// The same events on `RunIndex`, the router's index (`store` and `store_hashes` after
+/// the event's parent): `ingest_runs/store/{tokens,hashes}` (removal untimed) and
+/// `ingest_runs/store_remove/{tokens,hashes}` (both timed, each block counted once).
+fn store_runs(c: &mut Criterion) {
+    let fleet = ConversationFleet::new(STORE_WORKERS, FLEET_SEED);
+    let index = fleet.build_run_index();
+    let load = StoreWorkload::new(&fleet, STORE_EVENTS, EVENTS_SEED);
+    let blocks = load.total_blocks() as u64;
+
+    let mut group = c.benchmark_group("ingest_runs");
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(30);
+    group.throughput(Throughput::Elements(blocks));
+
+    let store_tokens = |ix: &RunIndex, e: &kvroute_bench::StoreEvent| {
+        black_box(ix.store(e.slot, &e.block_store()).expect("valid event"));
+    };
+    let store_hashes = |ix: &RunIndex, e: &kvroute_bench::StoreEvent| {
+        black_box(
+            ix.store_hashes(e.slot, Some(e.parent), &e.pairs)
+                .expect("valid slot and parent"),
+        );
+    };
+    let remove = |ix: &RunIndex, e: &kvroute_bench::StoreEvent| {
+        black_box(ix.remove(e.slot, &e.engine_hashes).expect("valid slot"));
+    };
+    for (name, store) in [
+        (
+            "tokens",
+            &store_tokens as &dyn Fn(&RunIndex, &kvroute_bench::StoreEvent),
+        ),
+        ("hashes", &store_hashes),
+    ] {
+        group.bench_function(format!("store/{name}"), |b| {
+            b.iter_custom(|iters| replay(iters, &load, &index, store, remove));
+        });
+        group.bench_function(format!("store_remove/{name}"), |b| {
+            b.iter_custom(|iters| {
+                replay(
+                    iters,
+                    &load,
+                    &index,
+                    |ix, e| {
+                        store(ix, e);
+                        remove(ix, e);
+                    },
+                    |_, _| {},
+                )
+            });
+        });
+    }
+    group.finish();
+    assert_eq!(
+        index.stats().blocks as usize,
+        fleet.distinct_blocks(),
+        "index drifted"
+    );
+}
+
+criterion_group!(benches, match_prefix, store, store_runs);
 criterion_main!(benches);
