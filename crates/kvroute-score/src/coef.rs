@@ -26,6 +26,7 @@
 //! lanes when it differs (a knob changed since the fill, or a fleet never prepared).
 
 use crate::cost::Params;
+use crate::lane::Lane;
 
 /// The configured values the coefficients read, as bits (equality is bitwise).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,29 +134,26 @@ impl Coefficients {
     /// `cost::cost`, term by term).
     pub(crate) fn set(&mut self, i: usize, x: &SlotLanes, key: CoefKey) {
         let one = 1.0f32;
-        let pos_or = |v: f32, fallback: f32| if v > 0.0 { v } else { fallback };
-        let max_ = |v: f32, o: f32| if v > o { v } else { o };
-        let min_ = |v: f32, o: f32| if v < o { v } else { o };
         let (dp, dd, kvb, t, llt) = (key.get(0), key.get(1), key.get(2), key.get(3), key.get(4));
-        let spp = one / pos_or(x.ptps, dp);
-        let a = one / pos_or(x.dtps, dd);
+        let spp = one / x.ptps.pos_or(dp);
+        let a = one / x.dtps.pos_or(dd);
         let b = x.dbase;
         let q1 = x.requests + one;
-        let cap = max_(x.requests / x.occ, one);
+        let cap = (x.requests / x.occ).max_(one);
         let room = x.occ < 1.0;
         let wait = if room {
             0.0
         } else {
-            max_(q1 - cap, 0.0) * t * (b / cap + a)
+            (q1 - cap).max_(0.0) * t * (b / cap + a)
         };
         let start = if room {
             x.queued * spp
         } else {
             x.queued * spp + wait
         };
-        let kc = min_(max_(x.kv, 0.0), 0.999);
+        let kc = x.kv.max_(0.0).min_(0.999);
         let barrier = kvb * (kc / (one - kc));
-        let least = (x.queued + x.decode) / pos_or(x.ptps, llt) + barrier;
+        let least = (x.queued + x.decode) / x.ptps.pos_or(llt) + barrier;
         self.spp[i] = spp;
         self.a[i] = a;
         self.q1[i] = q1;
