@@ -178,3 +178,34 @@ fn unknown_event_kinds_are_counted_and_skipped() {
     assert_eq!((x.applied.unknown_events, x.applied.stored_blocks), (1, 3));
     assert_eq!(r.ingest_stats().unknown_events, 1);
 }
+
+/// A batch's events take effect in their order, however the router groups its removals:
+/// a block removed and stored again in one batch is held; a store after its parent was
+/// removed in the same batch has an unknown parent; removals after a clear remove nothing.
+#[test]
+fn a_batch_applies_its_removals_and_stores_in_order() {
+    let (r, w, p) = one();
+    r.ingest(w, LIVE, &batch(0, vec![store(1, None, &p)]))
+        .unwrap();
+    // Block 3 goes (two one-block removals, as vLLM sends them) and comes back.
+    let events = vec![
+        remove(&[3]),
+        remove(&[2]),
+        store(2, Some(1), &p[BS..2 * BS]),
+        store(3, Some(2), &p[2 * BS..]),
+    ];
+    let x = r.ingest(w, LIVE, &batch(1, events)).unwrap();
+    assert_eq!((x.applied.removed_blocks, x.applied.stored_blocks), (2, 2));
+    assert_eq!(route(&r, &p).1, 3);
+    assert_eq!(blocks(&r, w), 3);
+    // Block 2 goes, then a store after it: unknown parent, not indexed.
+    let events = vec![remove(&[3]), remove(&[2]), store(3, Some(2), &p[2 * BS..])];
+    let x = r.ingest(w, LIVE, &batch(2, events)).unwrap();
+    assert_eq!(x.applied.unknown_parent_blocks, 1);
+    assert_eq!(route(&r, &p).1, 1);
+    // Removals before a clear were applied (block 1 known); after it, unknown.
+    let events = vec![remove(&[1]), KvEvent::AllBlocksCleared, remove(&[1])];
+    r.ingest(w, LIVE, &batch(3, events)).unwrap();
+    assert_eq!(blocks(&r, w), 0);
+    assert_eq!(r.index_stats().unknown_removes, 1);
+}

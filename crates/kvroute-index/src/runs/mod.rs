@@ -66,12 +66,11 @@
 //! AddressSanitizer).
 //!
 //! # Status
-//! Not yet the index the router (`kvroute::Router`) uses: the router's stress test stores
-//! blocks that are not chains and checks evictions against the node index's rule, and the
-//! publication protocol has no loom model yet. The differential property tests
+//! The index the router (`kvroute::Router`) uses. The differential property tests
 //! (`tests/run_index_model.rs`), the readers-against-writer test
-//! (`tests/run_index_concurrent.rs`), the bad-input tests and the memory tests
-//! (`tests/run_index_memory.rs`) cover it.
+//! (`tests/run_index_concurrent.rs`), the bad-input tests, the memory tests
+//! (`tests/run_index_memory.rs`), the `run_index_ops` fuzz target and the loom models of
+//! the publication (`loom_models/runs.rs`) cover it.
 //!
 //! # Orderings
 //! The head table's orderings are documented in `heads`; views and key buffers are

@@ -24,7 +24,7 @@
 //!   of the batch is still applied.
 //! * Unknown event kinds are counted and skipped.
 
-use kvroute_core::{Slot, WorkerId};
+use kvroute_core::{EngineHash, Slot, WorkerId};
 use kvroute_index::index::{BlockStore, IndexError};
 use kvroute_index::runs::RunIndex;
 use kvroute_wire::{BlockRemoved, BlockStored, KvEvent};
@@ -121,11 +121,17 @@ pub(crate) struct Applied<'a> {
     pub flags: &'a mut u32,
     /// The main KV group's `group_idx`, as main-group stores reported it.
     pub main_group: &'a mut Option<u32>,
+    /// Engine hashes of consecutive removals not yet applied (empty between batches): a
+    /// run of `BlockRemoved` events, vLLM's one per evicted block, goes to the index as
+    /// one removal, whose lane lookups are prefetched ahead. Flushed before any other
+    /// event and at the end of the batch, so the order of effects is the events' order.
+    pub removals: &'a mut Vec<EngineHash>,
 }
 
 impl Applier<'_> {
     /// Clears the worker (restart, truncated or short replay, or `AllBlocksCleared`).
     pub fn clear(&self, out: &mut Applied<'_>) {
+        self.flush_removals(out);
         // The slot is registered (the caller holds membership), so this cannot fail.
         let _ = self.index.clear(self.slot);
         *out.flags &= !BLOCK_SIZE;
@@ -146,9 +152,21 @@ impl Applier<'_> {
                 KvEvent::Unknown { .. } | _ => out.tally.unknown_events += 1,
             }
         }
+        self.flush_removals(out);
+    }
+
+    /// Applies the removals gathered so far (one index call for the run of events).
+    fn flush_removals(&self, out: &mut Applied<'_>) {
+        if out.removals.is_empty() {
+            return;
+        }
+        // The slot is registered (the caller holds membership), so this cannot fail.
+        let _ = self.index.remove(self.slot, out.removals);
+        out.removals.clear();
     }
 
     fn store(&self, position: usize, s: &BlockStored, out: &mut Applied<'_>) {
+        self.flush_removals(out);
         let blocks = s.block_hashes.len();
         if !s.medium.is_device() {
             out.tally.non_device_blocks += blocks;
@@ -203,8 +221,7 @@ impl Applier<'_> {
             out.tally.non_main_group_blocks += blocks;
             return;
         }
-        // The slot is registered (the caller holds membership), so this cannot fail.
-        let _ = self.index.remove(self.slot, &r.block_hashes);
+        out.removals.extend_from_slice(&r.block_hashes);
         out.tally.removed_blocks += blocks;
     }
 }

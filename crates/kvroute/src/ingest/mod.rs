@@ -36,7 +36,7 @@ mod stats;
 mod trust;
 
 use kvroute_core::sync::{Mutex, MutexGuard};
-use kvroute_core::{Slot, WorkerId};
+use kvroute_core::{EngineHash, Slot, WorkerId};
 use kvroute_index::index::Overlaps;
 use kvroute_wire::{KvEvent, KvMessage};
 
@@ -167,6 +167,8 @@ struct Publisher {
     /// Trust flags (`trust::SEQUENCE`, `trust::BLOCK_SIZE`), mirrored in [`TrustFlags`].
     flags: u32,
     main_group: Option<u32>,
+    /// Scratch for a batch's consecutive removals (`apply::Applied::removals`).
+    removals: Vec<EngineHash>,
 }
 
 /// The router's ingest state: one publisher per slot, trust flags, counters.
@@ -321,13 +323,17 @@ impl Router {
             last_live_seq: p.seq.last_live,
         });
         let Publisher {
-            flags, main_group, ..
+            flags,
+            main_group,
+            removals,
+            ..
         } = &mut *p;
         let mut out = Applied {
             tally: EventTally::default(),
             rejected: Vec::new(),
             flags,
             main_group,
+            removals,
         };
         let applier = Applier {
             index: &self.index,
