@@ -13,12 +13,10 @@
 //! * The same hash can be cached in several physical blocks (a recomputed last block):
 //!   each copy is stored and later removed on its own; a lookup finds the first copy.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// "No block" in the free queue's links.
-const NIL: u32 = u32::MAX;
+use super::block_table::BlockTable;
 
 /// A hasher for keys that are already uniform 64-bit hashes: the key is the hash.
 #[derive(Default, Clone, Copy)]
@@ -41,38 +39,54 @@ impl Hasher for IdHasher {
 /// A map keyed by block hashes.
 pub(crate) type HashMapId<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
+/// Queue entries ahead of the front whose block states are prefetched at each pop, and
+/// (half as far) whose hashes' table slots are.
+const PREFETCH_AHEAD: usize = 8;
+
+/// Stale entries the free queue may carry beyond twice its live ones before it is
+/// compacted.
+const STALE_SLACK: usize = 1024;
+
 /// One physical block's state (one cache line holds several).
 #[derive(Clone, Copy, Debug)]
 struct Meta {
     /// The block's hash while it is cached.
     hash: u64,
     refs: u32,
-    prev: u32,
-    next: u32,
+    /// The block's ticket in the free queue: bumped each time it enters or leaves it, so
+    /// only its latest entry there is live.
+    ticket: u32,
     cached: bool,
 }
 
 const FREE_META: Meta = Meta {
     hash: 0,
     refs: 0,
-    prev: NIL,
-    next: NIL,
+    ticket: 0,
     cached: false,
 };
 
 /// The pool.
+///
+/// The free queue is a ring of `(block, ticket)` entries with lazy deletion: a hit on a
+/// block in the queue bumps the block's ticket instead of unlinking it, and popping skips
+/// entries whose ticket is no longer the block's. The order is the doubly linked list's
+/// (vLLM's `FreeKVCacheBlockQueue`), but the blocks a run of allocations will take are
+/// known ahead, in memory order, so their states and hashes are prefetched while earlier
+/// ones are evicted. Stale entries are dropped when they outnumber the live ones by more
+/// than [`STALE_SLACK`] beyond twice (amortized `O(1)` per operation).
 #[derive(Debug)]
 pub(crate) struct BlockPool {
     /// Blocks handed out at least once (index = block id; block 0 is the null block).
     meta: Vec<Meta>,
-    head: u32,
-    tail: u32,
-    /// Blocks in the linked part of the free queue.
+    /// The linked part of the free queue, front first, stale entries included.
+    queue: VecDeque<(u32, u32)>,
+    /// Live entries of `queue`.
     listed: u32,
     /// Number of physical blocks (block 0 included).
     total: u32,
     /// Hash → first cached copy.
-    cached: HashMapId<u32>,
+    cached: BlockTable,
     /// Hash → further copies, in caching order (rare).
     extra: HashMapId<Vec<u32>>,
 }
@@ -80,23 +94,22 @@ pub(crate) struct BlockPool {
 impl BlockPool {
     /// A pool of `blocks` physical blocks (block 0 reserved), every usable block free.
     /// Blocks `meta.len()..total` were never handed out: they form the front of the free
-    /// queue, in id order (ahead of every freed block), so they need no links and no state
-    /// until first used.
+    /// queue, in id order (ahead of every freed block), so they need no entries and no
+    /// state until first used.
     ///
-    /// The block states and the hash map are sized for every block up front: a replay
+    /// The block states and the hash table are sized for every block up front: a replay
     /// fills the pool, so growing them by doubling only copied them and faulted in fresh
-    /// pages for every intermediate size. Reserving touches only the map's control bytes
-    /// (one per bucket); the rest of a page is touched when a block first uses it.
+    /// pages for every intermediate size. Both are allocated untouched (the table zeroed),
+    /// so a page is touched when a block first uses it.
     pub(crate) fn new(blocks: u32) -> Self {
         let mut meta = Vec::with_capacity(blocks.max(1) as usize);
         meta.push(FREE_META);
         Self {
             meta,
-            head: NIL,
-            tail: NIL,
+            queue: VecDeque::new(),
             listed: 0,
             total: blocks,
-            cached: HashMapId::with_capacity_and_hasher(blocks as usize, Default::default()),
+            cached: BlockTable::with_entries(blocks as usize),
             extra: HashMapId::default(),
         }
     }
@@ -121,40 +134,32 @@ impl BlockPool {
     }
 
     fn push_back(&mut self, b: u32) {
-        let tail = self.tail;
         let m = &mut self.meta[b as usize];
-        m.prev = tail;
-        m.next = NIL;
-        if tail == NIL {
-            self.head = b;
-        } else {
-            self.meta[tail as usize].next = b;
-        }
-        self.tail = b;
+        m.ticket = m.ticket.wrapping_add(1);
+        self.queue.push_back((b, m.ticket));
         self.listed += 1;
+        if self.queue.len() > 2 * self.listed as usize + STALE_SLACK {
+            let meta = &self.meta;
+            self.queue.retain(|&(b, t)| meta[b as usize].ticket == t);
+        }
     }
 
+    /// Takes `b` out of the free queue (its entry goes stale).
     fn unlink(&mut self, b: u32) {
         let m = &mut self.meta[b as usize];
-        let (p, n) = (m.prev, m.next);
-        m.prev = NIL;
-        m.next = NIL;
-        if p == NIL {
-            self.head = n;
-        } else {
-            self.meta[p as usize].next = n;
-        }
-        if n == NIL {
-            self.tail = p;
-        } else {
-            self.meta[n as usize].prev = p;
-        }
+        m.ticket = m.ticket.wrapping_add(1);
         self.listed -= 1;
     }
 
     /// The first cached copy of `hash`.
     pub(crate) fn lookup(&self, hash: u64) -> Option<u32> {
-        self.cached.get(&hash).copied()
+        self.cached.get(hash)
+    }
+
+    /// Starts loading where [`lookup`](Self::lookup) or [`cache`](Self::cache) of `hash`
+    /// will look (for a run of them whose hashes are known ahead).
+    pub(crate) fn prefetch_hash(&self, hash: u64) {
+        self.cached.prefetch(hash);
     }
 
     /// Whether block `b` is in the free queue (referenced by nobody).
@@ -183,14 +188,25 @@ impl BlockPool {
             });
             return Some((b, None));
         }
-        let b = self.head;
-        if b == NIL {
-            return None;
+        loop {
+            let (b, t) = self.queue.pop_front()?;
+            if let Some(&(ahead, _)) = self.queue.get(PREFETCH_AHEAD) {
+                prefetch(&self.meta[ahead as usize]);
+            }
+            if let Some(&(soon, _)) = self.queue.get(PREFETCH_AHEAD / 2) {
+                let m = &self.meta[soon as usize];
+                if m.cached {
+                    self.cached.prefetch(m.hash);
+                }
+            }
+            if self.meta[b as usize].ticket != t {
+                continue;
+            }
+            self.unlink(b);
+            self.meta[b as usize].refs = 1;
+            let evicted = self.evict(b);
+            return Some((b, evicted));
         }
-        self.unlink(b);
-        self.meta[b as usize].refs = 1;
-        let evicted = self.evict(b);
-        Some((b, evicted))
     }
 
     fn evict(&mut self, b: u32) -> Option<u64> {
@@ -200,17 +216,17 @@ impl BlockPool {
         }
         m.cached = false;
         let h = m.hash;
-        if self.cached.get(&h) == Some(&b) {
+        if self.cached.get(h) == Some(b) {
             match self.extra.get_mut(&h) {
                 Some(more) if !more.is_empty() => {
                     let first = more.remove(0);
                     if more.is_empty() {
                         self.extra.remove(&h);
                     }
-                    self.cached.insert(h, first);
+                    self.cached.set(h, first);
                 }
                 _ => {
-                    self.cached.remove(&h);
+                    self.cached.remove(h);
                 }
             }
         } else if let Some(more) = self.extra.get_mut(&h) {
@@ -228,11 +244,8 @@ impl BlockPool {
         debug_assert!(!m.cached);
         m.hash = hash;
         m.cached = true;
-        match self.cached.entry(hash) {
-            Entry::Vacant(v) => {
-                v.insert(b);
-            }
-            Entry::Occupied(_) => self.extra.entry(hash).or_default().push(b),
+        if !self.cached.insert_new(hash, b) {
+            self.extra.entry(hash).or_default().push(b);
         }
     }
 
@@ -248,6 +261,21 @@ impl BlockPool {
             }
         }
     }
+}
+
+/// Starts loading `m`'s cache line.
+#[inline]
+fn prefetch(m: &Meta) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let p = core::ptr::from_ref(m).cast();
+        // SAFETY: `_mm_prefetch` is a hint: it never faults, whatever the address, and
+        // reads nothing architecturally; SSE is part of the x86_64 baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = m;
 }
 
 #[cfg(test)]
@@ -283,5 +311,75 @@ mod tests {
         p.release([1].into_iter());
         assert_eq!(p.pop().unwrap(), (1, Some(10)));
         assert_eq!(p.lookup(10), Some(c));
+    }
+
+    /// The free queue's order against a plain list (front = next to allocate) under random
+    /// allocations, hits and releases, long enough that stale entries are compacted many
+    /// times (each hit on a free block leaves one).
+    #[test]
+    fn free_queue_order_matches_a_list_model() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut p = BlockPool::new(65);
+        // The model: the never-used blocks, then the freed ones, front first.
+        let mut order: Vec<u32> = (1..65).collect();
+        let mut refs = vec![0u32; 65];
+        let mut next_hash = 1u64;
+        let mut compacted = 0;
+        let hit = |p: &mut BlockPool, order: &mut Vec<u32>, refs: &mut [u32], b: u32| {
+            if refs[b as usize] == 0 {
+                order.retain(|&x| x != b);
+            }
+            refs[b as usize] += 1;
+            p.touch(b);
+        };
+        let release = |p: &mut BlockPool, order: &mut Vec<u32>, refs: &mut [u32], b: u32| {
+            refs[b as usize] -= 1;
+            if refs[b as usize] == 0 {
+                order.push(b);
+            }
+            p.release([b].into_iter());
+        };
+        for _ in 0..200_000 {
+            let entries = p.queue.len();
+            let handed_out = p.fresh();
+            // Pops rare enough that stale entries pile up between them.
+            match rng.random_range(0..200) {
+                0 if !order.is_empty() => {
+                    let want = order.remove(0);
+                    let (b, _) = p.pop().expect("the model has a free block");
+                    assert_eq!(b, want);
+                    refs[b as usize] = 1;
+                    p.cache(b, next_hash);
+                    next_hash += 1;
+                }
+                // A request hits a free block and finishes: it moves to the back, and its
+                // old entry goes stale.
+                1..=120 => {
+                    let free: Vec<u32> =
+                        order.iter().copied().filter(|&b| b < handed_out).collect();
+                    if let Some(&b) = free.get(rng.random_range(0..free.len().max(1))) {
+                        hit(&mut p, &mut order, &mut refs, b);
+                        release(&mut p, &mut order, &mut refs, b);
+                        // One entry appended, unless the release compacted.
+                        compacted += usize::from(p.queue.len() <= entries);
+                    }
+                }
+                // A hit on any handed-out block, free or not.
+                121..=150 if handed_out > 1 => {
+                    let b = rng.random_range(1..handed_out);
+                    hit(&mut p, &mut order, &mut refs, b);
+                }
+                _ => {
+                    let held: Vec<u32> =
+                        (1..handed_out).filter(|&b| refs[b as usize] > 0).collect();
+                    if let Some(&b) = held.get(rng.random_range(0..held.len().max(1))) {
+                        release(&mut p, &mut order, &mut refs, b);
+                    }
+                }
+            }
+            assert_eq!(p.free_blocks() as usize, order.len());
+        }
+        assert!(compacted > 10, "{compacted} compactions");
     }
 }

@@ -6,6 +6,9 @@ use std::collections::VecDeque;
 use super::catalog::Catalog;
 use super::{Engine, Notice, Seq, StepWork};
 
+/// Block hashes ahead whose table slots a run of lookups or caches prefetches.
+const PREFETCH_HASHES: usize = 8;
+
 impl Engine {
     /// Hash of block `k` of `s` (prompt blocks from the catalog, later ones computed as the
     /// sequence grows).
@@ -74,7 +77,13 @@ impl Engine {
             let parent = (from > 0).then(|| Self::hash_of(cat, s, from - 1));
             let req = s.req;
             let blocks = std::mem::take(&mut self.seq_mut(si).blocks);
-            for (&b, &h) in blocks[from..full].iter().zip(&self.hash_buf) {
+            for &h in self.hash_buf.iter().take(PREFETCH_HASHES) {
+                self.pool.prefetch_hash(h);
+            }
+            for (i, (&b, &h)) in blocks[from..full].iter().zip(&self.hash_buf).enumerate() {
+                if let Some(&ahead) = self.hash_buf.get(i + PREFETCH_HASHES) {
+                    self.pool.prefetch_hash(ahead);
+                }
                 self.pool.cache(b, h);
             }
             self.seq_mut(si).blocks = blocks;
@@ -102,7 +111,14 @@ impl Engine {
         self.ensure_hashes(cat, SeqRef::Waiting, max_blocks);
         let s = self.waiting.front().expect("waiting head");
         self.hit_buf.clear();
+        for k in 0..max_blocks.min(PREFETCH_HASHES) {
+            self.pool.prefetch_hash(Self::hash_of(cat, s, k));
+        }
         for k in 0..max_blocks {
+            if k + PREFETCH_HASHES < max_blocks {
+                self.pool
+                    .prefetch_hash(Self::hash_of(cat, s, k + PREFETCH_HASHES));
+            }
             match self.pool.lookup(Self::hash_of(cat, s, k)) {
                 Some(b) => self.hit_buf.push(b),
                 None => break,
