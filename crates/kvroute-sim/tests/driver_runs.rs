@@ -363,3 +363,54 @@ fn jitter_free_channels_and_round_robin_ignore_the_seed() {
     };
     assert_eq!(go(1), go(2));
 }
+
+/// Prompt hashes computed once give every run the result it computes alone, with other
+/// arrival times too; hashes of other requests or another block size are refused.
+#[test]
+fn shared_prompt_hashes_give_the_same_runs() {
+    use kvroute_sim::driver::PromptHashes;
+    let w = workload(
+        3,
+        small_engine(1_500),
+        lossy(),
+        conversations(20, 3, 0.1, 0.3),
+        vec![],
+    );
+    let hashes = PromptHashes::of(&w);
+    let mut later = w.clone();
+    for r in &mut later.requests {
+        r.arrival_s *= 2.0;
+    }
+    for (w, policy) in [(&w, Policy::default()), (&later, Policy::LeastLoad)] {
+        let alone = RunOptions {
+            seed: 3,
+            ..RunOptions::default()
+        };
+        let shared = RunOptions {
+            prompt_hashes: Some(&hashes),
+            ..alone.clone()
+        };
+        let mut a = run(w, policy, &alone);
+        let mut b = run(w, policy, &shared);
+        assert_eq!(a.error, None);
+        (a.wall_s, b.wall_s) = (0.0, 0.0);
+        assert_eq!(a, b);
+    }
+    let mut fewer = w.clone();
+    fewer.requests.pop();
+    let mut longer = w.clone();
+    longer.requests[0].output_tokens += 1;
+    let mut other_blocks = w.clone();
+    other_blocks.fleet.engine.block_size = 32;
+    for other in [&fewer, &longer, &other_blocks] {
+        assert!(!hashes.fit(other));
+        let opts = RunOptions {
+            prompt_hashes: Some(&hashes),
+            ..RunOptions::default()
+        };
+        assert_eq!(
+            try_run(other, Policy::LeastLoad, &opts).err(),
+            Some(RunError::PromptHashes)
+        );
+    }
+}

@@ -108,10 +108,11 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
         &policies,
         threads,
         common.quiet,
-        |w, p, progress| {
+        |w, hashes, p, progress| {
             let opts = RunOptions {
                 seed,
                 progress: Some(progress),
+                prompt_hashes: Some(hashes),
                 ..Default::default()
             };
             driver::run(w, p, &opts)

@@ -1,13 +1,14 @@
 //! Runs independent simulations in parallel on `--jobs` threads (default: the available
 //! cores), with one progress bar over all of them once they have taken more than a second.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kvroute::Policy;
 use kvroute_sim::RunResult;
+use kvroute_sim::driver::PromptHashes;
 use kvroute_sim::report::{PolicyRun, WorkloadRuns};
 use kvroute_sim::workload::Workload;
 
@@ -92,8 +93,10 @@ where
         .collect()
 }
 
-/// Runs `run(workload, policy, progress)` for every workload and policy on `threads`
-/// threads and collects the results in input order. `quiet` hides the progress bar.
+/// Runs `run(workload, prompt hashes, policy, progress)` for every workload and policy on
+/// `threads` threads and collects the results in input order. Each workload's prompt
+/// hashes are computed once, by its first run, and shared by the others. `quiet` hides the
+/// progress bar.
 pub fn run_all<F>(
     workloads: &[Workload],
     policies: &[Policy],
@@ -102,11 +105,14 @@ pub fn run_all<F>(
     run: F,
 ) -> Vec<WorkloadRuns>
 where
-    F: Fn(&Workload, Policy, Progress<'_>) -> RunResult + Sync,
+    F: Fn(&Workload, &PromptHashes, Policy, Progress<'_>) -> RunResult + Sync,
 {
     let np = policies.len();
+    let hashes: Vec<OnceLock<PromptHashes>> = workloads.iter().map(|_| OnceLock::new()).collect();
     let mut results = run_indexed(workloads.len() * np, threads, quiet, |i, progress| {
-        run(&workloads[i / np], policies[i % np], progress)
+        let w = &workloads[i / np];
+        let h = hashes[i / np].get_or_init(|| PromptHashes::of(w));
+        run(w, h, policies[i % np], progress)
     })
     .into_iter();
     workloads

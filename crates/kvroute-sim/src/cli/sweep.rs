@@ -1,10 +1,11 @@
 //! The `sweep` command: policies × rate scales × seeds on a trace or a named workload, every
 //! run on its own thread (up to `--jobs`), then the summary table, `--json` and `--svg`.
 
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use kvroute::{Policy, ProjectedMode};
-use kvroute_sim::driver::{self, RunOptions};
+use kvroute_sim::driver::{self, PromptHashes, RunOptions};
 use kvroute_sim::report::sweep::{SWEEP_METRICS, SweepSamples, summarise};
 use kvroute_sim::report::{compute, sweep_svg, sweep_table};
 use kvroute_sim::workload::Workload;
@@ -117,12 +118,22 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
     let runs = np * ns * nk;
     let threads = runner::threads(common.jobs, runs);
     let started = Instant::now();
+    // Prompt hashes: a trace's prompts are the same in every cell; a named workload's,
+    // the same for one seed at every rate scale. Each is computed by its first run.
+    let hashes: Vec<OnceLock<PromptHashes>> = (0..nk).map(|_| OnceLock::new()).collect();
     let results = runner::run_indexed(runs, threads, common.quiet, |i, progress| {
         let (p, s, k) = (i / (ns * nk), (i / nk) % ns, i % nk);
         let w = src.workload(scales[s], seeds[k], args.arrival_jitter)?;
+        let shared = match src {
+            Source::Trace(_) => &hashes[0],
+            Source::Named(_) => &hashes[k],
+        };
+        let h = shared.get_or_init(|| PromptHashes::of(&w));
         let opts = RunOptions {
             seed: seeds[k],
             progress: Some(progress),
+            // A workload whose prompts differ from the shared ones hashes its own.
+            prompt_hashes: Some(h).filter(|h| h.fit(&w)),
             ..Default::default()
         };
         let r = driver::run(&w, policies[p], &opts);

@@ -8,7 +8,8 @@
 //! * **Arrival.** A request reaches the gateway at its `arrival_s`, or `think_s` after its
 //!   parent's last token ([`FollowUp`](crate::request::FollowUp)). Pinned requests go
 //!   straight to their engine. Others are routed with [`kvroute::Router::route`], given the
-//!   prompt's chained block hashes (computed once per run) and the output length as the
+//!   prompt's chained block hashes (computed once per run, or once for many runs with
+//!   [`PromptHashes`]) and the output length as the
 //!   expected output; the request joins the chosen engine's queue at once. A
 //!   [`kvroute::RouteError`] (admission rejection, or no eligible worker) is counted in
 //!   [`RunResult::rejections`] and the request tries again `retry_backoff_s` later, up to
@@ -34,7 +35,11 @@
 mod queue;
 mod sim;
 
+use std::sync::Arc;
+
 use kvroute::{AdmissionConfig, BreakerConfig, Policy, ScoreConfig};
+
+use crate::engine::Catalog;
 
 use crate::result::RunResult;
 use crate::workload::Workload;
@@ -71,6 +76,41 @@ pub struct RunOptions<'a> {
     /// Called with the fraction of requests done (0..=1) as the run progresses (at most
     /// about 100 times, and once with 1.0 at the end).
     pub progress: Option<&'a (dyn Fn(f64) + Sync)>,
+    /// The chained block hashes of the workload's prompts, computed once for several runs
+    /// ([`PromptHashes::of`]); `None`: the run computes its own. A run whose requests are
+    /// not the ones they were computed for fails with [`RunError::PromptHashes`].
+    pub prompt_hashes: Option<&'a PromptHashes>,
+}
+
+/// The chained block hashes of every prompt of a workload (blocks of the fleet's block
+/// size), with each request's id, prompt and output length: what every run of the
+/// workload computes first, the same way whatever the policy, the seed or the arrival
+/// times. Computing them once and passing them in [`RunOptions::prompt_hashes`] spares each
+/// further run the hashing (on the conversation trace, 9 million blocks; about a tenth of
+/// a run). Cheap to share between threads (`Sync`; cloning shares them).
+#[derive(Clone, Debug)]
+pub struct PromptHashes {
+    cat: Arc<Catalog>,
+    block_size: u32,
+}
+
+impl PromptHashes {
+    /// Hashes every prompt of `workload`, in blocks of its engines' block size.
+    pub fn of(workload: &Workload) -> Self {
+        let block_size = workload.fleet.engine.block_size;
+        Self {
+            cat: Arc::new(Catalog::new(&workload.requests, block_size)),
+            block_size,
+        }
+    }
+
+    /// Whether these are the hashes of `workload`'s requests: the same block size, and the
+    /// same ids, prompts and output lengths in the same order (arrivals, follow-ups,
+    /// pinning and the fleet's other settings may differ). `O(requests + prompt blocks)`,
+    /// with no hashing.
+    pub fn fit(&self, workload: &Workload) -> bool {
+        self.block_size == workload.fleet.engine.block_size && self.cat.fits(&workload.requests)
+    }
 }
 
 impl Default for RunOptions<'_> {
@@ -89,6 +129,7 @@ impl Default for RunOptions<'_> {
             score: None,
             probes: Vec::new(),
             progress: None,
+            prompt_hashes: None,
         }
     }
 }
@@ -107,6 +148,7 @@ impl core::fmt::Debug for RunOptions<'_> {
             .field("score", &self.score)
             .field("probes", &self.probes)
             .field("progress", &self.progress.is_some())
+            .field("prompt_hashes", &self.prompt_hashes.is_some())
             .finish()
     }
 }
@@ -138,6 +180,9 @@ pub enum RunError {
     },
     /// The router rejected its configuration or a worker (a bug).
     Router(String),
+    /// [`RunOptions::prompt_hashes`] were computed for other requests or another block
+    /// size ([`PromptHashes::fit`]).
+    PromptHashes,
 }
 
 impl core::fmt::Display for RunError {
@@ -150,6 +195,10 @@ impl core::fmt::Display for RunError {
             Self::Fault { index, why } => write!(f, "fault {index}: {why}"),
             Self::Request { index, why } => write!(f, "request {index}: {why}"),
             Self::Router(e) => write!(f, "router: {e}"),
+            Self::PromptHashes => f.write_str(
+                "run options: the prompt hashes were computed for other requests or another \
+                 block size",
+            ),
         }
     }
 }

@@ -80,6 +80,15 @@ impl Catalog {
         }
     }
 
+    /// Whether the catalog was made from `requests` (ids, prompts and output lengths, in
+    /// order).
+    pub(crate) fn fits(&self, requests: &[SimRequest]) -> bool {
+        self.entries.len() == requests.len()
+            && self.entries.iter().zip(requests).all(|(e, r)| {
+                e.id == r.id && e.output_len == r.output_tokens.max(1) && e.prompt == r.prompt
+            })
+    }
+
     /// Request `i`.
     pub(crate) fn entry(&self, i: u32) -> &Entry {
         &self.entries[i as usize]

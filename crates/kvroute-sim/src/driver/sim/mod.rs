@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use kvroute::{Channel, Decision, Nanos, Router, WorkerId};
 use rand::rngs::StdRng;
@@ -61,7 +62,7 @@ pub(in crate::driver) struct Sim<'a> {
     w: &'a Workload,
     opts: &'a RunOptions<'a>,
     chan: ChannelConfig,
-    cat: Catalog,
+    cat: Arc<Catalog>,
     router: Router,
     workers: Vec<WorkerId>,
     engines: Vec<Engine>,

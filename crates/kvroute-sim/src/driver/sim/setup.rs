@@ -1,6 +1,7 @@
 //! Checking the workload and options, and building the router, the engines and the state.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use kvroute::{Policy, Router, RouterConfig, WorkerId};
 use rand::SeedableRng;
@@ -171,6 +172,11 @@ impl<'a> Sim<'a> {
                 reason: "",
             })
             .collect();
+        let cat = match opts.prompt_hashes {
+            Some(h) if !h.fit(w) => return Err(RunError::PromptHashes),
+            Some(h) => Arc::clone(&h.cat),
+            None => Arc::new(Catalog::new(&w.requests, fleet.engine.block_size)),
+        };
         let res = RunResult {
             workload: w.name.clone(),
             engines: fleet.engines,
@@ -180,7 +186,7 @@ impl<'a> Sim<'a> {
             w,
             opts,
             chan,
-            cat: Catalog::new(&w.requests, fleet.engine.block_size),
+            cat,
             router,
             workers,
             engines: (0..engines_n)
