@@ -6,6 +6,8 @@
 //!   nodes addressed by chained hash, lock-free matching, epoch-based reclamation.
 //! * [`runs`]: the run-compressed prefix index (runs of chain positions with one coverage
 //!   view each), the successor of [`index`]'s node-per-block layout.
+//! * [`slots`]: the open-addressing map of the run index's per-worker lane maps, for keys
+//!   that are already uniform hashes, and a cache-line prefetch.
 //!
 //! The crate does no I/O and needs no async runtime.
 
@@ -13,6 +15,7 @@ pub mod hash;
 pub mod index;
 pub mod registry;
 pub mod runs;
+pub mod slots;
 
 #[cfg(all(test, kvroute_loom))]
 mod loom_models;

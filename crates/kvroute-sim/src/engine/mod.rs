@@ -87,7 +87,6 @@
 //! `AllBlocksCleared` as the first event of the new incarnation, as SGLang does at start
 //! (and vLLM on a cache reset).
 
-mod block_table;
 mod catalog;
 pub mod config;
 mod pool;
