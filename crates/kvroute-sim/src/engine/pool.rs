@@ -54,7 +54,9 @@ struct Meta {
     hash: u64,
     refs: u32,
     /// The block's ticket in the free queue: bumped each time it enters or leaves it, so
-    /// only its latest entry there is live.
+    /// only its latest entry there is live. A stale entry outlives at most one
+    /// compaction's worth of pushes (fewer than `2 × blocks + STALE_SLACK`), far fewer
+    /// than the 2^31 bumps after which a wrapped ticket could match it again.
     ticket: u32,
     cached: bool,
 }
