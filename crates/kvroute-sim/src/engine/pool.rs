@@ -54,9 +54,10 @@ struct Meta {
     hash: u64,
     refs: u32,
     /// The block's ticket in the free queue: bumped each time it enters or leaves it, so
-    /// only its latest entry there is live. A stale entry outlives at most one
-    /// compaction's worth of pushes (fewer than `2 × blocks + STALE_SLACK`), far fewer
-    /// than the 2^31 bumps after which a wrapped ticket could match it again.
+    /// only its latest entry there is live. A stale entry leaves the ring within a few
+    /// times the pool's blocks of pushes (the ring is compacted before it holds more than
+    /// twice its live entries plus `STALE_SLACK`, and pops reach any entry sooner than
+    /// that), far fewer than the 2^32 bumps after which a wrapped ticket could match it.
     ticket: u32,
     cached: bool,
 }
