@@ -91,7 +91,6 @@ pub struct RunOptions<'a> {
 #[derive(Clone, Debug)]
 pub struct PromptHashes {
     cat: Arc<Catalog>,
-    block_size: u32,
 }
 
 impl PromptHashes {
@@ -100,16 +99,16 @@ impl PromptHashes {
         let block_size = workload.fleet.engine.block_size;
         Self {
             cat: Arc::new(Catalog::new(&workload.requests, block_size)),
-            block_size,
         }
     }
 
     /// Whether these are the hashes of `workload`'s requests: the same block size, and the
     /// same ids, prompts and output lengths in the same order (arrivals, follow-ups,
-    /// pinning and the fleet's other settings may differ). `O(requests + prompt blocks)`,
-    /// with no hashing.
+    /// pinning and the fleet's other settings may differ). Linear in the requests and
+    /// their prompts' lengths (trace blocks or token ids), with no hashing.
     pub fn fit(&self, workload: &Workload) -> bool {
-        self.block_size == workload.fleet.engine.block_size && self.cat.fits(&workload.requests)
+        self.cat
+            .fits(&workload.requests, workload.fleet.engine.block_size)
     }
 }
 

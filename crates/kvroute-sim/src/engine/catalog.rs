@@ -81,9 +81,10 @@ impl Catalog {
     }
 
     /// Whether the catalog was made from `requests` (ids, prompts and output lengths, in
-    /// order).
-    pub(crate) fn fits(&self, requests: &[SimRequest]) -> bool {
-        self.entries.len() == requests.len()
+    /// order) in blocks of `block_size` tokens.
+    pub(crate) fn fits(&self, requests: &[SimRequest], block_size: u32) -> bool {
+        self.block_size == block_size
+            && self.entries.len() == requests.len()
             && self.entries.iter().zip(requests).all(|(e, r)| {
                 e.id == r.id && e.output_len == r.output_tokens.max(1) && e.prompt == r.prompt
             })
