@@ -29,13 +29,44 @@ pub fn threads(jobs: Option<usize>, runs: usize) -> usize {
         .max(1)
 }
 
-/// Runs `run(i, progress)` for every `i` in `0..runs` on `threads` threads and returns
-/// the results in index order. `quiet` hides the progress bar.
-pub fn run_indexed<R, F>(runs: usize, threads: usize, quiet: bool, run: F) -> Vec<R>
+/// How much longer than the others a policy's simulations are expected to run, as a
+/// dispatch rank (higher first). `kv_aware_first` sends every request to the first engine
+/// reported to hold its prefix, however busy, so one engine carries most of the fleet's
+/// queue and its simulation steps through the longest backlog: measured the longest single
+/// run of the conversation trace at `--rate-scale 4` (3.7 s against 2.0-3.1 s for the
+/// others, `docs/BENCHMARKS.md`, "Simulator: dispatch order"). Every other policy ranks 0.
+pub fn dispatch_rank(policy: Policy) -> u8 {
+    u8::from(matches!(policy, Policy::KvAwareFirst))
+}
+
+/// The order to start jobs `0..runs` in: by `rank(job)` descending, then by index.
+/// Starting the longest jobs first keeps a core from idling while the last, long job
+/// runs alone (longest-processing-time-first scheduling). The results do not depend on it.
+pub fn dispatch_order(runs: usize, rank: impl Fn(usize) -> u8) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..runs).collect();
+    order.sort_by_key(|&i| core::cmp::Reverse(rank(i)));
+    order
+}
+
+/// Runs `run(i, progress)` for every job `i` of `order` (a permutation of
+/// `0..order.len()`) on `threads` threads, starting them in that order, and returns the
+/// results in index order. `quiet` hides the progress bar.
+///
+/// # Panics
+/// If `order` is not a permutation of `0..order.len()`.
+pub fn run_in_order<R, F>(order: &[usize], threads: usize, quiet: bool, run: F) -> Vec<R>
 where
     R: Send,
     F: Fn(usize, Progress<'_>) -> R + Sync,
 {
+    let runs = order.len();
+    let mut seen = vec![false; runs];
+    for &i in order {
+        assert!(
+            i < runs && !std::mem::replace(&mut seen[i], true),
+            "the dispatch order is not a permutation"
+        );
+    }
     let results: Mutex<Vec<Option<R>>> = Mutex::new((0..runs).map(|_| None).collect());
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -56,10 +87,11 @@ where
         for _ in 0..threads.max(1) {
             s.spawn(|| {
                 loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= runs {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= runs {
                         break;
                     }
+                    let i = order[k];
                     // Counted even if the run panics, so the progress loop ends and the
                     // scope re-raises the panic.
                     let _count = Done(&done);
@@ -109,7 +141,8 @@ where
 {
     let np = policies.len();
     let hashes: Vec<OnceLock<PromptHashes>> = workloads.iter().map(|_| OnceLock::new()).collect();
-    let mut results = run_indexed(workloads.len() * np, threads, quiet, |i, progress| {
+    let order = dispatch_order(workloads.len() * np, |i| dispatch_rank(policies[i % np]));
+    let mut results = run_in_order(&order, threads, quiet, |i, progress| {
         let w = &workloads[i / np];
         let h = hashes[i / np].get_or_init(|| PromptHashes::of(w));
         run(w, h, policies[i % np], progress)
@@ -134,5 +167,37 @@ struct Done<'a>(&'a AtomicUsize);
 impl Drop for Done<'_> {
     fn drop(&mut self) {
         self.0.fetch_add(1, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heavier_jobs_come_first_and_ties_keep_their_index_order() {
+        let ranks = [0u8, 1, 0, 2, 1, 0];
+        assert_eq!(dispatch_order(6, |i| ranks[i]), vec![3, 1, 4, 0, 2, 5]);
+        assert_eq!(dispatch_rank(Policy::KvAwareFirst), 1);
+        assert_eq!(dispatch_rank(Policy::KvAware), 0);
+        assert_eq!(dispatch_rank(Policy::default()), 0);
+    }
+
+    #[test]
+    fn jobs_start_in_the_given_order_and_return_in_index_order() {
+        let started = Mutex::new(Vec::new());
+        let order = [2, 0, 3, 1];
+        let out = run_in_order(&order, 1, true, |i, _| {
+            started.lock().unwrap().push(i);
+            i * 10
+        });
+        assert_eq!(out, vec![0, 10, 20, 30]);
+        assert_eq!(*started.lock().unwrap(), order);
+    }
+
+    #[test]
+    #[should_panic(expected = "not a permutation")]
+    fn an_order_with_a_repeated_job_is_refused() {
+        run_in_order(&[0, 0], 1, true, |i, _| i);
     }
 }

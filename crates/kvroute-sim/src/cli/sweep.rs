@@ -121,7 +121,8 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
     // Prompt hashes: a trace's prompts are the same in every cell; a named workload's,
     // the same for one seed at every rate scale. Each is computed by its first run.
     let hashes: Vec<OnceLock<PromptHashes>> = (0..nk).map(|_| OnceLock::new()).collect();
-    let results = runner::run_indexed(runs, threads, common.quiet, |i, progress| {
+    let order = runner::dispatch_order(runs, |i| runner::dispatch_rank(policies[i / (ns * nk)]));
+    let results = runner::run_in_order(&order, threads, common.quiet, |i, progress| {
         let (p, s, k) = (i / (ns * nk), (i / nk) % ns, i % nk);
         let w = src.workload(scales[s], seeds[k], args.arrival_jitter)?;
         let shared = match src {
