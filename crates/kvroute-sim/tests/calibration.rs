@@ -129,6 +129,7 @@ fn calibrate(source: Engine, engine: EngineConfig, expected_rate: f64) {
             channels: ChannelConfig::default(),
         },
         faults: Vec::<Fault>::new(),
+        load_start_s: 0.0,
     };
     let opts = RunOptions {
         sample_interval_s: 0.0,

@@ -78,6 +78,18 @@ fn hot_owner_51_starts_with_the_owner_overloaded() {
     assert!(first > 1.0);
     assert!((last - 1.0 - 30.0).abs() < 3.5, "{last}");
     assert!(routed.windows(2).all(|p| p[0].arrival_s <= p[1].arrival_s));
+    // At 16x the burst still starts after 1 s (the owner's pinned load is the setup) and
+    // lasts a sixteenth: about 30/16 = 1.9 s.
+    let mut fast = w.clone();
+    kvroute_sim::workload::arrivals::scale_arrivals(&mut fast, 16.0).unwrap();
+    let burst: Vec<f64> = fast
+        .requests
+        .iter()
+        .filter(|r| r.pinned.is_none())
+        .map(|r| r.arrival_s)
+        .collect();
+    assert!(burst[0] > 1.0, "{}", burst[0]);
+    assert!((burst[burst.len() - 1] - 1.0 - 30.0 / 16.0).abs() < 3.5 / 16.0);
 }
 
 #[test]
@@ -220,6 +232,7 @@ fn truncate_cuts_orphaned_follow_ups_transitively() {
             channels: Default::default(),
         },
         faults: Vec::new(),
+        load_start_s: 0.0,
     };
     let t = truncate(w.clone(), 4);
     assert_eq!(t.requests.iter().map(|r| r.id).collect::<Vec<_>>(), [0, 1]);

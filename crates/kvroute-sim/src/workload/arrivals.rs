@@ -42,8 +42,15 @@ impl fmt::Display for ArrivalError {
 
 impl std::error::Error for ArrivalError {}
 
-/// Divides every self-arriving request's `arrival_s` by `scale` (a scale of 2 offers the
-/// same requests twice as fast), as the trace reader's own `rate_scale` does.
+/// Compresses the workload's timeline after its load starts by `scale` (a scale of 2
+/// offers the same requests twice as fast), as the trace reader's own `rate_scale` does:
+/// every time `t` past [`Workload::load_start_s`] (`s`) becomes `s + (t − s)/scale`, for
+/// the arrival of every self-arriving request and the onset of every fault. Times up to
+/// `s` (a scenario's setup: its pinned requests) stay, so a scenario's premise (an owner
+/// already loaded when the load begins) holds at every scale; a fault keeps its place in
+/// the load (a restart 20 s into a 90 s load comes 5 s into it at 4x) and its duration (a
+/// 5 s disconnect lasts 5 s at any load: how long a failure lasts is not the load's).
+/// With `s = 0` this divides every arrival by `scale`.
 ///
 /// # Errors
 /// [`ArrivalError::RateScale`] when `scale` is not finite and positive.
@@ -51,8 +58,19 @@ pub fn scale_arrivals(w: &mut Workload, scale: f64) -> Result<(), ArrivalError> 
     if !(scale.is_finite() && scale > 0.0) {
         return Err(ArrivalError::RateScale(scale));
     }
+    let start = w.load_start_s;
+    let map = |t: f64| {
+        if t > start {
+            start + (t - start) / scale
+        } else {
+            t
+        }
+    };
     for r in w.requests.iter_mut().filter(|r| r.follows.is_none()) {
-        r.arrival_s /= scale;
+        r.arrival_s = map(r.arrival_s);
+    }
+    for f in &mut w.faults {
+        f.at_s = map(f.at_s);
     }
     Ok(())
 }
@@ -115,7 +133,45 @@ mod tests {
                 channels: Default::default(),
             },
             faults: Vec::new(),
+            load_start_s: 0.0,
         }
+    }
+
+    /// A setup of 1 s: a pinned-time arrival at 0.5 s stays, 3 s becomes 1 + 2/4 = 1.5 s; a
+    /// fault at 9 s moves to 1 + 8/4 = 3 s and keeps its 5 s; one at 0.25 s stays.
+    #[test]
+    fn scaling_keeps_the_setup_and_moves_fault_onsets_with_the_load() {
+        use crate::fault::{Fault, FaultKind};
+        let mut w = workload(&[0.5, 1.0, 3.0]);
+        w.load_start_s = 1.0;
+        let disconnect = FaultKind::Disconnect { duration_s: 5.0 };
+        w.faults = vec![
+            Fault {
+                at_s: 9.0,
+                engine: 0,
+                kind: disconnect,
+            },
+            Fault {
+                at_s: 0.25,
+                engine: 0,
+                kind: FaultKind::Restart,
+            },
+        ];
+        scale_arrivals(&mut w, 4.0).unwrap();
+        let arrivals: Vec<f64> = w.requests.iter().map(|r| r.arrival_s).collect();
+        assert_eq!(arrivals, [0.5, 1.0, 1.5]);
+        assert_eq!(w.faults[0].at_s, 3.0);
+        assert_eq!(w.faults[0].kind, disconnect);
+        assert_eq!(w.faults[1].at_s, 0.25);
+        // Without a setup every onset is divided: 9 s / 4.
+        let mut v = workload(&[]);
+        v.faults = vec![Fault {
+            at_s: 9.0,
+            engine: 0,
+            kind: FaultKind::Restart,
+        }];
+        scale_arrivals(&mut v, 4.0).unwrap();
+        assert_eq!(v.faults[0].at_s, 2.25);
     }
 
     #[test]

@@ -38,6 +38,11 @@ pub struct Workload {
     pub fleet: FleetSpec,
     /// Faults on the schedule.
     pub faults: Vec<Fault>,
+    /// When the routed load starts (seconds of virtual time): a scenario's setup, its
+    /// pinned requests and the state they build on their engines, runs before it. A rate
+    /// scale compresses the timeline after it and leaves the setup as it is
+    /// ([`arrivals::scale_arrivals`]). 0 for traces and workloads without a setup.
+    pub load_start_s: f64,
 }
 
 impl Workload {

@@ -256,6 +256,7 @@ pub fn read_trace<R: BufRead>(
             channels: opts.channels,
         },
         faults: Vec::new(),
+        load_start_s: 0.0,
     };
     Ok((workload, stats))
 }

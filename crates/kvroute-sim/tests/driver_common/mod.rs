@@ -74,6 +74,7 @@ pub fn workload(
             channels,
         },
         faults,
+        load_start_s: 0.0,
     }
 }
 

@@ -53,11 +53,14 @@ pub fn build(seed: u64) -> Workload {
         max_running: MAX_RUNNING,
         ..Default::default()
     };
-    super::workload(
+    let mut w = super::workload(
         super::HOT_OWNER_51,
         super::HOT_OWNER_51_REPRODUCES,
         requests,
         ENGINES,
         engine,
-    )
+    );
+    // The owner's pinned load is the setup: a rate scale speeds up the burst, not its start.
+    w.load_start_s = BURST_START_S;
+    w
 }

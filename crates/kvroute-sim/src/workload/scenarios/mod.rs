@@ -172,5 +172,6 @@ pub(crate) fn workload(
             channels: ChannelConfig::default(),
         },
         faults: Vec::new(),
+        load_start_s: 0.0,
     }
 }

@@ -80,11 +80,15 @@ pub fn build(seed: u64) -> Workload {
         max_running: MAX_RUNNING,
         ..Default::default()
     };
-    super::workload(
+    let mut w = super::workload(
         super::OWNER_CANARY,
         super::OWNER_CANARY_REPRODUCES,
         requests,
         ENGINES,
         engine,
-    )
+    );
+    // The owner's pinned load is the setup: a rate scale speeds up the trajectories' first
+    // turns, not their start.
+    w.load_start_s = START_S;
+    w
 }
