@@ -93,6 +93,12 @@ fn unknown_policy_is_a_usage_error_listing_valid_names() {
     let out = sim(&["--policies", "load_aware:500"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("out of range"));
+    // An empty entry says so, rather than naming an empty policy.
+    for list in ["", "kv_aware,", ","] {
+        let out = sim(&["scenario", "burst-siblings", "--policies", list]);
+        assert_eq!(out.status.code(), Some(2), "{list:?}");
+        assert!(text(&out.stderr).contains("empty policy name"), "{list:?}");
+    }
 }
 
 #[test]

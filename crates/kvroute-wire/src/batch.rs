@@ -133,7 +133,11 @@ fn validate_batch<E>(
 }
 
 fn u32_field(field: &'static str, v: i64) -> Result<u32, WireError> {
-    u32::try_from(v).map_err(|_| WireError::OutOfRange { field, value: v })
+    u32::try_from(v).map_err(|_| WireError::OutOfRange {
+        field,
+        value: v,
+        valid: crate::error::U32_RANGE,
+    })
 }
 
 fn check_len(
@@ -175,6 +179,7 @@ pub(crate) fn validate_event(e: RawEvent) -> Result<KvEvent, WireError> {
                     return Err(WireError::OutOfRange {
                         field: "block_size",
                         value: bs,
+                        valid: crate::error::BLOCK_SIZE_RANGE,
                     });
                 }
             };

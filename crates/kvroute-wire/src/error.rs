@@ -84,6 +84,8 @@ pub enum WireError {
         field: &'static str,
         /// The value received.
         value: i64,
+        /// The values it accepts (`"0..=4294967295"`, `"1..=4294967295"`).
+        valid: &'static str,
     },
     /// A batch timestamp that is NaN or infinite (engines publish seconds since the Unix
     /// epoch, a finite float; the router compares them to tell a restart from a repeat).
@@ -272,6 +274,11 @@ impl WireError {
     }
 }
 
+/// The values a `u32` field accepts, as [`WireError::OutOfRange`] states them.
+pub(crate) const U32_RANGE: &str = "0..=4294967295";
+/// The block sizes accepted (tokens per block, at least 1).
+pub(crate) const BLOCK_SIZE_RANGE: &str = "1..=4294967295";
+
 impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -293,7 +300,11 @@ impl fmt::Display for WireError {
             }
             Self::MissingField { record, field } => write!(f, "{record}: missing {field}"),
             Self::HashSize { len } => write!(f, "binary block hash of {len} bytes, not 32"),
-            Self::OutOfRange { field, value } => write!(f, "{field} = {value} is out of range"),
+            Self::OutOfRange {
+                field,
+                value,
+                valid,
+            } => write!(f, "{field} = {value} is out of range {valid}"),
             Self::NonFiniteTimestamp { bits } => {
                 write!(f, "batch ts = {} is not finite", f64::from_bits(*bits))
             }

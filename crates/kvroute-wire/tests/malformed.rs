@@ -256,8 +256,15 @@ weird{label=\"unterminated\n";
         parse_vllm_metrics(1, "vllm:num_requests_running{engine=\"-3\"} 1\n"),
         Err(WireError::OutOfRange {
             field: "engine",
-            value: -3
+            value: -3,
+            valid: "0..=4294967295"
         })
+    );
+    assert_eq!(
+        parse_vllm_metrics(1, "vllm:num_requests_running{engine=\"-3\"} 1\n")
+            .unwrap_err()
+            .to_string(),
+        "engine = -3 is out of range 0..=4294967295"
     );
     assert_eq!(
         parse_vllm_metrics(1, "vllm:num_requests_running{engine=\"a\"} 1\n"),

@@ -17,6 +17,9 @@ pub enum RouteError {
         /// Token ids given.
         token_ids: usize,
     },
+    /// `prompt_tokens` is 0: engines refuse an empty prompt (vLLM and SGLang reject it
+    /// before scheduling), so there is nothing to place and nothing is reserved.
+    EmptyPrompt,
     /// [`Prompt::Hashes`](crate::Prompt::Hashes) with more hashes than the prompt has
     /// full blocks.
     TooManyHashes {
@@ -69,6 +72,10 @@ impl fmt::Display for RouteError {
             } => write!(
                 f,
                 "prompt_tokens is {prompt_tokens} but {token_ids} token ids were given"
+            ),
+            Self::EmptyPrompt => write!(
+                f,
+                "the prompt is empty (prompt_tokens 0): engines refuse empty prompts"
             ),
             Self::TooManyHashes {
                 hashes,

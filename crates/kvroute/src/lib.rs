@@ -17,13 +17,15 @@
 //!   ([`BreakerConfig`]); dropping a decision releases its work but records no outcome.
 //! * [`Router::route`] returns a [`Decision`]: the worker, its overlap, the cost, the
 //!   [`Reason`], the shadow counterfactual and the [`Reservation`] guard. Concurrent identical
-//!   requests spread through the reservations (module `route`), admission is coupled to the
+//!   requests spread through the reservations ([`Router::route`], "Concurrent identical
+//!   requests"), admission is coupled to the
 //!   decision ([`AdmissionConfig`]), and every outcome is counted ([`Router::stats`]).
 //! * Time is the caller's ([`Nanos`]); kvroute reads no clock, does no I/O and needs no
 //!   async runtime.
 //!
 //! With the cargo feature `metrics`, `Router::export_metrics` records every counter into
-//! the process's `metrics` recorder (names in the module docs of `kvroute::metrics`);
+//! the process's `metrics` recorder (names in the module docs of `kvroute::metrics`, a
+//! module built with that feature: `cargo doc --features metrics`);
 //! without it, export [`RouterStats`] and [`IngestStats`] yourself.
 //!
 //! # Embedding in an afternoon

@@ -45,7 +45,18 @@ impl Router {
     /// prefix index, loads the latest load snapshot, scores every worker with the current
     /// policy, and reserves the request's work (one request, its uncached prefill tokens,
     /// its expected output tokens as decode) on the chosen worker, re-scoring if a
-    /// concurrent decision took that worker meanwhile (see the module docs of `route`).
+    /// concurrent decision took that worker meanwhile.
+    ///
+    /// # Concurrent identical requests
+    /// The reservation is checked: it succeeds only while the chosen worker holds no more
+    /// reserved requests than the decision read. A decision that lost that race re-reads
+    /// the counters and scores again (at most
+    /// [`RouterConfig::max_rescores`](crate::RouterConfig::max_rescores) times; the last
+    /// attempt reserves unconditionally, or within the admission bound when admission is
+    /// enabled). Counters only grow while siblings are in flight, so each reservation goes
+    /// to a worker that was the cheapest when it was taken: on an idle fleet of `W`
+    /// identical workers, `N` simultaneous identical requests end at most `ceil(N/W) + 1`
+    /// per worker.
     ///
     /// Takes no lock: the buffers it works in are its thread's own (a thread-local cache
     /// of a few buffer sets, reused across routers), the scorer configuration is borrowed
@@ -59,8 +70,8 @@ impl Router {
     /// # Errors
     /// [`RouteError::ExtraKeysOutOfOrder`] when [`RouteRequest::extra_keys`] is not in
     /// strictly increasing block order;
-    /// [`RouteError::PromptLengthMismatch`] and [`RouteError::TooManyHashes`] for a
-    /// malformed request; [`RouteError::NotPublished`] before the first [`publish`](Self::publish),
+    /// [`RouteError::EmptyPrompt`], [`RouteError::PromptLengthMismatch`] and
+    /// [`RouteError::TooManyHashes`] for a malformed request; [`RouteError::NotPublished`] before the first [`publish`](Self::publish),
     /// [`RouteError::NoEligibleWorker`] when no worker is published;
     /// [`RouteError::Rejected`] when admission is enabled and every worker is at its bound;
     /// [`RouteError::Contended`] when every attempt lost its slot;
@@ -88,6 +99,9 @@ impl Router {
             scorer,
         } = s;
         let bs = self.block_size;
+        if req.prompt_tokens == 0 {
+            return Err(RouteError::EmptyPrompt);
+        }
         let hashes = match req.prompt {
             Prompt::Tokens(tokens) => {
                 if tokens.len() != req.prompt_tokens as usize {

@@ -286,19 +286,35 @@ impl Router {
         f(slot)
     }
 
+    /// [`with_slot`](Self::with_slot) for a typed event: an unknown worker is also counted
+    /// in [`IngestStats::unknown_worker_events`](crate::IngestStats).
+    fn with_event_slot<T>(
+        &self,
+        worker: WorkerId,
+        f: impl FnOnce(Slot) -> Result<T, EventError>,
+    ) -> Result<T, EventError> {
+        let r = self.with_slot(worker, f);
+        if let Err(EventError::UnknownWorker(_)) = r {
+            crate::ingest::count_unknown_worker_event(self);
+        }
+        r
+    }
+
     /// Applies a `BlockStored` event of `worker`: the index re-hashes `store.token_ids`
     /// (chaining from `store.parent`, an engine hash this worker stored before) and marks
     /// the blocks resident.
     ///
     /// # Errors
-    /// [`EventError::UnknownWorker`]; [`EventError::Index`] for a block-size or token-count
-    /// mismatch or an unknown parent (counted in [`index_stats`](Self::index_stats)).
+    /// [`EventError::UnknownWorker`] (counted in [`ingest_stats`](Self::ingest_stats),
+    /// `unknown_worker_events`, as for every typed event); [`EventError::Index`] for a
+    /// block-size or token-count mismatch or an unknown parent (counted in
+    /// [`index_stats`](Self::index_stats)).
     pub fn store(
         &self,
         worker: WorkerId,
         store: &BlockStore<'_>,
     ) -> Result<StoreOutcome, EventError> {
-        self.with_slot(worker, |slot| Ok(self.index.store(slot, store)?))
+        self.with_event_slot(worker, |slot| Ok(self.index.store(slot, store)?))
     }
 
     /// Applies a store whose chained hashes the producer computed with kvroute's scheme:
@@ -320,7 +336,7 @@ impl Router {
         parent: Option<EngineHash>,
         blocks: &[(EngineHash, SequenceHash)],
     ) -> Result<StoreOutcome, EventError> {
-        self.with_slot(worker, |slot| {
+        self.with_event_slot(worker, |slot| {
             Ok(self.index.store_hashes(slot, parent, blocks)?)
         })
     }
@@ -335,7 +351,7 @@ impl Router {
         worker: WorkerId,
         block_hashes: &[EngineHash],
     ) -> Result<RemoveOutcome, EventError> {
-        self.with_slot(worker, |slot| Ok(self.index.remove(slot, block_hashes)?))
+        self.with_event_slot(worker, |slot| Ok(self.index.remove(slot, block_hashes)?))
     }
 
     /// Applies `AllBlocksCleared` of `worker` (cache reset, OOM, sleep, restart): it holds
@@ -345,7 +361,7 @@ impl Router {
     /// # Errors
     /// [`EventError::UnknownWorker`].
     pub fn clear_blocks(&self, worker: WorkerId) -> Result<usize, EventError> {
-        self.with_slot(worker, |slot| Ok(self.index.clear(slot)?))
+        self.with_event_slot(worker, |slot| Ok(self.index.clear(slot)?))
     }
 
     // ----- load telemetry ------------------------------------------------------------

@@ -428,6 +428,7 @@ impl Counters {
     pub(crate) fn rejection(&self, e: &RouteError) {
         let i = match e {
             RouteError::PromptLengthMismatch { .. }
+            | RouteError::EmptyPrompt
             | RouteError::TooManyHashes { .. }
             | RouteError::ExtraKeysOutOfOrder { .. } => 0,
             RouteError::NotPublished | RouteError::NoEligibleWorker => 1,

@@ -156,10 +156,18 @@ fn duplicate_stores_and_removes_follow_copy_semantics() {
         .unwrap();
     r.ingest(w, LIVE, &batch(2, vec![remove(&[3])])).unwrap();
     assert_eq!(route(&r, &p).1, 3, "one copy of block 3 left");
-    r.ingest(w, LIVE, &batch(3, vec![remove(&[3, 3, 77])]))
+    let x = r
+        .ingest(w, LIVE, &batch(3, vec![remove(&[3, 3, 77])]))
         .unwrap();
     assert_eq!(route(&r, &p).1, 2);
     assert_eq!(r.index_stats().unknown_removes, 2);
+    // The second 3 and 77 removed nothing: listed, and counted as unknown.
+    assert_eq!(
+        (x.applied.removed_blocks, x.applied.unknown_removed_blocks),
+        (3, 2)
+    );
+    let s = r.ingest_stats();
+    assert_eq!((s.removed_blocks, s.unknown_removed_blocks), (4, 2));
     // A sweep applied as a set, in no particular order.
     r.ingest(w, LIVE, &batch(4, vec![remove(&[1, 2])])).unwrap();
     assert_eq!(blocks(&r, w), 0);

@@ -92,8 +92,20 @@ fn add_worker_errors() {
         r.add_worker(WorkerId::new(9, 0)),
         Err(WorkerError::Full { capacity: 2 })
     );
+    let stranger = WorkerId::new(9, 0);
     assert_eq!(
-        r.store_hashes(WorkerId::new(9, 0), None, &[]),
-        Err(EventError::UnknownWorker(WorkerId::new(9, 0)))
+        r.store_hashes(stranger, None, &[]),
+        Err(EventError::UnknownWorker(stranger))
     );
+    // Every typed event for an unknown worker is counted, not only refused.
+    assert_eq!(
+        r.remove_blocks(stranger, &[EngineHash(1)]),
+        Err(EventError::UnknownWorker(stranger))
+    );
+    assert_eq!(
+        r.clear_blocks(stranger),
+        Err(EventError::UnknownWorker(stranger))
+    );
+    assert_eq!(r.ingest_stats().unknown_worker_events, 3);
+    assert_eq!(r.ingest_stats().unknown_worker_messages, 0);
 }

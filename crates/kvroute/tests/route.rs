@@ -202,8 +202,20 @@ fn precomputed_hashes_and_request_errors() {
             full_blocks: 3
         }
     );
+    // An empty prompt: refused before anything is reserved.
+    assert_eq!(
+        r.route(&RouteRequest::tokens(&[], 8, NOW)).unwrap_err(),
+        RouteError::EmptyPrompt
+    );
+    assert_eq!(
+        r.route(&RouteRequest::hashes(&[], 0, 8, NOW)).unwrap_err(),
+        RouteError::EmptyPrompt
+    );
+    for w in &ws {
+        assert_eq!(r.reserved(*w).unwrap().requests, 0);
+    }
     let s = r.stats();
-    assert_eq!(s.rejections.invalid_request, 2);
+    assert_eq!(s.rejections.invalid_request, 4);
     assert_eq!(s.total_decisions(), 1);
 }
 
@@ -219,7 +231,7 @@ fn no_eligible_worker_before_publication() {
     let (empty, _) = router(4, 0, |_| {});
     empty.publish(NOW).unwrap();
     assert_eq!(
-        empty.route(&RouteRequest::tokens(&[], 1, NOW)).unwrap_err(),
+        empty.route(&RouteRequest::tokens(&req, 1, NOW)).unwrap_err(),
         RouteError::NoEligibleWorker
     );
     assert_eq!(r.stats().rejections.no_eligible_worker, 1);

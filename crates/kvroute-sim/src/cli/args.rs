@@ -60,8 +60,14 @@ fn policies_help() -> String {
 
 /// One `--policies` entry, surrounding spaces ignored (`kvroute::Policy`'s `FromStr`).
 fn parse_policy(s: &str) -> Result<Policy, String> {
-    s.trim()
-        .parse()
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(format!(
+            "empty policy name (a stray comma?); accepted: {}",
+            Policy::accepted_forms()
+        ));
+    }
+    s.parse()
         .map_err(|e: kvroute::ParsePolicyError| e.to_string())
 }
 

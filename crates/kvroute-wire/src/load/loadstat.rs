@@ -106,6 +106,7 @@ pub fn decode_load_stat(payload: &[u8]) -> Result<SglangLoadStat, WireError> {
     let dp_rank = u32::try_from(rank).map_err(|_| WireError::OutOfRange {
         field: "attn_dp_rank",
         value: rank,
+        valid: crate::error::U32_RANGE,
     })?;
     Ok(SglangLoadStat {
         running,

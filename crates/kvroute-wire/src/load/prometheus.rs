@@ -68,6 +68,7 @@ pub fn parse_vllm_metrics(engine_id: u64, text: &str) -> Result<VllmLoadUpdate, 
                 Ok(value) => WireError::OutOfRange {
                     field: "engine",
                     value,
+                    valid: crate::error::U32_RANGE,
                 },
                 // Not a number at all (`-1` would have been a guess).
                 Err(_) => bad("the `engine` label is not a DP rank number"),

@@ -59,6 +59,7 @@ pub fn parse_sglang_loads(engine_id: u64, json: &str) -> Result<Vec<SglangRankLo
         let dp_rank = u32::try_from(r.dp_rank).map_err(|_| WireError::OutOfRange {
             field: "dp_rank",
             value: r.dp_rank,
+            valid: crate::error::U32_RANGE,
         })?;
         if out.iter().any(|o| o.dp_rank == dp_rank) {
             return Err(WireError::DuplicateRank { dp_rank });

@@ -40,8 +40,12 @@ pub struct EventTally {
     pub events: usize,
     /// Device-tier main-group blocks indexed by stores (extra copies included).
     pub stored_blocks: usize,
-    /// Engine hashes listed by applied device-tier removals.
+    /// Engine hashes listed by applied device-tier removals (known or not: the ones the
+    /// worker did not hold are also in `unknown_removed_blocks`).
     pub removed_blocks: usize,
+    /// Of `removed_blocks`, engine hashes the worker did not hold (never stored, already
+    /// removed, or stored under an unknown parent): nothing removed.
+    pub unknown_removed_blocks: usize,
     /// `AllBlocksCleared` events applied.
     pub clears: usize,
     /// Blocks of host / disk / external / unknown-tier events: counted, ignored.
@@ -161,7 +165,9 @@ impl Applier<'_> {
             return;
         }
         // The slot is registered (the caller holds membership), so this cannot fail.
-        let _ = self.index.remove(self.slot, out.removals);
+        if let Ok(r) = self.index.remove(self.slot, out.removals) {
+            out.tally.unknown_removed_blocks += r.unknown;
+        }
         out.removals.clear();
     }
 
@@ -232,6 +238,7 @@ impl EventTally {
         let add = |a, n: usize| IngestCounters::add(a, n as u64);
         add(&c.stored_blocks, self.stored_blocks);
         add(&c.removed_blocks, self.removed_blocks);
+        add(&c.unknown_removed_blocks, self.unknown_removed_blocks);
         add(&c.clears, self.clears);
         add(&c.non_device_blocks, self.non_device_blocks);
         add(&c.non_main_group_blocks, self.non_main_group_blocks);

@@ -3,10 +3,10 @@
 //! ```text
 //! ZMQ frames ──► kvroute_wire::decode_message ──► KvMessage
 //!   ──► Router::ingest(publisher, Channel::Live | Channel::Replay, &msg)
-//!         sequence (per publisher = engine DP rank)  ─ module `sequence`
-//!         events → index (tiers, groups, namespaces)  ─ module `apply`
-//!         per-block extra keys → digests              ─ module `extra_keys`
-//!         trust flags consulted by `route`           ─ module `trust`
+//!         sequence (per publisher = engine DP rank)  ─ SeqOutcome
+//!         events → index (tiers, groups, namespaces)  ─ EventTally, EventRejection
+//!         per-block extra keys → digests              ─ block_extra_keys
+//!         trust flags consulted by `route`           ─ Router::is_trusted
 //!   ──► Router::replay_requests() ──► caller sends replay_request(from_seq) to the engine
 //! ```
 //!
@@ -24,7 +24,8 @@
 //! (a live sequence number that goes back with a later batch `ts`, the last live number
 //! again near 0 from a batch with another `ts`, or a replay whose first batch, the last one
 //! applied, comes back with another `ts`) clears the worker, so none of its old blocks
-//! stays indexed. Rules in the module docs of `sequence` and `apply`.
+//! stays indexed. The per-batch outcomes are [`SeqOutcome`]'s variants; what each event
+//! does to the index is in [`EventTally`]'s fields and [`EventRejection`]'s variants.
 //!
 //! Callers without a replay socket call [`Router::skip_replay`] for every
 //! [`ReplayRequest`]: the worker is cleared and trusted at once.
@@ -247,6 +248,12 @@ impl IngestState {
             add(&c.replays_completed, 1);
         }
     }
+}
+
+/// Counts a typed event for a worker that is not registered (`Router::store` and the
+/// other typed event calls).
+pub(crate) fn count_unknown_worker_event(router: &Router) {
+    IngestCounters::add(&router.ingest.counters.unknown_worker_events, 1);
 }
 
 impl Router {

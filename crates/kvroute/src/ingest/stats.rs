@@ -123,8 +123,12 @@ counters! {
     gaps_cleared,
     /// Device-tier blocks stored (engine hashes, extra copies included).
     stored_blocks,
-    /// Device-tier blocks removed (engine hashes listed).
+    /// Device-tier blocks removed (engine hashes listed, known or not; those the worker did
+    /// not hold are also in `unknown_removed_blocks`).
     removed_blocks,
+    /// Of `removed_blocks`, engine hashes the worker did not hold: nothing removed (the
+    /// index's `unknown_removes` counts the same, with the typed `remove_blocks`).
+    unknown_removed_blocks,
     /// `AllBlocksCleared` events applied.
     clears,
     /// Host, disk, external or unknown-tier blocks in stores and removes: counted, ignored.
@@ -147,6 +151,9 @@ counters! {
     dp_rank_mismatches,
     /// Messages for a worker that is not registered: dropped.
     unknown_worker_messages,
+    /// Typed events (`store`, `store_hashes`, `remove_blocks`, `clear_blocks`) for a worker
+    /// that is not registered: rejected with `EventError::UnknownWorker`.
+    unknown_worker_events,
 }
 
 /// Stores of one engine rejected for a block-size mismatch.
