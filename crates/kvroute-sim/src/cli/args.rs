@@ -150,7 +150,8 @@ pub struct SweepArgs {
     /// Engines in the fleet for a trace (a named workload brings its own fleet).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub engines: u32,
-    /// Arrival-rate multipliers, comma-separated, each 0.001..=1000.
+    /// Arrival-rate multipliers, comma-separated, each 0.001..=1000 (a scenario keeps its
+    /// setup and the place of its faults in the load: see `docs/RESULTS.md`, "The scenarios").
     #[arg(long, value_delimiter = ',', value_name = "LIST", default_values_t = [1.0, 2.0, 4.0, 8.0, 16.0], value_parser = parse_rate_scale)]
     pub rate_scales: Vec<f64>,
     /// Seeds per cell, 1..=100: `--seed`, `--seed` + 1, ...
