@@ -388,6 +388,13 @@ impl Router {
     /// Applies one rank's load figures observed at `now` (caller's clock); visible from the
     /// next [`publish`](Self::publish).
     ///
+    /// The observation time is judged at that publication, against the publication's own
+    /// time: a report from the future (observed after the publication's `now`) is dropped
+    /// there and counted in `LoadStats::rejected_future`, and one older than the maximum
+    /// load age makes the worker `Stale`. So an update accepted here can still be dropped
+    /// at the next `publish`; the published snapshot's `LoadStats` and the worker's
+    /// validity ([`load_reader`](Self::load_reader)) tell.
+    ///
     /// # Errors
     /// [`UpdateError`] (unknown worker, bad values: the worker becomes `Invalid`,
     /// superseded); counted in the snapshot's `LoadStats`.
