@@ -231,7 +231,9 @@ fn no_eligible_worker_before_publication() {
     let (empty, _) = router(4, 0, |_| {});
     empty.publish(NOW).unwrap();
     assert_eq!(
-        empty.route(&RouteRequest::tokens(&req, 1, NOW)).unwrap_err(),
+        empty
+            .route(&RouteRequest::tokens(&req, 1, NOW))
+            .unwrap_err(),
         RouteError::NoEligibleWorker
     );
     assert_eq!(r.stats().rejections.no_eligible_worker, 1);
