@@ -167,7 +167,7 @@ fn export_metrics_reports_hand_counted_values() {
         .map(|(k, v)| (k.clone(), *v))
         .collect();
     assert_eq!(nonzero, want);
-    // Every documented series is there, zeros included: 29 ingest counters (one per field
+    // Every documented series is there, zeros included: 31 ingest counters (one per field
     // of the `counters!` list in `ingest/stats.rs`) and the gauge, 4 fallback causes, 5
     // rejection kinds, 3 refusal causes, 3 × 3 released fields, and
     // the five single counters; the carried work's 3 single counters and 2 × 3 fields;
@@ -175,7 +175,7 @@ fn export_metrics_reports_hand_counted_values() {
     // decision series, the two per-worker series and the mismatch series.
     assert_eq!(
         got.len(),
-        29 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 4 + 5 + 1 + 2 + 2 + 1,
+        31 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 4 + 5 + 1 + 2 + 2 + 1,
         "{got:#?}"
     );
     for name in [
@@ -217,7 +217,7 @@ fn describe_metrics_describes_every_series() {
         r.export_metrics();
     });
     let series = snapshotter.snapshot().into_vec();
-    assert_eq!(series.len(), 29 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 4 + 5 + 1);
+    assert_eq!(series.len(), 31 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 4 + 5 + 1);
     for (key, unit, text, _) in &series {
         let name = key.key().name();
         assert_eq!(*unit, Some(metrics::Unit::Count), "{name}");
