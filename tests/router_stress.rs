@@ -441,10 +441,12 @@ fn check_ingest(s: &IngestStats, t: &IngestTally) {
         end_markers: s.end_markers,
         stored_blocks: s.stored_blocks,
         removed_blocks: s.removed_blocks,
+        unknown_removed_blocks: s.unknown_removed_blocks,
         clears: s.clears,
         unknown_parent_stores: s.unknown_parent_stores,
         unknown_parent_blocks: s.unknown_parent_blocks,
         unknown_worker_messages: s.unknown_worker_messages,
+        unknown_worker_events: s.unknown_worker_events,
         dp_rank_mismatches: s.dp_rank_mismatches,
     };
     assert_eq!(&got, t, "ingest counters");

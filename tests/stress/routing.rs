@@ -134,6 +134,10 @@ fn shape(rng: &mut Rng, tree: &Tree) -> Shape {
             });
         }
     }
+    // No block and no tail: an empty prompt, refused before anything else is checked.
+    if s.prompt_tokens == 0 {
+        s.malformed = Some(RouteError::EmptyPrompt);
+    }
     s
 }
 

@@ -40,10 +40,12 @@ pub struct IngestTally {
     pub end_markers: u64,
     pub stored_blocks: u64,
     pub removed_blocks: u64,
+    pub unknown_removed_blocks: u64,
     pub clears: u64,
     pub unknown_parent_stores: u64,
     pub unknown_parent_blocks: u64,
     pub unknown_worker_messages: u64,
+    pub unknown_worker_events: u64,
     pub dp_rank_mismatches: u64,
 }
 
@@ -64,16 +66,19 @@ impl IngestTally {
         self.end_markers += o.end_markers;
         self.stored_blocks += o.stored_blocks;
         self.removed_blocks += o.removed_blocks;
+        self.unknown_removed_blocks += o.unknown_removed_blocks;
         self.clears += o.clears;
         self.unknown_parent_stores += o.unknown_parent_stores;
         self.unknown_parent_blocks += o.unknown_parent_blocks;
         self.unknown_worker_messages += o.unknown_worker_messages;
+        self.unknown_worker_events += o.unknown_worker_events;
         self.dp_rank_mismatches += o.dp_rank_mismatches;
     }
 
     fn applied(&mut self, t: &EventTally, unknown_parent_stores: u64) {
         self.stored_blocks += t.stored_blocks as u64;
         self.removed_blocks += t.removed_blocks as u64;
+        self.unknown_removed_blocks += t.unknown_removed_blocks as u64;
         self.clears += t.clears as u64;
         self.unknown_parent_blocks += t.unknown_parent_blocks as u64;
         self.unknown_parent_stores += unknown_parent_stores;
@@ -207,8 +212,9 @@ fn apply_model(model: &mut Model, slot: Slot, events: &[KvEvent]) -> (EventTally
                 Err(e) => panic!("the writer sends only well-formed stores: {e}"),
             },
             KvEvent::BlockRemoved(r) => {
-                model.remove(slot, &r.block_hashes).unwrap();
+                let out = model.remove(slot, &r.block_hashes).unwrap();
                 t.removed_blocks += r.block_hashes.len();
+                t.unknown_removed_blocks += out.unknown;
             }
             KvEvent::AllBlocksCleared => {
                 model.clear(slot).unwrap();
@@ -299,6 +305,7 @@ impl<'a> Writer<'a> {
                     self.router.clear_blocks(id),
                     Err(EventError::UnknownWorker(id))
                 );
+                self.ingest.unknown_worker_events += 2;
             }
         }
         self.coverage.refused_events += 1;
