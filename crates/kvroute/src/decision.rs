@@ -1,5 +1,7 @@
 //! What `route` returns: the chosen worker, why, and the reservation guard.
 
+use core::fmt;
+
 use kvroute_core::{Slot, SlotGeneration, WorkerId};
 use kvroute_load::Reservation;
 use kvroute_score::{FallbackCause, Policy, Reason};
@@ -84,5 +86,42 @@ impl Decision {
     /// Takes the reservation guard out (to keep it while discarding the rest).
     pub fn into_reservation(self) -> Reservation {
         self.reservation
+    }
+}
+
+impl fmt::Display for Decision {
+    /// One line for a gateway's log: the worker and its slot, the overlap, the cost under
+    /// the policy, the reason, then only what applies: the telemetry fallback, the
+    /// admission redirect, the re-scores and the shadow counterfactual. For example
+    /// `worker 3:0 (slot 2), overlap 12 blocks, cost 0.776 (projected_time), spill,
+    /// 1 rescore`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "worker {} (slot {}), overlap {} blocks, cost {} ({}), {}",
+            self.worker, self.slot.0, self.overlap_blocks, self.cost, self.policy, self.reason
+        )?;
+        if let Some(cause) = self.fallback {
+            write!(f, ", fallback {}", cause.name())?;
+        }
+        if let Some(r) = &self.redirect {
+            write!(
+                f,
+                ", redirected from {} ({} outstanding)",
+                r.from, r.from_outstanding
+            )?;
+        }
+        match self.rescores {
+            0 => {}
+            1 => f.write_str(", 1 rescore")?,
+            n => write!(f, ", {n} rescores")?,
+        }
+        if let Some(sh) = &self.shadow {
+            match sh.worker {
+                Some(w) => write!(f, ", shadow {w} cost {} ({})", sh.cost, sh.reason)?,
+                None => write!(f, ", shadow none ({})", sh.reason)?,
+            }
+        }
+        Ok(())
     }
 }

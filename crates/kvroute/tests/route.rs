@@ -86,6 +86,16 @@ fn route_spills_off_an_overloaded_owner() {
         held.push(d);
     }
     assert_eq!(seen.len(), 3, "one request per idle peer");
+    // The one-line summary a gateway logs: worker, slot, overlap, cost, policy, reason,
+    // and nothing for what did not apply (no fallback, redirect, re-score or shadow).
+    let line = held[0].to_string();
+    let head = format!(
+        "worker {} (slot {}), overlap 0 blocks, cost ",
+        held[0].worker,
+        held[0].slot.index()
+    );
+    assert!(line.starts_with(&head), "{line}");
+    assert!(line.ends_with(" (projected_time), spill"), "{line}");
     let req = hot_request(&prefix, 20);
     let d = r.route(&RouteRequest::tokens(&req, 256, NOW)).unwrap();
     assert_eq!(d.worker, ws[4], "{d:?}");
