@@ -295,7 +295,7 @@ impl Router {
     ) -> Result<T, EventError> {
         let r = self.with_slot(worker, f);
         if let Err(EventError::UnknownWorker(_)) = r {
-            crate::ingest::count_unknown_worker_event(self);
+            self.count_unknown_worker_event();
         }
         r
     }

@@ -57,7 +57,8 @@ pub struct EventTally {
     /// Events of unknown kind: skipped.
     pub unknown_events: usize,
     /// Blocks of applied stores indexed with extra keys folded into their identity
-    /// (module `extra_keys`): only requests presenting the same keys find them.
+    /// ([`block_extra_keys`](crate::ingest::block_extra_keys)): only requests presenting
+    /// the same keys find them.
     pub extra_key_blocks: usize,
 }
 

@@ -250,13 +250,13 @@ impl IngestState {
     }
 }
 
-/// Counts a typed event for a worker that is not registered (`Router::store` and the
-/// other typed event calls).
-pub(crate) fn count_unknown_worker_event(router: &Router) {
-    IngestCounters::add(&router.ingest.counters.unknown_worker_events, 1);
-}
-
 impl Router {
+    /// Counts a typed event for a worker that is not registered (`Router::store` and the
+    /// other typed event calls).
+    pub(crate) fn count_unknown_worker_event(&self) {
+        IngestCounters::add(&self.ingest.counters.unknown_worker_events, 1);
+    }
+
     /// Applies one decoded KV event message of `publisher` (engine id, DP rank: one PUB
     /// socket) received on `channel`: tracks its sequence number (module docs of
     /// `ingest`), then applies the events the sequence allows to the prefix index, and
