@@ -177,6 +177,7 @@ fn check(d: &Decision, s: &Shape, output: u32, stable: &Model, admission: bool, 
         requests: 1,
         prefill_tokens: work.prefill_tokens.into(),
         decode_tokens: work.decode_tokens.into(),
+        finished: 0,
     };
     assert_eq!(r.held(), held, "{d:?}");
     assert!(d.rescores <= MAX_RESCORES);

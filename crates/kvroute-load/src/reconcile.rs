@@ -28,19 +28,33 @@
 //! an older snapshot may see counters already reconciled by a newer one: it undercounts,
 //! it never double counts.
 //!
+//! # Requests that end before the next report
+//! A request already absorbed by telemetry keeps being counted by the report after it
+//! ends, until the next report: one telemetry period normally, but for as long as the
+//! slot's reports stop (a blackout), so that a worker whose figures froze while loaded
+//! would look loaded however much it drained. Its guard still sees it end, so the table
+//! counts such requests per slot ([`Reserved::finished`], reset by the next reconciliation
+//! of the requests field), and the effective request count of a slot whose figures are
+//! not fresh subtracts them. A fresh slot's count is left alone: within one period the
+//! over-count of ended requests and the under-count below (requests reserved between a
+//! report's observation and its publication) are both bounded by the period and offset
+//! each other, and subtracting only one of them would make every fresh worker look idler
+//! than it is (measured in `docs/RESULTS.md`, "The scenarios").
+//!
 //! # What it gives up
 //! Requests reserved between a report's observation and its publication are in neither
 //! figure until the next report (an undercount of at most one telemetry delay's worth of
-//! dispatches per slot); a request already absorbed by telemetry keeps being counted by the
-//! telemetry after it completes, until the next report. Both are bounded by the telemetry
-//! period, and both err towards "looks idler", which the reservations of concurrent
-//! decisions in the next period correct.
+//! dispatches per slot), and when they end they are subtracted although the report never
+//! counted them (the same bound again). Both err towards "looks idler", which the
+//! reservations of concurrent decisions in the next period correct. With several router
+//! replicas, each sees only its own requests end and only its own reservations.
 //!
 //! `max(reported, reserved)` was rejected: it undercounts whenever old engine work and new
 //! reservations are disjoint (the normal case), and it cannot be applied per request.
 
 use kvroute_core::Slot;
 
+use crate::lanes::Validity;
 use crate::reserve::{ReservationTable, Reserved};
 use crate::snapshot::LoadSnapshot;
 use kvroute_core::Fields;
@@ -48,7 +62,9 @@ use kvroute_core::Fields;
 /// A slot's load with reservations folded in by the rule in the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EffectiveLoad {
-    /// Reported running + waiting, plus reserved requests (requests).
+    /// Reported running + waiting, plus reserved requests, less (where the slot's
+    /// telemetry is not fresh) the reported ones seen to end since
+    /// ([`Reserved::finished`]; at least 0) (requests).
     pub requests: u64,
     /// Reported waiting uncached prefill tokens (0 when not reported), plus reserved
     /// prefill tokens (tokens).
@@ -79,7 +95,13 @@ pub fn effective_load(
         }
     };
     Some(EffectiveLoad {
-        requests: u64::from(s.running) + u64::from(s.waiting) + reserved.requests,
+        requests: (u64::from(s.running) + u64::from(s.waiting) + reserved.requests).saturating_sub(
+            if s.validity == Validity::Fresh {
+                0
+            } else {
+                reserved.finished
+            },
+        ),
         prefill_tokens: reported(Fields::PREFILL_TOKENS, s.waiting_prefill_tokens)
             + reserved.prefill_tokens,
         decode_tokens: reported(Fields::DECODE_TOKENS, s.active_decode_tokens)

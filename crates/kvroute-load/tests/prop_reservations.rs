@@ -2,7 +2,11 @@
 //! reconcile, remove, re-add) against a sequential model written independently of the
 //! implementation: each guard's share of each field carries the cohort ("epoch") it was
 //! made in; ageing advances a field's epoch by one, clearing by two, and a share is alive
-//! while the field's epoch is less than its own epoch plus two.
+//! while the field's epoch is less than its own epoch plus two. The ended-request count: a
+//! guard remembers how many reconciliations of the requests field (and removals) its slot
+//! had when it reserved; dropped with its request share dead, it counts once if a
+//! reconciliation came since and no removal did; a reconciliation of the requests field or
+//! a removal resets the count.
 #![cfg(not(kvroute_loom))]
 
 use kvroute_core::{Fields, Nanos};
@@ -55,6 +59,8 @@ struct ModelGuard {
     slot: usize,
     shares: [Share; 3],
     decoding: bool,
+    /// The slot's (reconciliations of the requests field, removals) when it reserved.
+    seen: (u64, u64),
 }
 
 #[derive(Clone, Copy, Default)]
@@ -62,6 +68,10 @@ struct ModelSlot {
     generation: u64,
     epoch: [u64; 3],
     last_aged: u64,
+    /// Reconciliations of the requests field, removals, and the ended-request count.
+    reconciles: u64,
+    removals: u64,
+    finished: u64,
 }
 
 struct Model {
@@ -76,6 +86,17 @@ struct Model {
 impl Model {
     fn alive(&self, slot: usize, f: usize, share: Share) -> Option<u64> {
         share.and_then(|(e, a)| (self.slots[slot].epoch[f] < e + 2).then_some(a))
+    }
+
+    /// A guard ends (dropped, not committed): counted if a report absorbed it.
+    fn end(&mut self, g: &ModelGuard) {
+        let m = self.slots[g.slot];
+        if self.alive(g.slot, 0, g.shares[0]).is_none()
+            && m.reconciles != g.seen.0
+            && m.removals == g.seen.1
+        {
+            self.slots[g.slot].finished += 1;
+        }
     }
 
     fn totals(&self, guards: &[ModelGuard], slot: usize) -> [u64; 3] {
@@ -118,6 +139,7 @@ fn reserved(t: [u64; 3]) -> Reserved {
         requests: t[0],
         prefill_tokens: t[1],
         decode_tokens: t[2],
+        finished: 0,
     }
 }
 
@@ -184,6 +206,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                                 Some((e[2], u64::from(decode))),
                             ],
                             decoding: false,
+                            seen: (m.reconciles, m.removals),
                         },
                     ));
                 }
@@ -227,6 +250,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 if matches!(op, Op::Commit(_)) {
                     prop_assert_eq!(real.commit(), reserved(live));
                 } else {
+                    model.end(&mg);
                     drop(real);
                 }
             }
@@ -254,6 +278,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 if gen_now != 0 {
                     let on = [0, 1, 2].map(|f| mask & (1 << f) != 0);
                     d = model.advance(&mg, slot, on, 2);
+                    if on[0] {
+                        model.slots[slot].reconciles += 1;
+                        model.slots[slot].finished = 0;
+                    }
                 }
                 add3(&mut model.reconciled, d);
                 prop_assert_eq!(got, reserved(d));
@@ -268,6 +296,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     let d = model.advance(&mg, slot, [true; 3], 2);
                     add3(&mut model.removed, d);
                     model.slots[slot].generation = 0;
+                    model.slots[slot].removals += 1;
+                    model.slots[slot].finished = 0;
                     prop_assert_eq!(res.unwrap(), reserved(d));
                 }
             }
@@ -293,7 +323,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         for s in 0..SLOTS {
             prop_assert_eq!(
                 table.reserved(Slot(s as u32)),
-                reserved(totals_of(&model, &model_guards, s))
+                Reserved {
+                    finished: model.slots[s].finished,
+                    ..reserved(totals_of(&model, &model_guards, s))
+                }
             );
         }
     }
@@ -302,10 +335,20 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     prop_assert_eq!(stats.reconciled, reserved(model.reconciled));
     prop_assert_eq!(stats.removed, reserved(model.removed));
     prop_assert_eq!(stats.underflow_clamped, 0);
-    // Dropping every guard returns every counter to zero.
-    drop(guards);
+    // Dropping every guard returns every reserved amount to zero; what is left is the
+    // ended-request count.
+    for (real, mg) in guards {
+        model.end(&mg);
+        drop(real);
+    }
     for s in 0..SLOTS {
-        prop_assert_eq!(table.reserved(Slot(s as u32)), Reserved::default());
+        prop_assert_eq!(
+            table.reserved(Slot(s as u32)),
+            Reserved {
+                finished: model.slots[s].finished,
+                ..Reserved::default()
+            }
+        );
     }
     Ok(())
 }
@@ -315,6 +358,7 @@ fn clone_mg(m: &ModelGuard) -> ModelGuard {
         slot: m.slot,
         shares: m.shares,
         decoding: m.decoding,
+        seen: m.seen,
     }
 }
 

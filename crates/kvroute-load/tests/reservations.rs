@@ -27,6 +27,7 @@ fn r(requests: u64, prefill_tokens: u64, decode_tokens: u64) -> Reserved {
         requests,
         prefill_tokens,
         decode_tokens,
+        finished: 0,
     }
 }
 
@@ -356,11 +357,17 @@ fn reconciliation_never_counts_a_request_twice() {
         (8, 1450, 3105)
     );
 
-    // The absorbed guards' lifecycle is a no-op: never below what telemetry says.
+    // The absorbed guards' first token is a no-op (the report counts their tokens). When
+    // they end, the report still counts them: the table tallies them as ended, but a fresh
+    // report is taken as it is (module docs of `reconcile`).
     assert!(!b.first_token());
     drop((a, b));
+    assert_eq!(t.reserved(Slot(0)), finished(1, 50, 5, 2));
     let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
-    assert_eq!(e.requests, 8);
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (8, 1450, 3105)
+    );
     drop(c);
     let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
     assert_eq!(
@@ -368,11 +375,30 @@ fn reconciliation_never_counts_a_request_twice() {
         (7, 1400, 3100)
     );
 
-    // A publication with no new report reconciles nothing.
+    // A publication with no new report reconciles nothing (the count stays).
     let d = t.reserve(Slot(0), G1, work(1, 1), Nanos(3 * S)).unwrap();
     p.publish(Nanos(3 * S)).unwrap();
-    assert_eq!(t.reserved(Slot(0)), r(1, 1, 1));
+    assert_eq!(t.reserved(Slot(0)), finished(1, 1, 1, 2));
     drop(d);
+    // At 4.5 s the 2 s report is 2.5 s old, past the default maximum age (2 s): stale, so
+    // its 7 requests less the 2 seen to end count, 5.
+    p.publish(Nanos(4 * S + S / 2)).unwrap();
+    assert_eq!(reader.load().validity()[0], kvroute_load::Validity::Stale);
+    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (5, 1400, 3100)
+    );
+    // The next report (5 running, none waiting) counts what is left: the count resets.
+    p.apply_sglang(&sglang(5, 0, 0, 2000, 5.0), Nanos(5 * S))
+        .unwrap();
+    p.publish(Nanos(5 * S)).unwrap();
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (5, 0, 2000)
+    );
     assert_eq!(t.stats().underflow_clamped, 0);
 }
 
@@ -413,8 +439,12 @@ fn reconciliation_is_per_field_vllm_reports_no_tokens() {
     );
     assert!(a.first_token());
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 730));
+    // It ends: its tokens go back, and the report that counted its request over-states
+    // the slot by one until the next (tallied; a fresh report is taken as it is).
     drop(a);
-    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+    assert_eq!(t.reserved(Slot(0)), finished(0, 0, 0, 1));
+    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    assert_eq!((e.requests, e.prefill_tokens, e.decode_tokens), (1, 0, 0));
     assert_eq!(t.stats().reconciled, r(1, 0, 0));
 }
 
@@ -557,11 +587,18 @@ fn reserved_nonzero_skips_only_groups_without_guards() {
     t.remove_worker(Slot(199), G1).unwrap();
     assert_eq!(t.guards_in_group(Slot(199)), 1);
     drop(guards);
-    assert_eq!(t.guards_in_group(Slot(0)), 0);
+    // Slot 5's request, reconciled and now ended, is what its report over-states: the
+    // slot is read for it, and its group stays counted once.
+    assert_eq!(t.guards_in_group(Slot(0)), 1);
     assert_eq!(t.guards_in_group(Slot(199)), 0);
     assert_eq!(t.guards_in_group(Slot(64)), 0);
     t.reserved_nonzero(&generations, &mut out);
+    assert_eq!(out, vec![(Slot(5), finished(0, 0, 0, 1))]);
+    assert_eq!(out, reference_nonzero(&t, &generations));
+    t.reconcile(Slot(5), G1, Fields::REQUESTS);
+    t.reserved_nonzero(&generations, &mut out);
     assert!(out.is_empty(), "{out:?}");
+    assert_eq!(t.guards_in_group(Slot(0)), 0);
 }
 
 #[test]
@@ -586,4 +623,77 @@ fn refused_reservations_leave_no_group_count() {
     assert_eq!(t.guards_in_group(Slot(0)), 1, "only the held guard");
     drop(held);
     assert_eq!(t.guards_in_group(Slot(0)), 0);
+}
+
+fn finished(requests: u64, prefill_tokens: u64, decode_tokens: u64, done: u64) -> Reserved {
+    Reserved {
+        finished: done,
+        ..r(requests, prefill_tokens, decode_tokens)
+    }
+}
+
+/// The ended-request count, by hand: a request whose reservation a reconciliation dropped
+/// counts when its guard is dropped or released, until the next reconciliation of the
+/// requests field; one that is only swept, committed, still live, or of a removed tenancy
+/// does not.
+#[test]
+fn ended_requests_a_report_counts_are_tallied_until_the_next_report() {
+    let t = table(2);
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let a = t.reserve(Slot(0), G1, work(10, 5), Nanos(0)).unwrap();
+    let b = t.reserve(Slot(0), G1, work(20, 5), Nanos(0)).unwrap();
+    let c = t.reserve(Slot(0), G1, work(30, 5), Nanos(0)).unwrap();
+    // A report counts all three; a fourth is routed after it.
+    assert_eq!(t.reconcile(Slot(0), G1, Fields::RESERVABLE), r(3, 60, 15));
+    let d = t.reserve(Slot(0), G1, work(40, 5), Nanos(0)).unwrap();
+    drop(a);
+    assert_eq!(b.release(), r(0, 0, 0));
+    // `commit` hands a request over to telemetry: it has not ended.
+    assert_eq!(c.commit(), r(0, 0, 0));
+    // `d` is live: its own drop takes it back, it does not count as ended.
+    assert_eq!(t.reserved(Slot(0)), finished(1, 40, 5, 2));
+    drop(d);
+    assert_eq!(t.reserved(Slot(0)), finished(0, 0, 0, 2));
+    let mut out = Vec::new();
+    t.reserved_nonzero(&[G1.0, 0], &mut out);
+    assert_eq!(out, vec![(Slot(0), finished(0, 0, 0, 2))]);
+    assert_eq!(
+        t.guards_in_group(Slot(0)),
+        1,
+        "the count keeps its group read"
+    );
+
+    // A report of the token fields only leaves the count; one of the requests resets it.
+    t.reconcile(Slot(0), G1, Fields::PREFILL_TOKENS);
+    assert_eq!(t.reserved(Slot(0)).finished, 2);
+    t.reconcile(Slot(0), G1, Fields::REQUESTS);
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+    assert_eq!(t.guards_in_group(Slot(0)), 0);
+    t.reserved_nonzero(&[G1.0, 0], &mut out);
+    assert!(out.is_empty());
+
+    // Swept (two ageings), not reconciled: it does not count when it ends.
+    let e = t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).unwrap();
+    t.sweep(Nanos(10 * S));
+    t.sweep(Nanos(20 * S));
+    drop(e);
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+
+    // Reconciled, then the worker is removed and the slot re-used: the old guard's end
+    // does not reach the new tenant.
+    let g = t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).unwrap();
+    t.reconcile(Slot(0), G1, Fields::RESERVABLE);
+    let h = t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).unwrap();
+    t.reconcile(Slot(0), G1, Fields::RESERVABLE);
+    drop(h);
+    assert_eq!(t.reserved(Slot(0)).finished, 1);
+    t.remove_worker(Slot(0), G1).unwrap();
+    assert_eq!(t.guards_in_group(Slot(0)), 1, "only the guard `g` is out");
+    let g2 = SlotGeneration(2);
+    t.add_worker(Slot(0), g2, Nanos(0)).unwrap();
+    t.reconcile(Slot(0), g2, Fields::RESERVABLE);
+    drop(g);
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+    assert_eq!(t.guards_in_group(Slot(0)), 0);
+    assert_eq!(t.stats().underflow_clamped, 0);
 }

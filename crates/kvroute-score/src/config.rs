@@ -131,6 +131,17 @@ pub struct ScoreConfig {
     /// cache credit and are costed from what is known of them; the rest of the fleet keeps
     /// cache-aware routing (`decide` module docs). 0: any such worker switches the fleet.
     pub fallback_fraction: f32,
+    /// Router replicas routing to the same workers, each with its own reservations
+    /// (count), `1..=1024`, default 1. A worker whose telemetry is stale is costed from its
+    /// last report, less the requests the report counted that this router has seen end,
+    /// plus what this router has routed there since: the whole change for a sole router,
+    /// but only this replica's share when several route. So with more than one, such a
+    /// worker is costed from its own figures only while this router has seen more of its
+    /// reported requests end than it has routed to it since (its load is below the report:
+    /// each replica only replaces what it saw end, so the replicas together never lift it
+    /// above the report), and otherwise never below just above the best fresh worker
+    /// (`decide` module docs).
+    pub router_replicas: u32,
     /// Throughput `least_load` divides tokens by when the lane reports no prefill
     /// throughput (tokens/s), `1.0..=1e9`, default 2,000 (the gateway's constant).
     pub least_load_tps: f32,
@@ -196,6 +207,7 @@ impl Default for ScoreConfig {
             tie_epsilon: 1e-3,
             near_tie_band: 0.0,
             fallback_fraction: 0.5,
+            router_replicas: 1,
             least_load_tps: 2_000.0,
             default_prefill_tps: 8_000.0,
             default_decode_tps: 1_000.0,
@@ -226,6 +238,8 @@ pub mod bounds {
     pub const NEAR_TIE_BAND: Bounds = Bounds::floats(0.0, 1.0, "");
     /// [`ScoreConfig::fallback_fraction`](super::ScoreConfig::fallback_fraction).
     pub const FALLBACK_FRACTION: Bounds = Bounds::floats(0.0, 1.0, "");
+    /// [`ScoreConfig::router_replicas`](super::ScoreConfig::router_replicas).
+    pub const ROUTER_REPLICAS: Bounds = Bounds::ints(1, 1024, "replicas");
     /// Every throughput knob (`least_load_tps`, `default_prefill_tps`,
     /// `default_decode_tps`).
     pub const TPS: Bounds = Bounds::floats(1.0, 1e9, "tokens/s");
@@ -265,6 +279,7 @@ impl ScoreConfig {
         TIE_EPSILON.check_f32("tie_epsilon", self.tie_epsilon)?;
         NEAR_TIE_BAND.check_f32("near_tie_band", self.near_tie_band)?;
         FALLBACK_FRACTION.check_f32("fallback_fraction", self.fallback_fraction)?;
+        ROUTER_REPLICAS.check_int("router_replicas", u64::from(self.router_replicas))?;
         TPS.check_f32("least_load_tps", self.least_load_tps)?;
         TPS.check_f32("default_prefill_tps", self.default_prefill_tps)?;
         TPS.check_f32("default_decode_tps", self.default_decode_tps)?;

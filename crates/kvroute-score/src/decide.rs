@@ -44,13 +44,19 @@
 //! `projected_time` enforce, the peers' models `dynamo_cost` and `lmetric`):
 //! * **scoped** while at most `fallback_fraction` (0.5) of the occupied slots are not fresh
 //!   (missing, stale, invalid or partial): each such slot loses its cache credit (its cost
-//!   is computed with no overlap), is costed from what is known of it (its last figures
-//!   whatever their age plus every request routed to it since: the reservations, which the
-//!   lanes already hold), and conservatively: never below just above the best fresh slot's
-//!   cost and its tie band, so it takes requests only when no fresh slot can. The fresh
-//!   slots keep their cache credit, so one restarting engine does not switch a whole fleet
-//!   to load-only routing. A decision that lands on such a slot carries
-//!   [`Reason::Fallback`] and the slot's own cause.
+//!   is computed with no overlap) and is costed from what is known of it: its last figures
+//!   whatever their age, less the requests they counted that this router has seen end
+//!   since, plus every request routed to it since (the reservations; the lanes hold both,
+//!   `kvroute_load::Reserved::finished`). Unless its figures are stale and the router is
+//!   the only one routing to it (`router_replicas` 1, the default: then what is known is
+//!   the whole change since the report), or stale and below that report (each replica only
+//!   replaces requests it saw end, so the replicas together never lift it above its
+//!   report), that cost is conservative too: never below just above the best fresh slot's
+//!   cost and its tie band, so it takes requests only when no fresh slot can. Missing,
+//!   invalid and partial figures always get that floor (there is no whole report to start
+//!   from). The fresh slots keep their cache credit, so one restarting engine does not
+//!   switch a whole fleet to load-only routing. A decision that lands on such a slot
+//!   carries [`Reason::Fallback`] and the slot's own cause.
 //! * **fleet-wide** past that share: `least_load` over every occupied slot from what is
 //!   known of each (the same figures: a worker whose telemetry is missing or stale is not
 //!   excluded, so the last worker still reporting, saturated, does not take every request),
@@ -230,10 +236,9 @@ impl Ctx<'_> {
     }
 
     /// The scoped rule: each occupied slot that is not fresh gets the cost of `kind` with
-    /// no cache credit (overlap 0), from its own lanes, and, when finite, never less than just above the
-    /// tie band of the best fresh slot's cost: a worker whose figures are not current is
-    /// never preferred to the best one whose figures are. Scalar per slot, for both engines
-    /// alike.
+    /// no cache credit (overlap 0), from its own lanes, and, when finite and the slot is
+    /// not [`unfloored`](Self::unfloored), never less than just above the tie band of the
+    /// best fresh slot's cost. Scalar per slot, for both engines alike.
     fn uncredit(&self, kind: CostKind, costs: &mut [f32]) {
         let f = self.fleet;
         let fresh = |i: usize| f.occupied[i] > 0.0 && f.validity[i] == Validity::Fresh;
@@ -255,14 +260,23 @@ impl Ctx<'_> {
                 };
                 let own = cost::<f32>(kind, &self.p, &x);
                 // A cost that is not finite stays so (the slot stays ineligible): the floor
-                // raises a low cost, it does not turn −∞ into a candidate.
-                *c = if own.is_finite() && own < floor {
+                // raises a low cost, it does not turn −∞ into a candidate. A slot below its
+                // last report is costed from what is known of it, floor or not.
+                *c = if own.is_finite() && own < floor && !self.unfloored(i) {
                     floor
                 } else {
                     own
                 };
             }
         }
+    }
+
+    /// Whether a slot that is not fresh keeps its own cost under the scoped rule: its
+    /// telemetry is stale (it has a last report) and either this router is the only one
+    /// routing to it, or its load is below that report (module docs).
+    fn unfloored(&self, i: usize) -> bool {
+        let f = self.fleet;
+        f.validity[i] == Validity::Stale && (self.cfg.router_replicas <= 1 || f.below_report[i])
     }
 
     /// A choice under the scoped rule: one on a slot that is not fresh was costed without

@@ -55,6 +55,11 @@ pub struct SlotFigures {
     /// Fixed part of a decode step (seconds, >= 0; 0 = processor sharing), from the
     /// engine's configured step model (`kvroute_load::LoadSnapshot::decode_step_base_s`).
     pub decode_step_base_s: f32,
+    /// The router has seen more of the requests the slot's last report counts end
+    /// ([`Reserved::finished`]) than it has reserved there since: its load is below that
+    /// report. A slot whose telemetry is not fresh keeps its cost then, rather than the
+    /// floor above the best fresh slot (`decide` module docs).
+    pub below_report: bool,
 }
 
 impl SlotFigures {
@@ -73,6 +78,7 @@ impl SlotFigures {
             prefill_tps: 0.0,
             decode_tps: 0.0,
             decode_step_base_s: 0.0,
+            below_report: false,
         }
     }
 }
@@ -115,6 +121,8 @@ pub struct Fleet {
     pub(crate) dbase: Vec<f32>,
     pub(crate) validity: Vec<Validity>,
     pub(crate) occ_known: Vec<bool>,
+    /// Per slot: [`SlotFigures::below_report`].
+    pub(crate) below_report: Vec<bool>,
     pub(crate) agg: Option<Aggregates>,
     /// Scratch of [`fill`](Self::fill): all ones where a slot is occupied, else 0.
     mask: Vec<u32>,
@@ -197,6 +205,17 @@ impl Fleet {
         self.requests.get(i).copied().unwrap_or(0.0)
     }
 
+    /// What the last [`fill`](Self::fill) read from the reservation table for slot `i`:
+    /// its reserved requests and tokens, and the ended requests it subtracted from the
+    /// report ([`Reserved::finished`], kept only where the slot's telemetry is not fresh: 0
+    /// on a fresh slot); zero for a fleet made from figures, a slot without any, or out of
+    /// range. `O(log k)` in the `k` slots the fill folded in.
+    pub fn reserved_at(&self, i: usize) -> Reserved {
+        self.reserved
+            .binary_search_by_key(&i, |(slot, _)| slot.index())
+            .map_or(Reserved::default(), |k| self.reserved[k].1)
+    }
+
     /// Every `f32` lane, for sizing them together.
     fn f32_lanes(&mut self) -> [&mut Vec<f32>; 11] {
         [
@@ -226,6 +245,8 @@ impl Fleet {
         self.validity.resize(n, Validity::Vacant);
         self.occ_known.clear();
         self.occ_known.resize(n, false);
+        self.below_report.clear();
+        self.below_report.resize(n, false);
         self.agg = None;
         self.base = None;
         self.coef.key = None;
@@ -241,6 +262,7 @@ impl Fleet {
         }
         self.validity.resize(n, Validity::Vacant);
         self.occ_known.resize(n, false);
+        self.below_report.resize(n, false);
         self.mask.resize(n, 0);
         self.agg = None;
         self.coef.key = None;
@@ -263,6 +285,7 @@ impl Fleet {
         self.dtps[i] = s.decode_tps;
         self.dbase[i] = s.decode_step_base_s;
         self.validity[i] = s.validity;
+        self.below_report[i] = s.below_report;
     }
 
     fn finish(&mut self) {
@@ -305,6 +328,8 @@ impl Fleet {
     /// `tokens_per_request` (tokens). Occupancy adds this slot's reserved requests to its
     /// engine's DP-summed running + waiting, over the engine's summed caps; it is unknown
     /// when the engine's ranks are not all current ([`kvroute_load::EngineLoad::occupancy`]).
+    /// A slot whose telemetry is not fresh also has the requests its report counted that
+    /// have since ended ([`Reserved::finished`]) subtracted from its requests (at least 0).
     ///
     /// Cost: the lanes that depend only on the snapshot (and `tokens_per_request`) are
     /// computed in one lane-wise pass (straight loops the compiler vectorises) when the
@@ -408,37 +433,51 @@ impl Fleet {
         let engine_requests = &snapshot.engine_requests()[..n];
         let engine_max_running = &snapshot.engine_max_running()[..n];
         let mut agg = self.base_agg;
-        let mut min_moved = false;
+        let (mut min_moved, mut max_moved) = (false, false);
         table.reserved_nonzero(&snapshot.generation()[..len], &mut self.reserved);
-        for &(slot, r) in &self.reserved {
+        for k in 0..self.reserved.len() {
+            let (slot, r) = &mut self.reserved[k];
             let i = slot.index();
             if self.mask[i] == 0 {
                 continue;
             }
+            // Ended requests are subtracted only from a report that is not fresh (module
+            // docs of `kvroute_load::reconcile`, "Requests that end before the next report").
+            if self.validity[i] == Validity::Fresh {
+                r.finished = 0;
+            }
+            let r = *r;
             self.touched.push(slot.0);
             let before = self.requests[i];
-            let after = (u64::from(running[i]) + u64::from(waiting[i]) + r.requests) as f32;
+            let after = (u64::from(running[i]) + u64::from(waiting[i]) + r.requests)
+                .saturating_sub(r.finished) as f32;
             self.requests[i] = after;
+            self.below_report[i] = r.finished > r.requests;
             // Exact: both are integers below 2^53.
             agg.sum += f64::from(after) - f64::from(before);
             agg.max = if after > agg.max { after } else { agg.max };
-            min_moved |= before == agg.min && after != before;
+            agg.min = if after < agg.min { after } else { agg.min };
+            min_moved |= before == agg.min && after > before;
+            max_moved |= before == agg.max && after < before;
             self.queued[i] += r.prefill_tokens as f32;
             self.decode[i] += r.decode_tokens as f32;
             if self.occ_known[i] {
-                let num = engine_requests[i] + r.requests;
+                let num = (engine_requests[i] + r.requests).saturating_sub(r.finished);
                 self.occ[i] = (num as f64 / engine_max_running[i] as f64) as f32;
             }
         }
-        if min_moved {
-            // Reservations only raise a slot's requests, so only a slot at the minimum can
-            // move it: take the minimum again.
-            let mut min = f32::INFINITY;
+        if min_moved || max_moved {
+            // A slot that was at the minimum rose, or one at the maximum fell: take both
+            // again.
+            let (mut min, mut max) = (f32::INFINITY, f32::NEG_INFINITY);
             for (r, m) in self.requests[..n].iter().zip(mask) {
                 let lo = f32::from_bits(r.to_bits() & m | f32::INFINITY.to_bits() & !m);
                 min = if lo < min { lo } else { min };
+                let hi = f32::from_bits(r.to_bits() & m | f32::NEG_INFINITY.to_bits() & !m);
+                max = if hi > max { hi } else { max };
             }
             agg.min = min;
+            agg.max = max;
         }
         let mut a = self.base_aggregates(agg);
         a.deepest = deepest
@@ -544,6 +583,7 @@ impl Fleet {
             let k = 0u32.wrapping_sub(u32::from(known));
             *occ = f32::from_bits(engine_occupancy[i].to_bits() & k);
         }
+        self.below_report[..n].fill(false);
         self.reserved.clear();
         self.base_agg = self.finish_base();
     }
@@ -576,6 +616,7 @@ impl Fleet {
             } else {
                 0.0
             };
+            self.below_report[i] = false;
         }
     }
 
@@ -710,7 +751,10 @@ mod tests {
             let Some(s) = snapshot.slot(slot) else {
                 continue;
             };
-            let reserved = table.reserved_for(slot, s.generation).unwrap_or_default();
+            let mut reserved = table.reserved_for(slot, s.generation).unwrap_or_default();
+            if s.validity == Validity::Fresh {
+                reserved.finished = 0;
+            }
             let queued = if s.reported.contains(Fields::PREFILL_TOKENS) {
                 s.waiting_prefill_tokens as f32
             } else {
@@ -723,7 +767,8 @@ mod tests {
             };
             let occupancy = snapshot.engine_of(slot).and_then(|e| {
                 e.occupancy()?;
-                let num = e.running + e.waiting + reserved.requests;
+                let num =
+                    (e.running + e.waiting + reserved.requests).saturating_sub(reserved.finished);
                 Some((num as f64 / e.max_running as f64) as f32)
             });
             f.set(
@@ -732,7 +777,7 @@ mod tests {
                     validity: s.validity,
                     overlap_blocks: ov.get(i).copied().unwrap_or(0) as f32,
                     requests: (u64::from(s.running) + u64::from(s.waiting) + reserved.requests)
-                        as f32,
+                        .saturating_sub(reserved.finished) as f32,
                     queued_tokens: queued + reserved.prefill_tokens as f32,
                     decode_tokens: decode + reserved.decode_tokens as f32,
                     kv_usage: s.kv_usage,
@@ -741,6 +786,7 @@ mod tests {
                     prefill_tps: s.prefill_tps,
                     decode_tps: s.decode_step_tps,
                     decode_step_base_s: s.decode_step_base_s,
+                    below_report: reserved.finished > reserved.requests,
                 },
             );
         }
@@ -770,6 +816,12 @@ mod tests {
         }
         assert_eq!(a.validity, b.validity, "{what}: validity");
         assert_eq!(a.occ_known, b.occ_known, "{what}: occ_known");
+        let n = a.len;
+        assert_eq!(
+            a.below_report[..n],
+            b.below_report[..n],
+            "{what}: below_report"
+        );
         let (x, y) = (a.aggregates(), b.aggregates());
         assert_eq!(
             (x.occupied, x.worst_validity, x.occupancy_unknown),
@@ -870,6 +922,23 @@ mod tests {
         }
         publisher.publish(now).unwrap();
         let mut guards = Vec::new();
+        // Requests a report absorbed (reconciled) and of which some have ended since:
+        // counted in the slot's `finished`, which the fill subtracts.
+        for &(slot, _, generation) in &tenants {
+            if pick(&mut r, 3) == 0 {
+                let absorbed: Vec<Reservation> = (0..1 + pick(&mut r, 6))
+                    .map(|_| {
+                        table
+                            .reserve(slot, generation, Work::default(), now)
+                            .unwrap()
+                    })
+                    .collect();
+                table.reconcile(slot, generation, Fields::REQUESTS);
+                let ended = pick(&mut r, absorbed.len() as u64 + 1) as usize;
+                let mut absorbed = absorbed;
+                guards.extend(absorbed.split_off(ended));
+            }
+        }
         for &(slot, _, generation) in &tenants {
             for _ in 0..pick(&mut r, 4) {
                 let work = Work {

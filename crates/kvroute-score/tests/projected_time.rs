@@ -279,40 +279,57 @@ fn bad_telemetry_falls_back_to_load_only() {
     assert!((c.cost - 0.175).abs() < 1e-6, "{c:?}");
 }
 
-/// The scoped rule is conservative: three slots, slot 2 stale and, by its last figures, the
-/// least loaded. Slots 0 and 1 run 4 requests each (n = 5); slot 2 ran 1 (n = 2), none
-/// queued, none holding the 1,600-token prompt: projected 5 × 0.2 + 9 × 0.01 = 1.09 s for
-/// slots 0 and 1, 2 × 0.2 + 3 × 0.01 = 0.43 s for slot 2. One slot of three is under the
-/// 0.5 share, so slot 2 is costed no lower than just above the best fresh cost and its tie
-/// band: the fresh slot 0 (cursor 0 of the tied 0 and 1) takes the request at 1.09 s. With
-/// every slot stale but slot 0 (two of three: fleet-wide), `least_load` over what is known
-/// takes the least loaded, slot 2 (0 queued tokens: 0 s), recording the worst cause.
+/// The scoped rule: three slots, slot 2 not fresh and, by its last figures, the least
+/// loaded. Slots 0 and 1 run 4 requests each (n = 5); slot 2 ran 1, its batch lifted to the
+/// fleet's mean plus one (3 + 1: n = 4), none queued, none holding the 1,600-token prompt:
+/// projected 5 × 0.2 + 9 × 0.01 = 1.09 s for slots 0 and 1, 4 × 0.2 + 7 × 0.01 = 0.87 s for
+/// slot 2. One slot of three is under the 0.5 share.
+/// * Missing figures: slot 2 is costed no lower than just above the best fresh cost and
+///   its tie band, so the fresh slot 0 (cursor 0 of the tied 0 and 1) takes the request at
+///   1.09 s.
+/// * Stale figures, this router the only one (`router_replicas` 1, the default): slot 2 is
+///   costed from what is known of it and takes the request at 0.87 s, recording its cause.
+/// * Stale, two replicas: floored as when missing (1.09 s on slot 0), unless its load is
+///   below its last report (`below_report`): then 0.87 s on slot 2 again.
+/// * Every slot stale but slot 0 (two of three: fleet-wide): `least_load` over what is
+///   known takes the least loaded, slot 2 (0 queued tokens: 0 s), recording the worst cause.
 #[test]
-fn a_slot_that_is_not_fresh_is_costed_conservatively() {
+fn a_slot_that_is_not_fresh_is_costed_by_what_is_known_of_it() {
     let mut slots = [
         fig(0.0, 4.0, 0.0, 0.0, 0.0),
         fig(0.0, 4.0, 0.0, 0.0, 0.0),
         fig(0.0, 1.0, 0.0, 0.0, 0.0),
     ];
-    slots[2].validity = Validity::Stale;
-    let f = Fleet::from_slots(&slots.map(Some));
-    let c = both_out(&f, 1_600, 10, &cfg(ENFORCE), 0);
-    assert_eq!(
-        (slot(&c), c.reason, c.fallback),
-        (0, Reason::CacheMiss, None)
+    let mut two = cfg(ENFORCE);
+    two.router_replicas = 2;
+    let stale = (
+        2,
+        Reason::Fallback(FallbackCause::Stale),
+        Some(FallbackCause::Stale),
     );
-    assert!((c.cost - 1.09).abs() < 1e-6, "{c:?}");
+    let fresh_pick = (0, Reason::CacheMiss, None);
+    for (validity, below, config, want, cost) in [
+        (Validity::Missing, false, cfg(ENFORCE), fresh_pick, 1.09),
+        (Validity::Missing, true, cfg(ENFORCE), fresh_pick, 1.09),
+        (Validity::Stale, false, cfg(ENFORCE), stale, 0.87),
+        (Validity::Stale, false, two, fresh_pick, 1.09),
+        (Validity::Stale, true, two, stale, 0.87),
+    ] {
+        slots[2].validity = validity;
+        slots[2].below_report = below;
+        let f = Fleet::from_slots(&slots.map(Some));
+        let c = both_out(&f, 1_600, 10, &config, 0);
+        let what = format!(
+            "{validity:?}, below {below}, {} replicas",
+            config.router_replicas
+        );
+        assert_eq!((slot(&c), c.reason, c.fallback), want, "{what}");
+        assert!((c.cost - cost).abs() < 1e-6, "{what}: {c:?}");
+    }
     slots[1].validity = Validity::Stale;
     let f = Fleet::from_slots(&slots.map(Some));
     let c = both_out(&f, 1_600, 10, &cfg(ENFORCE), 0);
-    assert_eq!(
-        (slot(&c), c.reason, c.fallback),
-        (
-            2,
-            Reason::Fallback(FallbackCause::Stale),
-            Some(FallbackCause::Stale)
-        )
-    );
+    assert_eq!((slot(&c), c.reason, c.fallback), stale);
 }
 
 fn random_fleet(seed: u64, n: usize) -> Fleet {
@@ -431,6 +448,15 @@ fn runtime_knobs_are_bounded() {
         e.to_string(),
         "escape_margin_s = -1 is out of range 0..=3600 s"
     );
+    for replicas in [0, 1_025] {
+        let mut c = cfg(ENFORCE);
+        c.router_replicas = replicas;
+        let e = c.validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("router_replicas = {replicas} is out of range 1..=1024 replicas")
+        );
+    }
     let mut s = Scorer::new();
     // A scorer given an invalid config still decides without panicking (the facade never
     // passes one; SharedConfig refuses to hold one).

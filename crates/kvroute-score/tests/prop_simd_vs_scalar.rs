@@ -73,6 +73,7 @@ fn slots(
                 prefill_tps: val(&mut r, 20_000.0, sp),
                 decode_tps: val(&mut r, 3_000.0, sp),
                 decode_step_base_s: val(&mut r, 0.02, sp),
+                below_report: r.next_u64() % 4 == 0,
             })
         })
         .collect();
@@ -110,7 +111,7 @@ proptest! {
         let tie = TieInput { cursor, random: draw };
         let mut s = Scorer::new();
         for (f, policy) in [&lanes_only, &prepared].into_iter().flat_map(|f| policies().into_iter().map(move |p| (f, p))) {
-            let cfg = { let mut c = ScoreConfig::default(); c.policy = policy; c.near_tie_band = near; c.tie_epsilon = eps; c.escape_margin_rel = rel; c };
+            let cfg = { let mut c = ScoreConfig::default(); c.policy = policy; c.near_tie_band = near; c.tie_epsilon = eps; c.escape_margin_rel = rel; c.router_replicas = 1 + (seed % 3) as u32; c };
             let b = s.score_reference(f, req, &cfg, tie);
             for path in common::vector_paths() {
                 let a = s.score_with(path, f, req, &cfg, tie);

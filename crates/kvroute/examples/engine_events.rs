@@ -21,9 +21,12 @@
 //!    with all its cached blocks;
 //! 4. engine B (no replay socket) loses a batch too: [`Router::skip_replay`] clears B's
 //!    residency and trusts it again at once;
-//! 5. B's telemetry stops: the next publications mark B stale, and B, whose figures are no
-//!    longer current, is costed no better than A (the telemetry rule is scoped to it: one
-//!    worker of two is not past half the fleet).
+//! 5. B's telemetry stops: the next publications mark B stale (the telemetry rule is scoped
+//!    to it: one worker of two is not past half the fleet). B, whose figures are no longer
+//!    current, is costed without its cache from what is known of it (its last report, less
+//!    the requests it counted that have ended, plus what was routed there since): as the
+//!    only router, that is B's whole change, and B takes the request on its slightly lower
+//!    KV usage; with `router_replicas` 2, B is costed no better than A.
 //!
 //! Run: `cargo run --release -p kvroute --example engine_events`. The test
 //! `crates/kvroute/tests/engine_events_example.rs` runs the same scenario, so the facts
@@ -267,8 +270,10 @@ pub struct Summary {
     pub skipped_batches: u64,
     /// Whether B was trusted after `skip_replay`.
     pub b_trusted_after_skip: bool,
-    /// The reason of the first decision once B's telemetry went stale.
-    pub stale_reason: Reason,
+    /// The first decision once B's telemetry went stale: worker and reason.
+    pub stale_decision: (WorkerId, Reason),
+    /// The same decision with `router_replicas` 2.
+    pub stale_decision_replicas: (WorkerId, Reason),
 }
 
 /// The whole scenario; prints what happens to `out`.
@@ -425,21 +430,32 @@ pub fn run(out: &mut dyn Write) -> Result<Summary, Box<dyn Error>> {
         "t=2.0 s on: B's /metrics stops answering; publish still runs every 500 ms"
     )?;
     gw.tick(t(1500), &both(&load_a, &load_b))?;
-    let mut stale_reason = Reason::NoEligibleWorker;
+    let mut stale_decision = (a, Reason::NoEligibleWorker);
+    let mut stale_decision_replicas = stale_decision;
     let b_slot = router.slot_of(b).expect("B is registered").index();
     for ms in (2000..=4500).step_by(500) {
         gw.tick(t(ms), &[(1, load_a.clone())])?;
         let b_stale = router.load_reader().load().validity()[b_slot] == Validity::Stale;
         let d = router.route(&RouteRequest::tokens(&document, 128, t(ms + 10)))?;
-        stale_reason = d.reason;
+        stale_decision = (d.worker, d.reason);
         if b_stale {
             writeln!(
                 out,
-                "  t={:.1} s: B's last report is {:.1} s old at publication: B is stale, \
-                 costed no better than A (one worker of two: the rule is scoped); worker {}, \
-                 reason {}",
+                "  t={:.1} s: B's last report is {:.1} s old at publication: B is stale \
+                 (one worker of two: the rule is scoped), costed from what is known of it; \
+                 worker {}, reason {}",
                 ms as f64 / 1000.0,
                 (ms - 1500) as f64 / 1000.0,
+                d.worker,
+                d.reason.name()
+            )?;
+            drop(d);
+            router.update_score_config(|c| c.router_replicas = 2)?;
+            let d = router.route(&RouteRequest::tokens(&document, 128, t(ms + 20)))?;
+            stale_decision_replicas = (d.worker, d.reason);
+            writeln!(
+                out,
+                "  with router_replicas 2, B is costed no better than A: worker {}, reason {}",
                 d.worker,
                 d.reason.name()
             )?;
@@ -465,7 +481,8 @@ pub fn run(out: &mut dyn Write) -> Result<Summary, Box<dyn Error>> {
         after_replay,
         skipped_batches,
         b_trusted_after_skip,
-        stale_reason,
+        stale_decision,
+        stale_decision_replicas,
     })
 }
 

@@ -95,11 +95,14 @@ fn add(a: &mut Reserved, b: Reserved) {
     a.decode_tokens += b.decode_tokens;
 }
 
-/// Returns the guards, adding what was still live to `returned`.
+/// Returns the guards, adding what was still live to `returned`. They are committed, not
+/// released: carried work stands for requests the engine still had, handed over to its own
+/// telemetry or given up, not requests seen to end (a release would count those already
+/// reconciled in the slot's `Reserved::finished`).
 fn end(guards: Vec<Reservation>, returned: &mut Reserved) -> Reserved {
     let mut live = Reserved::default();
     for g in guards {
-        add(&mut live, g.release());
+        add(&mut live, g.commit());
     }
     add(returned, live);
     live

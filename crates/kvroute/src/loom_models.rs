@@ -34,6 +34,7 @@ const ONE: Reserved = Reserved {
     requests: 1,
     prefill_tokens: 3,
     decode_tokens: 2,
+    finished: 0,
 };
 
 /// A table of two idle slots, both holding tenancy [`G`].

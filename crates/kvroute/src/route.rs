@@ -31,7 +31,7 @@ use kvroute_core::sync::atomic::Ordering::Relaxed;
 use kvroute_load::Work;
 use kvroute_score::{ScoreRequest, TieInput};
 
-use crate::admission::{admit, outstanding};
+use crate::admission::admit;
 use crate::decision::{Decision, Shadow};
 use crate::error::RouteError;
 use crate::request::{Prompt, RouteRequest};
@@ -197,6 +197,7 @@ impl Router {
             };
             let i = slot.index();
             let reported = u64::from(snap.running()[i]) + u64::from(snap.waiting()[i]);
+            let read = fleet.reserved_at(i);
             let overlap = overlaps.get(slot);
             let cached = (u64::from(overlap) * bs as u64).min(u64::from(req.prompt_tokens));
             let claim = Claim {
@@ -206,9 +207,13 @@ impl Router {
                     prefill_tokens: req.prompt_tokens - cached as u32,
                     decode_tokens: req.expected_output_tokens,
                 },
-                seen: outstanding(fleet, i).saturating_sub(reported),
+                // The table's reserved requests as this attempt read them, and the bound
+                // on them that keeps report + reserved − ended (`Reserved::finished`, what
+                // admission counted) under the admission bound.
+                seen: read.requests,
                 last_limit: self.admission.map(|a| {
-                    u64::from(a.max_outstanding_requests.saturating_sub(1)).saturating_sub(reported)
+                    (u64::from(a.max_outstanding_requests.saturating_sub(1)) + read.finished)
+                        .saturating_sub(reported)
                 }),
             };
             between(self, slot);

@@ -617,8 +617,9 @@ impl Router {
         self.reader.clone()
     }
 
-    /// Live reservations on `worker` (requests and tokens), or `None` when it is not
-    /// registered.
+    /// Live reservations on `worker` (requests and tokens), with the requests its last
+    /// report counted that have ended since ([`Reserved::finished`]), or `None` when it is
+    /// not registered.
     pub fn reserved(&self, worker: WorkerId) -> Option<Reserved> {
         let slot = self.registry.slot_of(worker)?;
         let generation = self.table.tenancy(slot)?;

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{NOW, publish, router, sample, store, tokens};
-use kvroute::{AdmissionConfig, Policy, Reason, RouteError, RouteRequest, RouterConfig};
+use kvroute::{AdmissionConfig, Nanos, Policy, Reason, RouteError, RouteRequest, RouterConfig};
 
 fn kv_aware_with_bound(c: &mut RouterConfig) {
     c.score.policy = Policy::KvAware;
@@ -115,4 +115,58 @@ fn under_the_bound_the_scorer_decides() {
         (d.worker, d.reason, d.redirect),
         (ws[0], Reason::CacheHold, None)
     );
+}
+
+/// Requests that a report counted and that have since ended: one worker, bound 8. Six
+/// requests are routed, a report counts them (6 running), then four end. While the report
+/// is fresh it is taken as it is (6 outstanding, 2 more admitted); once it is stale (no
+/// report for more than the 2 s maximum age) the router counts 6 − 4 = 2 outstanding, so
+/// admission takes 8 − 2 = 6 more, each claimed on its first attempt (no re-score: the
+/// claim is bounded by the reserved count the attempt read, which the ended requests do
+/// not change), and rejects the next.
+#[test]
+fn ended_requests_free_admission_room_once_the_report_is_stale() {
+    let (r, ws) = router(4, 1, |c| c.admission = Some(AdmissionConfig::new(8)));
+    publish(&r, &ws, &[]);
+    let mut held: Vec<_> = (0..6)
+        .map(|i| {
+            r.route(&RouteRequest::tokens(&tokens(i, 64), 16, NOW))
+                .unwrap()
+        })
+        .collect();
+    publish(&r, &ws, &[(ws[0], sample(6, 0, 0, 0, 0.1))]);
+    assert_eq!(r.reserved(ws[0]).unwrap().requests, 0, "reconciled");
+    held.truncate(2);
+    assert_eq!(r.reserved(ws[0]).unwrap().finished, 4);
+    let fresh: Vec<_> = (0..3)
+        .map_while(|i| {
+            r.route(&RouteRequest::tokens(&tokens(50 + i, 64), 16, NOW))
+                .ok()
+        })
+        .collect();
+    assert_eq!(fresh.len(), 2, "6 reported + 2 = the bound");
+    drop(fresh);
+    assert_eq!(
+        r.reserved(ws[0]).unwrap().finished,
+        4,
+        "live ones do not count"
+    );
+    let later = Nanos(NOW.0 + 3_000_000_000);
+    r.publish(later).unwrap();
+    for i in 0..6 {
+        let d = r
+            .route(&RouteRequest::tokens(&tokens(100 + i, 64), 16, later))
+            .unwrap();
+        assert_eq!(d.rescores, 0, "request {i}");
+        held.push(d);
+    }
+    assert!(matches!(
+        r.route(&RouteRequest::tokens(&tokens(200, 64), 16, later)),
+        Err(RouteError::Rejected { .. })
+    ));
+    // The next report (2 + 6 = 8 running) resets the count.
+    r.update_load(ws[0], sample(8, 0, 0, 0, 0.1), later)
+        .unwrap();
+    r.publish(later).unwrap();
+    assert_eq!(r.reserved(ws[0]).unwrap(), kvroute::Reserved::default());
 }

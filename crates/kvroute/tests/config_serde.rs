@@ -20,6 +20,7 @@ fn a_toml_router_config_sets_what_it_names_and_defaults_the_rest() {
         [score]
         policy = "projected_time:shadow"
         tie_epsilon = 0.01
+        router_replicas = 3
     "#;
     let c: RouterConfig = toml::from_str(text).unwrap();
     let mut want = RouterConfig::new(64, 32);
@@ -30,6 +31,7 @@ fn a_toml_router_config_sets_what_it_names_and_defaults_the_rest() {
         mode: ProjectedMode::Shadow,
     };
     want.score.tie_epsilon = 0.01;
+    want.score.router_replicas = 3;
     assert_eq!(c, want);
     // Untouched settings keep their documented defaults.
     assert_eq!(c.snapshot_buffers, 4);

@@ -6,7 +6,7 @@
 #[path = "../examples/engine_events.rs"]
 mod engine_events;
 
-use kvroute::{Reason, ReplayRequest, WorkerId};
+use kvroute::{FallbackCause, Reason, ReplayRequest, WorkerId};
 
 #[test]
 fn the_engine_events_example_holds() {
@@ -34,9 +34,16 @@ fn the_engine_events_example_holds() {
     assert!(s.b_trusted_after_skip);
     // B's last report at 1.5 s; the default maximum age is 2 s, so the publication at
     // 4.0 s (age 2.5 s) is the first to mark it stale. One worker of two is not past half
-    // the fleet: B alone is costed conservatively (just above A), and the decision is no
-    // fallback (no worker holds the document: a miss).
-    assert_eq!(s.stale_reason, Reason::CacheMiss);
+    // the fleet: the rule is scoped to B. As the only router, B is costed from its last
+    // figures (3 running, 1 waiting, KV 0.25 against A's 0.30: the lower KV barrier, and
+    // no worker holds the document), so the request lands on B as a stale fallback; with
+    // two replicas B is costed just above A, and A takes it as a plain miss.
+    let b = WorkerId::new(2, 0);
+    assert_eq!(
+        s.stale_decision,
+        (b, Reason::Fallback(FallbackCause::Stale))
+    );
+    assert_eq!(s.stale_decision_replicas, (a, Reason::CacheMiss));
     let text = String::from_utf8(printed).expect("utf-8");
     assert!(
         text.contains("t=4.0 s: B's last report is 2.5 s old"),

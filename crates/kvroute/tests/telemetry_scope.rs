@@ -129,14 +129,16 @@ fn one_worker_not_fresh_does_not_switch_the_fleet_to_load_only() {
     check(&r, &ws, NOW, "one missing");
 
     // Engine 100 with two DP ranks: rank 1 goes stale, so rank 0 is partial; and rank 1
-    // itself is stale: 2 of 18 not fresh.
+    // itself is stale: 2 of 18 not fresh. Rank 1's last report ran 2, like the fleet's
+    // other workers (a stale worker is costed from its last figures: an idle one would
+    // take the request, `stale_idle_workers_take_the_load_off_a_saturated_one`).
     let (r, ws) = setup();
     r.configure_engine(EngineId(100), EngineConfig::new().with_dp_size(2))
         .unwrap();
     let (a, b) = (WorkerId::new(100, 0), WorkerId::new(100, 1));
     r.add_worker(a).unwrap();
     r.add_worker(b).unwrap();
-    r.update_load(b, common::idle(), NOW).unwrap();
+    r.update_load(b, sample(2, 0, 0, 0, 0.1), NOW).unwrap();
     for (i, w) in ws.iter().enumerate() {
         let running = if i == 3 { 4 } else { 2 };
         r.update_load(*w, sample(running, 0, 0, 0, 0.1), at(3_000))

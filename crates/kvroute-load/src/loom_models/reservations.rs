@@ -4,7 +4,7 @@
 //! clamping (`underflow_clamped == 0`) and every counter is back to exactly zero at the end.
 
 use kvroute_core::sync::{model, thread};
-use kvroute_core::{Slot, SlotGeneration};
+use kvroute_core::{Fields, Slot, SlotGeneration};
 
 use crate::{ReservationTable, ReserveError, Reserved, Work};
 use kvroute_core::Nanos;
@@ -37,7 +37,8 @@ fn loom_reserve_first_token_commit_drop_two_threads() {
                 Reserved {
                     requests: 1,
                     prefill_tokens: 0,
-                    decode_tokens: 5
+                    decode_tokens: 5,
+                    finished: 0
                 }
             );
             drop(g);
@@ -51,7 +52,8 @@ fn loom_reserve_first_token_commit_drop_two_threads() {
                 Reserved {
                     requests: 1,
                     prefill_tokens: 5,
-                    decode_tokens: 1
+                    decode_tokens: 1,
+                    finished: 0
                 }
             );
         });
@@ -77,7 +79,12 @@ fn loom_reservations_race_with_sweep_and_reconcile() {
         t.sweep(Nanos(10));
         t.reconcile(Slot(0), G1, kvroute_core::Fields::REQUESTS);
         a.join().unwrap();
-        assert_eq!(t.reserved(Slot(0)), Reserved::default());
+        // Every amount is back; the request ends counted once if the reconciliation
+        // dropped it first (`finished.rs`), and its count keeps the group read.
+        let r = t.reserved(Slot(0));
+        assert_eq!(Reserved { finished: 0, ..r }, Reserved::default());
+        assert!(r.finished <= 1);
+        assert_eq!(t.guards_in_group(Slot(0)), r.finished);
         assert_eq!(t.stats().underflow_clamped, 0);
     });
 }
@@ -158,7 +165,8 @@ fn loom_stale_guard_vs_removal_and_readd() {
             Reserved {
                 requests: 1,
                 prefill_tokens: 7,
-                decode_tokens: 3
+                decode_tokens: 3,
+                finished: 0
             }
         );
         drop(new);
@@ -252,7 +260,8 @@ fn loom_reader_never_sees_requests_without_tokens() {
             Reserved {
                 requests: 1,
                 prefill_tokens: 0,
-                decode_tokens: 5
+                decode_tokens: 5,
+                finished: 0
             }
         );
         drop(guard);
@@ -277,6 +286,7 @@ fn loom_group_count_never_hides_a_reservation() {
             requests: 1,
             prefill_tokens: 3,
             decode_tokens: 2,
+            finished: 0,
         };
         // A sibling in the same group, returned while the reader reads.
         let sibling = t.reserve(Slot(1), G1, work(1, 1), Nanos(0)).unwrap();
@@ -304,5 +314,33 @@ fn loom_group_count_never_hides_a_reservation() {
         t.reserved_nonzero(&generations, &mut out);
         assert!(out.is_empty(), "{out:?}");
         assert_eq!(t.stats().underflow_clamped, 0);
+    });
+}
+
+/// A guard ending while its reservation is reconciled: if its release finds the request
+/// already dropped (the reconciliation cleared it first), the slot counts exactly one ended
+/// request, which keeps its group read; if the guard returned the request itself, none.
+/// Fails with a `Relaxed` clear (`field.rs`): the guard can then find its entry dead and
+/// still read the tag from before the reconciliation (`finished.rs`, `# Orderings`).
+#[test]
+fn loom_ended_request_counts_once_per_report() {
+    model(|| {
+        let t = ReservationTable::new(1, Nanos(10)).unwrap();
+        t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+        let g = t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).unwrap();
+        let t2 = t.clone();
+        let a = thread::spawn(move || g.release().requests);
+        let b = thread::spawn(move || {
+            t2.reconcile(Slot(0), G1, Fields::REQUESTS);
+        });
+        let live = a.join().unwrap();
+        b.join().unwrap();
+        let r = t.reserved(Slot(0));
+        assert_eq!(r.finished, 1 - live);
+        assert_eq!(t.guards_in_group(Slot(0)), r.finished);
+        // The next report resets it and lowers the group.
+        t.reconcile(Slot(0), G1, Fields::REQUESTS);
+        assert_eq!(t.reserved(Slot(0)), Reserved::default());
+        assert_eq!(t.guards_in_group(Slot(0)), 0);
     });
 }

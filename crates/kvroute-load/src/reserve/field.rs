@@ -37,7 +37,11 @@
 //! successful operation publishes. Every later read-modify-write of the word (other
 //! reservations, returns, [`FieldCell::age`], [`FieldCell::clear`]) continues the release
 //! sequence, so an `Acquire` load that reads a later value still synchronises with the
-//! publishing operation. `grow`, `age` and `clear` publish nothing and are `Relaxed`. The
+//! publishing operation. `grow` and `age` publish nothing and are `Relaxed`. `clear` is
+//! `Release`: a guard that reads a cleared (or later, re-tagged) word and finds its entry
+//! dead then issues an `Acquire` fence, so it sees what the clearing thread wrote before
+//! the clear (the ended-request tag of `finished.rs`; every later write of the word is a
+//! read-modify-write, which continues the release sequence). The
 //! tenancy protocol that orders these words against worker removal lives in `table.rs`.
 
 use kvroute_core::sync::atomic::{
@@ -212,13 +216,14 @@ impl FieldCell {
 
     /// Drops both buckets (two ageings at once: the old bucket becomes `young tag + 1`, the
     /// young one `young tag + 2`). Returns the amount dropped. Callers serialise it with
-    /// ageing.
+    /// ageing. Both swaps are `Release`: a guard that then finds its entry dead sees what
+    /// the caller wrote before (the ended-request tag, `finished.rs`).
     pub(crate) fn clear(&self) -> u64 {
         let words = self.load(Relaxed);
         let y = young(words);
         let t = tag(words[y]);
-        let old = self.buckets[1 - y].swap(pack(t.wrapping_add(1), 0), Relaxed);
-        let young = self.buckets[y].swap(pack(t.wrapping_add(2), 0), Relaxed);
+        let old = self.buckets[1 - y].swap(pack(t.wrapping_add(1), 0), Ordering::Release);
+        let young = self.buckets[y].swap(pack(t.wrapping_add(2), 0), Ordering::Release);
         u64::from(value(old)) + u64::from(value(young))
     }
 }

@@ -5,8 +5,10 @@
 //! client disconnect or panic unwinding; [`Reservation::commit`]; [`Reservation::release`])
 //! goes through one routine that `take`s each entry before returning it, so each entry is
 //! returned at most once; an entry whose bucket was already dropped (swept, reconciled,
-//! worker removed) is returned as a no-op. A leaked guard (`mem::forget`) is dropped by the
-//! TTL sweeper.
+//! worker removed) is returned as a no-op. A request entry dropped by a reconciliation is
+//! instead counted, when the guard is dropped or released (not committed), in the slot's
+//! ended requests (`finished.rs`). A leaked guard (`mem::forget`) is dropped by the TTL
+//! sweeper.
 //!
 //! # Orderings
 //! The guard performs no atomic operation of its own; it calls the field operations of
@@ -21,11 +23,13 @@
 //!   for a moment, never zero times).
 //! * Returning ends by lowering the slot's group count (`Release`, once per guard, after
 //!   the fields; `group.rs`).
+//! * A request entry found dead is followed by an `Acquire` fence before the ended-request
+//!   count is read, pairing with the clearing's `Release` (`finished.rs`, `# Orderings`).
 
 use core::fmt;
 
 use kvroute_core::sync::Arc;
-use kvroute_core::sync::atomic::Ordering;
+use kvroute_core::sync::atomic::{Ordering, fence};
 use kvroute_core::{Slot, SlotGeneration};
 
 use super::field::Entry;
@@ -47,28 +51,33 @@ pub struct Reservation {
     decoding: bool,
     /// Whether the guard is still counted in its slot's group (`group.rs`).
     counted: bool,
+    /// The slot's ended-request tag when it reserved (`finished.rs`).
+    since: u32,
+}
+
+/// What a successful reserve made: the guard's contents besides its table and slot.
+pub(crate) struct Made {
+    pub(crate) reserved_at: Nanos,
+    pub(crate) work: Work,
+    pub(crate) prior: Reserved,
+    pub(crate) entries: [Option<Entry>; 3],
+    /// The slot's ended-request tag before the request count was added (`finished.rs`).
+    pub(crate) since: u32,
 }
 
 impl Reservation {
-    pub(crate) fn new(
-        table: Arc<Inner>,
-        slot: Slot,
-        generation: SlotGeneration,
-        reserved_at: Nanos,
-        work: Work,
-        prior: Reserved,
-        entries: [Option<Entry>; 3],
-    ) -> Self {
+    pub(crate) fn new(table: Arc<Inner>, slot: Slot, generation: SlotGeneration, m: Made) -> Self {
         Self {
             table,
             slot,
             generation,
-            reserved_at,
-            work,
-            prior,
-            entries,
+            reserved_at: m.reserved_at,
+            work: m.work,
+            prior: m.prior,
+            entries: m.entries,
             decoding: false,
             counted: true,
+            since: m.since,
         }
     }
 
@@ -115,6 +124,7 @@ impl Reservation {
             requests: a(REQUESTS),
             prefill_tokens: a(PREFILL),
             decode_tokens: a(DECODE),
+            finished: 0,
         }
     }
 
@@ -175,15 +185,19 @@ impl Reservation {
     /// figures now count it (for example, a response that reports the request queued). The
     /// amounts still live in the table are released at once, exactly once. Returns them.
     pub fn commit(mut self) -> Reserved {
-        self.return_all()
+        self.return_all(false)
     }
 
-    /// Releases now (as drop does) and returns the amounts that were still live.
+    /// Releases now (as drop does) and returns the amounts that were still live. Like a
+    /// drop, it tells the table that the request has ended: if telemetry had already
+    /// absorbed it, it is counted in the slot's [`Reserved::finished`].
     pub fn release(mut self) -> Reserved {
-        self.return_all()
+        self.return_all(true)
     }
 
-    fn return_all(&mut self) -> Reserved {
+    /// Returns what is still held; `ended`: the request left the engine (drop, release),
+    /// as opposed to being handed over to its telemetry (commit).
+    fn return_all(&mut self, ended: bool) -> Reserved {
         let cell = self.table.slot_cell(self.slot);
         let mut live = Reserved::default();
         for f in [REQUESTS, PREFILL, DECODE] {
@@ -200,6 +214,16 @@ impl Reservation {
                     PREFILL => live.prefill_tokens += amount,
                     _ => live.decode_tokens += amount,
                 }
+            } else if f == REQUESTS && ended && self.counted {
+                // Dropped in bulk. If a reconciliation did it, the report counts the
+                // request: count its end (`finished.rs`). The fence pairs with the
+                // clearing's `Release`, so the reconciliation's new tag is seen; the group
+                // is raised first and the raise kept only for the count's 0 → 1 step.
+                fence(Ordering::Acquire);
+                self.table.groups.raise(self.slot.index());
+                if cell.finished.count_end(self.since) != Some(true) {
+                    self.table.groups.lower(self.slot.index());
+                }
             }
         }
         // After the per-slot amounts are returned, once (`group.rs`).
@@ -212,7 +236,7 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.return_all();
+        self.return_all(true);
     }
 }
 

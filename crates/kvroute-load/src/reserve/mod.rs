@@ -12,7 +12,10 @@
 //!   decision can detect that a sibling reserved the same slot since it read the counters.
 //! * [`Reservation::first_token`] moves the prefill tokens to decode.
 //! * [`Reservation::commit`] hands the request over to the engine's telemetry.
-//! * Drop (completion, cancellation, disconnect, panic) releases what is still held.
+//! * Drop (completion, cancellation, disconnect, panic) releases what is still held. If
+//!   reconciliation already dropped the request (a report counts it), the guard instead
+//!   counts it in the slot's ended requests ([`Reserved::finished`]), which a decision
+//!   subtracts from that report until the next one (`finished.rs`).
 //!
 //! Everything a guard added is returned exactly once: by the guard, or in bulk by the TTL
 //! sweeper ([`ReservationTable::sweep`]), by reconciliation with telemetry
@@ -28,11 +31,12 @@
 //! Each guard is also counted in its slot's group of [`GROUP_SLOTS`] slots until it is
 //! returned, so a scan of every slot skips groups where no guard is out (`group.rs`).
 //!
-//! Modules: `field` (one counter: two tagged buckets), `table` (slots, tenancy protocol,
-//! control-path operations), `group` (guards out per group of slots), `guard` (the RAII
-//! guard). Each has its `# Orderings` section.
+//! Modules: `field` (one counter: two tagged buckets), `finished` (the ended-request
+//! count), `table` (slots, tenancy protocol, control-path operations), `group` (guards out
+//! per group of slots), `guard` (the RAII guard). Each has its `# Orderings` section.
 
 mod field;
+mod finished;
 mod group;
 mod guard;
 mod table;

@@ -82,8 +82,9 @@ use kvroute_core::sync::{Arc, Mutex};
 use kvroute_core::{Bounds, OutOfRange, Slot, SlotGeneration};
 
 use super::field::{AddRefused, Entry, FieldCell, Returned};
+use super::finished::FinishedCell;
 use super::group::{GROUP_SLOTS, GroupCounts};
-use super::guard::Reservation;
+use super::guard::{Made, Reservation};
 use kvroute_core::{Fields, Nanos};
 
 /// Valid reservation TTLs: any positive age (ns of the caller's clock).
@@ -109,7 +110,8 @@ pub struct Work {
     pub decode_tokens: u32,
 }
 
-/// Reserved amounts on a slot (or held by a guard): requests and tokens.
+/// Reserved amounts on a slot (or held by a guard): requests and tokens, and, in a slot's
+/// totals, the ended requests its last telemetry report still counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reserved {
     /// Requests.
@@ -118,6 +120,14 @@ pub struct Reserved {
     pub prefill_tokens: u64,
     /// Decode tokens (tokens).
     pub decode_tokens: u64,
+    /// In a slot's totals: requests whose reservations a reconciliation dropped (the
+    /// slot's last telemetry report counts them) and whose guards have since been dropped
+    /// or released, so the report over-states the slot's load by this many requests until
+    /// the next report of its requests (which resets it). Not a reserved amount: a decision
+    /// subtracts it from the report. Always 0 in a guard's amounts, in what a return,
+    /// sweep, reconciliation or removal reports, and in the statistics (requests; module
+    /// `finished` of the reservation table).
+    pub finished: u64,
 }
 
 impl Reserved {
@@ -292,6 +302,7 @@ impl AtomicReserved {
             requests: self.0[REQUESTS].load(Ordering::Relaxed),
             prefill_tokens: self.0[PREFILL].load(Ordering::Relaxed),
             decode_tokens: self.0[DECODE].load(Ordering::Relaxed),
+            finished: 0,
         }
     }
 }
@@ -320,11 +331,13 @@ impl Stats {
     }
 }
 
-/// One slot: tenancy and three fields, on its own cache line.
+/// One slot: tenancy, three fields and the ended-request count, on its own cache line.
 #[repr(align(64))]
 pub(crate) struct SlotCell {
     tenancy: AtomicU64,
     pub(crate) fields: [FieldCell; 3],
+    /// Ended requests the slot's last report counts (`finished.rs`).
+    pub(crate) finished: FinishedCell,
 }
 
 impl SlotCell {
@@ -339,6 +352,7 @@ impl SlotCell {
             requests,
             prefill_tokens,
             decode_tokens,
+            finished: u64::from(self.finished.get()),
         }
     }
 
@@ -432,6 +446,7 @@ impl ReservationTable {
             .map(|_| SlotCell {
                 tenancy: AtomicU64::new(VACANT),
                 fields: [FieldCell::new(), FieldCell::new(), FieldCell::new()],
+                finished: FinishedCell::new(),
             })
             .collect();
         Ok(Self {
@@ -518,6 +533,9 @@ impl ReservationTable {
             return Err(TableError::NotTenant { slot, generation });
         }
         cell.tenancy.swap(VACANT, Ordering::AcqRel);
+        if cell.finished.retire() > 0 {
+            self.inner.groups.lower(slot.index());
+        }
         let released = cell.clear(Fields::RESERVABLE);
         self.inner.stats.removed.add(&released);
         Ok(released)
@@ -527,7 +545,10 @@ impl ReservationTable {
     /// prefill tokens, decode tokens; other bits are ignored) on `slot`, because a telemetry
     /// report observed after they were made now counts them. Called by the load publisher
     /// just before it publishes that report (see `reconcile.rs` for the rule). A no-op when
-    /// the slot does not hold `generation`. Returns the amounts dropped.
+    /// the slot does not hold `generation`. Returns the amounts dropped. A reconciliation of
+    /// the requests field also resets the slot's [`Reserved::finished`] count (the new
+    /// report counts what has ended), and the guards it drops count themselves there when
+    /// they end.
     pub fn reconcile(&self, slot: Slot, generation: SlotGeneration, fields: Fields) -> Reserved {
         let Some(cell) = self.cell(slot) else {
             return Reserved::default();
@@ -535,6 +556,10 @@ impl ReservationTable {
         let _admin = self.lock();
         if generation.0 == VACANT || cell.tenancy.load(Ordering::Relaxed) != generation.0 {
             return Reserved::default();
+        }
+        // Before the request buckets are cleared (`finished.rs`, `# Orderings`).
+        if fields.contains(Fields::REQUESTS) && cell.finished.reset() > 0 {
+            self.inner.groups.lower(slot.index());
         }
         let dropped = cell.clear(fields);
         self.inner.stats.reconciled.add(&dropped);
@@ -726,6 +751,8 @@ impl ReservationTable {
                 return Err(contended(prior));
             }
         }
+        // Before the request count is added (`finished.rs`).
+        let since = cell.finished.tag();
         let amounts = [1, work.prefill_tokens, work.decode_tokens];
         let mut entries: [Option<Entry>; 3] = [None; 3];
         let mut prior = Reserved::default();
@@ -781,10 +808,13 @@ impl ReservationTable {
             self.inner.clone(),
             slot,
             generation,
-            now,
-            work,
-            prior,
-            entries,
+            Made {
+                reserved_at: now,
+                work,
+                prior,
+                entries,
+                since,
+            },
         ))
     }
 }
