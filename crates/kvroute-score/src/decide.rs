@@ -260,8 +260,8 @@ impl Ctx<'_> {
                 };
                 let own = cost::<f32>(kind, &self.p, &x);
                 // A cost that is not finite stays so (the slot stays ineligible): the floor
-                // raises a low cost, it does not turn −∞ into a candidate. A slot below its
-                // last report is costed from what is known of it, floor or not.
+                // raises a low cost, it does not turn −∞ into a candidate. An unfloored slot
+                // keeps the cost of what is known of it.
                 *c = if own.is_finite() && own < floor && !self.unfloored(i) {
                     floor
                 } else {
