@@ -41,8 +41,10 @@ pub struct SlotFigures {
     /// Scheduler utilisation (ratio).
     pub utilization: f32,
     /// `(Σ running + Σ waiting + reserved) / Σ max_running` over the engine's DP ranks
-    /// (ratio), `None` when some rank's cap is missing, partial or stale (`owner_pressure`
-    /// then uses the old pressure `max(k, util)` fleet-wide).
+    /// (ratio); for a stale rank (its engine's is unknown) its own last report's
+    /// `(running + waiting + reserved − ended) / max_running`; `None` when some rank's cap
+    /// is missing or partial and the rank is not stale (`owner_pressure` then uses the old
+    /// pressure `max(k, util)` fleet-wide).
     pub occupancy: Option<f32>,
     /// Prefill throughput (tokens/s; 0 = unknown, the configured default is used).
     pub prefill_tps: f32,
@@ -121,6 +123,9 @@ pub struct Fleet {
     pub(crate) dbase: Vec<f32>,
     pub(crate) validity: Vec<Validity>,
     pub(crate) occ_known: Vec<bool>,
+    /// Per slot: its occupancy is its own last report's (a stale rank, whose engine's is
+    /// unknown), not its engine's.
+    occ_own: Vec<bool>,
     /// Per slot: [`SlotFigures::below_report`].
     pub(crate) below_report: Vec<bool>,
     pub(crate) agg: Option<Aggregates>,
@@ -245,6 +250,8 @@ impl Fleet {
         self.validity.resize(n, Validity::Vacant);
         self.occ_known.clear();
         self.occ_known.resize(n, false);
+        self.occ_own.clear();
+        self.occ_own.resize(n, false);
         self.below_report.clear();
         self.below_report.resize(n, false);
         self.agg = None;
@@ -262,6 +269,7 @@ impl Fleet {
         }
         self.validity.resize(n, Validity::Vacant);
         self.occ_known.resize(n, false);
+        self.occ_own.resize(n, false);
         self.below_report.resize(n, false);
         self.mask.resize(n, 0);
         self.agg = None;
@@ -329,7 +337,10 @@ impl Fleet {
     /// engine's DP-summed running + waiting, over the engine's summed caps; it is unknown
     /// when the engine's ranks are not all current ([`kvroute_load::EngineLoad::occupancy`]).
     /// A slot whose telemetry is not fresh also has the requests its report counted that
-    /// have since ended ([`Reserved::finished`]) subtracted from its requests (at least 0).
+    /// have since ended ([`Reserved::finished`]) subtracted from its requests (at least 0);
+    /// a stale one's occupancy, unknown for its engine, is its own last report's
+    /// (`(running + waiting + reserved − ended) / max_running`, when that report gave a
+    /// cap).
     ///
     /// Cost: the lanes that depend only on the snapshot (and `tokens_per_request`) are
     /// computed in one lane-wise pass (straight loops the compiler vectorises) when the
@@ -461,7 +472,10 @@ impl Fleet {
             max_moved |= before == agg.max && after < before;
             self.queued[i] += r.prefill_tokens as f32;
             self.decode[i] += r.decode_tokens as f32;
-            if self.occ_known[i] {
+            if self.occ_own[i] {
+                let max = snapshot.max_running()[i];
+                self.occ[i] = own_occupancy(running[i], waiting[i], r.requests, r.finished, max);
+            } else if self.occ_known[i] {
                 let num = (engine_requests[i] + r.requests).saturating_sub(r.finished);
                 self.occ[i] = (num as f64 / engine_max_running[i] as f64) as f32;
             }
@@ -583,6 +597,20 @@ impl Fleet {
             let k = 0u32.wrapping_sub(u32::from(known));
             *occ = f32::from_bits(engine_occupancy[i].to_bits() & k);
         }
+        // A stale rank's engine has no occupancy (not every rank is current): the rank's
+        // own last report gives what is known of it.
+        let max_running = &snapshot.max_running()[..n];
+        for i in 0..n {
+            let own = !self.occ_known[i]
+                && mask[i] != 0
+                && self.validity[i] == Validity::Stale
+                && max_running[i] != 0;
+            self.occ_own[i] = own;
+            if own {
+                self.occ_known[i] = true;
+                self.occ[i] = own_occupancy(running[i], waiting[i], 0, 0, max_running[i]);
+            }
+        }
         self.below_report[..n].fill(false);
         self.reserved.clear();
         self.base_agg = self.finish_base();
@@ -611,7 +639,9 @@ impl Fleet {
             } else {
                 running as f32 * tpr
             };
-            self.occ[i] = if self.occ_known[i] {
+            self.occ[i] = if self.occ_own[i] {
+                own_occupancy(running, waiting, 0, 0, snapshot.max_running()[i])
+            } else if self.occ_known[i] {
                 snapshot.engine_occupancy()[i]
             } else {
                 0.0
@@ -686,6 +716,14 @@ impl Fleet {
         }
         a
     }
+}
+
+/// A stale rank's own occupancy: `(running + waiting + reserved − ended) / max_running` of
+/// its last report (at least 0), rounded once to `f32` as the engine quotient is.
+#[inline]
+fn own_occupancy(running: u32, waiting: u32, reserved: u64, ended: u64, max_running: u32) -> f32 {
+    let num = (u64::from(running) + u64::from(waiting) + reserved).saturating_sub(ended);
+    (num as f64 / f64::from(max_running)) as f32
 }
 
 /// `running + waiting` as the `requests` lane holds it without reservations: exact in
@@ -765,12 +803,18 @@ mod tests {
             } else {
                 s.running as f32 * tpr
             };
-            let occupancy = snapshot.engine_of(slot).and_then(|e| {
+            let engine = snapshot.engine_of(slot).and_then(|e| {
                 e.occupancy()?;
                 let num =
                     (e.running + e.waiting + reserved.requests).saturating_sub(reserved.finished);
                 Some((num as f64 / e.max_running as f64) as f32)
             });
+            let own = (s.validity == Validity::Stale && s.max_running > 0).then(|| {
+                let num = (u64::from(s.running) + u64::from(s.waiting) + reserved.requests)
+                    .saturating_sub(reserved.finished);
+                (num as f64 / f64::from(s.max_running)) as f32
+            });
+            let occupancy = engine.or(own);
             f.set(
                 i,
                 &SlotFigures {

@@ -107,8 +107,10 @@ fn sample(running: u32, waiting: u32, cap: u32) -> LoadSample {
 /// running + 10 waiting of 20, and 0 of 20: occupancy (20 + 10 + 0)/(20 + 20) = 0.75 on both
 /// slots (rank 0 alone would be 1.5, rank 1 alone 0). Engine 2 (slots 2, 3): 16 + 2 of 20
 /// and 16 + 2 of 20: 36/40 = 0.9. With no owner the least pressure wins: 0.75, on slot 1
-/// (fewer requests than slot 0). Then engine 1's rank 1 goes stale: the old pressure
-/// (KV 0 everywhere) ties at 0 and the cause is recorded.
+/// (fewer requests than slot 0). Then engine 1's rank 1 goes stale: its own last report
+/// gives it an occupancy (0 of 20), but its engine is no longer current, so rank 0 (now
+/// partial) has none: the old pressure (KV 0 everywhere) ties at 0 and rank 0's cause is
+/// recorded.
 #[test]
 fn caps_and_counts_are_summed_across_dp_ranks() {
     let (mut publisher, reader) = LoadPublisher::new(LoadConfig::new(4)).unwrap();
@@ -163,7 +165,72 @@ fn caps_and_counts_are_summed_across_dp_ranks() {
         let snap = reader.load();
         fleet.fill(&snap, &table, &overlaps, 512);
     }
+    assert_eq!(
+        fleet.aggregates().occupancy_unknown,
+        Some(Validity::Partial)
+    );
     let c = both(&fleet, 1_600, &cfg(Policy::OwnerPressure), 0);
-    assert_eq!(c.fallback, Some(FallbackCause::Stale), "{c:?}");
+    assert_eq!(c.fallback, Some(FallbackCause::Partial), "{c:?}");
     assert_eq!(c.cost, 0.0);
+}
+
+/// A stale rank's occupancy is its own last report's, with what was routed there since and
+/// less what ended: engines 1 and 2 of one rank each, cap 20. Engine 1 reports 18 running
+/// (0.9); engine 2 reported 10 running + 5 waiting at 10 s and nothing since; two requests
+/// were routed to it: one before that report (absorbed by it, then ended) and one after
+/// (live). At 15 s engine 2
+/// is stale (the default maximum age is 2 s): (10 + 5 + 1 − 1)/20 = 0.75, below engine
+/// 1's 0.9, so the least pressure is engine 2's at 0.75 (no owner: a miss).
+#[test]
+fn a_stale_rank_keeps_its_own_occupancy() {
+    let (mut publisher, reader) = LoadPublisher::new(LoadConfig::new(2)).unwrap();
+    let table = ReservationTable::new(2, ReservationTable::DEFAULT_TTL).unwrap();
+    publisher.attach_reservations(table.clone()).unwrap();
+    for i in 0..2u32 {
+        let w = WorkerId::new(u64::from(i) + 1, 0);
+        publisher.add_worker(Slot(i), w, SlotGeneration(1)).unwrap();
+        table
+            .add_worker(Slot(i), SlotGeneration(1), Nanos::ZERO)
+            .unwrap();
+    }
+    let absorbed = table
+        .reserve(
+            Slot(1),
+            SlotGeneration(1),
+            kvroute_load::Work::default(),
+            Nanos::ZERO,
+        )
+        .unwrap();
+    let t0 = Nanos::from_secs(10);
+    publisher
+        .apply_sample(WorkerId::new(1, 0), sample(18, 0, 20), t0)
+        .unwrap();
+    publisher
+        .apply_sample(WorkerId::new(2, 0), sample(10, 5, 20), t0)
+        .unwrap();
+    publisher.publish(t0).unwrap();
+    drop(absorbed);
+    let _live = table
+        .reserve(
+            Slot(1),
+            SlotGeneration(1),
+            kvroute_load::Work::default(),
+            t0,
+        )
+        .unwrap();
+    let t1 = Nanos::from_secs(15);
+    publisher
+        .apply_sample(WorkerId::new(1, 0), sample(18, 0, 20), t1)
+        .unwrap();
+    publisher.publish(t1).unwrap();
+    let mut fleet = Fleet::new();
+    {
+        let snap = reader.load();
+        assert_eq!(snap.validity()[1], Validity::Stale);
+        fleet.fill(&snap, &table, &Overlaps::new(2), 512);
+    }
+    assert_eq!(fleet.aggregates().occupancy_unknown, None);
+    let c = both(&fleet, 1_600, &cfg(Policy::OwnerPressure), 0);
+    assert_eq!(slot(&c), 1, "{c:?}");
+    assert!((c.cost - 0.75).abs() < 1e-6, "{c:?}");
 }
