@@ -49,18 +49,22 @@ use kvroute_core::sync::atomic::{
     Ordering::{self, Relaxed},
 };
 
+/// One word: `tag` in the high half, `value` in the low half (also the ended-request
+/// word of `finished.rs`).
 #[inline]
-fn pack(tag: u32, value: u32) -> u64 {
+pub(super) fn pack(tag: u32, value: u32) -> u64 {
     (u64::from(tag) << 32) | u64::from(value)
 }
 
+/// A word's tag (high half).
 #[inline]
-fn tag(word: u64) -> u32 {
+pub(super) fn tag(word: u64) -> u32 {
     (word >> 32) as u32
 }
 
+/// A word's value (low half).
 #[inline]
-fn value(word: u64) -> u32 {
+pub(super) fn value(word: u64) -> u32 {
     word as u32
 }
 

@@ -57,23 +57,10 @@
 
 use kvroute_core::sync::atomic::{AtomicU64, Ordering};
 
+use super::field::{pack, tag, value as count};
+
 const EPOCH_BITS: u32 = 24;
 const EPOCH_MASK: u32 = (1 << EPOCH_BITS) - 1;
-
-#[inline]
-fn tag(word: u64) -> u32 {
-    (word >> 32) as u32
-}
-
-#[inline]
-fn count(word: u64) -> u32 {
-    word as u32
-}
-
-#[inline]
-fn pack(tag: u32, count: u32) -> u64 {
-    (u64::from(tag) << 32) | u64::from(count)
-}
 
 /// One slot's count of ended requests its last report counts; see the module docs.
 #[derive(Debug)]
