@@ -214,7 +214,7 @@ impl Reservation {
                     PREFILL => live.prefill_tokens += amount,
                     _ => live.decode_tokens += amount,
                 }
-            } else if f == REQUESTS && ended && self.counted {
+            } else if f == REQUESTS && ended {
                 // Dropped in bulk. If a reconciliation did it, the report counts the
                 // request: count its end (`finished.rs`). The fence pairs with the
                 // clearing's `Release`, so the reconciliation's new tag is seen; the group
