@@ -37,14 +37,14 @@ pub(crate) enum Kind {
     Batch {
         engine: u32,
         seq: u64,
-        payload: Rc<[u8]>,
+        payload: Rc<Vec<u8>>,
     },
     /// A replay request reaches the engine.
     ReplayAsk { engine: u32, from_seq: u64 },
     /// The engine's replay answer reaches the router (batches, then the end marker).
     ReplayAnswer {
         engine: u32,
-        batches: Vec<(u64, Rc<[u8]>)>,
+        batches: Vec<(u64, Rc<Vec<u8>>)>,
     },
     /// Ask again for a replay the engine could not answer.
     ReplayRetry(u32),

@@ -10,29 +10,40 @@ use super::{Sim, secs};
 use crate::driver::queue::{Class, Kind};
 use crate::fault::secs_to_ns;
 
+/// Encoding buffers kept for reuse (batches in flight at once beyond this allocate).
+const SPARE_BUFS: usize = 64;
+
 impl<'a> Sim<'a> {
     pub(super) fn publish(&mut self, e: u32) {
         let t = self.now;
-        let Some(seq) = self.engines[e as usize].take_batch(&self.cat, secs(t), &mut self.enc)
-        else {
+        let mut buf = self.spare_bufs.pop().unwrap_or_default();
+        let Some(seq) = self.engines[e as usize].take_batch(&self.cat, secs(t), &mut buf) else {
+            self.spare_bufs.push(buf);
             return;
         };
         self.res.channel.batches_published += 1;
-        let payload: Rc<[u8]> = Rc::from(&self.enc[..]);
+        let payload = Rc::new(buf);
         if self.buffer_replays {
             let buf = &mut self.replay_buf[e as usize];
-            if buf.len() >= self.chan.replay_buffer_batches as usize {
-                buf.pop_front();
-            }
+            let old = if buf.len() >= self.chan.replay_buffer_batches as usize {
+                buf.pop_front()
+            } else {
+                None
+            };
             buf.push_back((seq, Rc::clone(&payload)));
+            if let Some((_, old)) = old {
+                self.recycle(old);
+            }
         }
         if self.faults.disconnected(e, t) {
             self.res.channel.batches_lost += 1;
+            self.recycle(payload);
             return;
         }
         let p = self.chan.event_loss.max(self.faults.burst_loss(e, t));
         if p > 0.0 && self.rng.random::<f64>() < p {
             self.res.channel.batches_lost += 1;
+            self.recycle(payload);
             return;
         }
         let mut delay = self.chan.event_delay_s;
@@ -48,6 +59,16 @@ impl<'a> Sim<'a> {
                 payload,
             },
         );
+    }
+
+    /// Keeps a batch's buffer for the next encoding once nothing else holds it (a replay
+    /// buffer may); at most [`SPARE_BUFS`] are kept.
+    pub(super) fn recycle(&mut self, payload: Rc<Vec<u8>>) {
+        if self.spare_bufs.len() < SPARE_BUFS {
+            if let Ok(buf) = Rc::try_unwrap(payload) {
+                self.spare_bufs.push(buf);
+            }
+        }
     }
 
     pub(super) fn ingest(&mut self, e: u32, channel: Channel, seq: u64, payload: &[u8]) {
@@ -119,7 +140,7 @@ impl<'a> Sim<'a> {
             );
             return;
         }
-        let batches: Vec<(u64, Rc<[u8]>)> = self.replay_buf[e as usize]
+        let batches: Vec<(u64, Rc<Vec<u8>>)> = self.replay_buf[e as usize]
             .iter()
             .filter(|(s, _)| *s >= from_seq)
             .cloned()
@@ -132,7 +153,7 @@ impl<'a> Sim<'a> {
         );
     }
 
-    pub(super) fn replay_answer(&mut self, e: u32, batches: Vec<(u64, Rc<[u8]>)>) {
+    pub(super) fn replay_answer(&mut self, e: u32, batches: Vec<(u64, Rc<Vec<u8>>)>) {
         for (seq, payload) in &batches {
             self.res.channel.batches_replayed += 1;
             self.ingest(e, Channel::Replay, *seq, payload);

@@ -70,13 +70,15 @@ pub(in crate::driver) struct Sim<'a> {
     rng: StdRng,
     faults: FaultWindows,
     buffer_replays: bool,
-    replay_buf: Vec<VecDeque<(u64, Rc<[u8]>)>>,
+    replay_buf: Vec<VecDeque<(u64, Rc<Vec<u8>>)>>,
     replay_inflight: Vec<bool>,
     wake_pending: Vec<bool>,
     reqs: Vec<ReqState>,
     children: Vec<Vec<u32>>,
     notices: Vec<Notice>,
-    enc: Vec<u8>,
+    /// Encoding buffers of delivered batches, reused so that a batch is encoded into warm
+    /// memory and moved, not copied, into the event queue.
+    spare_bufs: Vec<Vec<u8>>,
     res: RunResult,
     now: u64,
     horizon: u64,
@@ -164,6 +166,7 @@ impl<'a> Sim<'a> {
             } => {
                 self.res.channel.batches_delivered += 1;
                 self.ingest(engine, Channel::Live, seq, &payload);
+                self.recycle(payload);
             }
             Kind::ReplayAsk { engine, from_seq } => self.replay_ask(engine, from_seq),
             Kind::ReplayAnswer { engine, batches } => self.replay_answer(engine, batches),

@@ -202,7 +202,7 @@ impl<'a> Sim<'a> {
             reqs,
             children,
             notices: Vec::new(),
-            enc: Vec::new(),
+            spare_bufs: Vec::new(),
             res,
             now: 0,
             horizon: opts.horizon_s.map_or(u64::MAX, secs_to_ns),
