@@ -31,30 +31,41 @@
 //! # Requests that end before the next report
 //! A request already absorbed by telemetry keeps being counted by the report after it
 //! ends, until the next report: one telemetry period normally, but for as long as the
-//! slot's reports stop (a blackout), so that a worker whose figures froze while loaded
-//! would look loaded however much it drained. Its guard still sees it end, so the table
-//! counts such requests per slot ([`Reserved::finished`], reset by the next reconciliation
-//! of the requests field), and the effective request count of a slot whose figures are
-//! not fresh subtracts them. A fresh slot's count is left alone: within one period the
-//! over-count of ended requests and the under-count below (requests reserved between a
-//! report's observation and its publication) are both bounded by the period and offset
-//! each other, and subtracting only one of them would make every fresh worker look idler
-//! than it is (measured in `docs/RESULTS.md`, "The scenarios").
+//! slot's reports stop (a blackout), and all at once when an engine loses its requests (a
+//! restart), so that a worker whose figures froze while loaded, or that was just emptied,
+//! would look loaded. Its guard still sees it end, so the table counts such requests per
+//! slot, and the effective request count subtracts them *beyond the request reservations
+//! the last reconciliation absorbed* ([`Reserved::finished`]: ended − absorbed, at least
+//! 0; both reset by the next reconciliation of the requests field), whatever the slot's
+//! validity.
+//!
+//! Why the offset: the reconciliation also drops reservations made between the report's
+//! observation and its publication, which the report does not count (below). Call them
+//! `U` and the absorbed reservations `A` (so `U ≤ A`), the ended requests `F` and the live
+//! reservations `R`. The true count is `reported + R + U − F`; the estimate is
+//! `reported + R − max(0, F − A)`, so it errs by `(F − U) − max(0, F − A)`: where `F ≤ A`
+//! by `F − U`, exactly as subtracting nothing does, and where `F > A` by `A − U ≥ 0`: it
+//! then never under-states, and over-states by at most the reservations one publication
+//! absorbed. In steady state `F` and `A` are both about one period's arrivals and mostly
+//! cancel; a restart or a blackout makes `F` far larger than `A`, and the excess is
+//! subtracted. Subtracting all of `F` under-states by up to `U` (on a fresh report that
+//! measured worse on the conversation trace at 8x); subtracting nothing from a fresh
+//! report left a restarted engine looking full for a telemetry period (`docs/RESULTS.md`,
+//! "The scenarios").
 //!
 //! # What it gives up
 //! Requests reserved between a report's observation and its publication are in neither
 //! figure until the next report (an undercount of at most one telemetry delay's worth of
-//! dispatches per slot), and when they end they are subtracted although the report never
-//! counted them (the same bound again). Both err towards "looks idler", which the
-//! reservations of concurrent decisions in the next period correct. With several router
-//! replicas, each sees only its own requests end and only its own reservations.
+//! dispatches per slot), though their ends are then offset as above. The absorbed count is
+//! kept up to 4,095 per slot (`reserve/finished.rs`); more absorbed reservations in one
+//! period offset only that many. With several router replicas, each sees only its own
+//! requests end and only its own reservations.
 //!
 //! `max(reported, reserved)` was rejected: it undercounts whenever old engine work and new
 //! reservations are disjoint (the normal case), and it cannot be applied per request.
 
 use kvroute_core::Slot;
 
-use crate::lanes::Validity;
 use crate::reserve::{ReservationTable, Reserved};
 use crate::snapshot::LoadSnapshot;
 use kvroute_core::Fields;
@@ -62,8 +73,8 @@ use kvroute_core::Fields;
 /// A slot's load with reservations folded in by the rule in the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EffectiveLoad {
-    /// Reported running + waiting, plus reserved requests, less (where the slot's
-    /// telemetry is not fresh) the reported ones seen to end since
+    /// Reported running + waiting, plus reserved requests, less the reported ones seen to
+    /// end since beyond the reservations the report's publication absorbed
     /// ([`Reserved::finished`]; at least 0) (requests).
     pub requests: u64,
     /// Reported waiting uncached prefill tokens (0 when not reported), plus reserved
@@ -95,13 +106,8 @@ pub fn effective_load(
         }
     };
     Some(EffectiveLoad {
-        requests: (u64::from(s.running) + u64::from(s.waiting) + reserved.requests).saturating_sub(
-            if s.validity == Validity::Fresh {
-                0
-            } else {
-                reserved.finished
-            },
-        ),
+        requests: (u64::from(s.running) + u64::from(s.waiting) + reserved.requests)
+            .saturating_sub(reserved.finished),
         prefill_tokens: reported(Fields::PREFILL_TOKENS, s.waiting_prefill_tokens)
             + reserved.prefill_tokens,
         decode_tokens: reported(Fields::DECODE_TOKENS, s.active_decode_tokens)

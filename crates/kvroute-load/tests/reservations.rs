@@ -358,11 +358,13 @@ fn reconciliation_never_counts_a_request_twice() {
     );
 
     // The absorbed guards' first token is a no-op (the report counts their tokens). When
-    // they end, the report still counts them: the table tallies them as ended, but a fresh
-    // report is taken as it is (module docs of `reconcile`).
+    // they end, the report still counts them, but its publication absorbed two
+    // reservations, which it may not count (made between its observation and its
+    // publication): the two ended requests are offset by them, so nothing is subtracted
+    // (module docs of `reconcile`).
     assert!(!b.first_token());
     drop((a, b));
-    assert_eq!(t.reserved(Slot(0)), finished(1, 50, 5, 2));
+    assert_eq!(t.reserved(Slot(0)), r(1, 50, 5));
     let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
@@ -378,16 +380,16 @@ fn reconciliation_never_counts_a_request_twice() {
     // A publication with no new report reconciles nothing (the count stays).
     let d = t.reserve(Slot(0), G1, work(1, 1), Nanos(3 * S)).unwrap();
     p.publish(Nanos(3 * S)).unwrap();
-    assert_eq!(t.reserved(Slot(0)), finished(1, 1, 1, 2));
+    assert_eq!(t.reserved(Slot(0)), r(1, 1, 1));
     drop(d);
-    // At 4.5 s the 2 s report is 2.5 s old, past the default maximum age (2 s): stale, so
-    // its 7 requests less the 2 seen to end count, 5.
+    // At 4.5 s the 2 s report is 2.5 s old, past the default maximum age (2 s): stale, and
+    // still 7 requests: the 2 seen to end are offset by the 2 its publication absorbed.
     p.publish(Nanos(4 * S + S / 2)).unwrap();
     assert_eq!(reader.load().validity()[0], kvroute_load::Validity::Stale);
     let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
-        (5, 1400, 3100)
+        (7, 1400, 3100)
     );
     // The next report (5 running, none waiting) counts what is left: the count resets.
     p.apply_sglang(&sglang(5, 0, 0, 2000, 5.0), Nanos(5 * S))
@@ -439,10 +441,11 @@ fn reconciliation_is_per_field_vllm_reports_no_tokens() {
     );
     assert!(a.first_token());
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 730));
-    // It ends: its tokens go back, and the report that counted its request over-states
-    // the slot by one until the next (tallied; a fresh report is taken as it is).
+    // It ends: its tokens go back. The report that counted its request over-states the
+    // slot by one until the next, but the reservation its publication absorbed offsets it
+    // (the report might not have counted it), so nothing is subtracted.
     drop(a);
-    assert_eq!(t.reserved(Slot(0)), finished(0, 0, 0, 1));
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
     let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
     assert_eq!((e.requests, e.prefill_tokens, e.decode_tokens), (1, 0, 0));
     assert_eq!(t.stats().reconciled, r(1, 0, 0));
@@ -560,6 +563,8 @@ fn reserved_nonzero_skips_only_groups_without_guards() {
         t.reserve(Slot(5), G1, work(6, 6), Nanos(0)).unwrap(),
     ];
     assert_eq!(t.reconcile(Slot(5), G1, Fields::RESERVABLE), r(1, 6, 6));
+    // The next report of its requests absorbs nothing, so its end is not offset.
+    assert_eq!(t.reconcile(Slot(5), G1, Fields::REQUESTS), r(0, 0, 0));
     // Guards out per group, by hand: {3, 5}, {70, 100}, {130, 130, 131}, {199}.
     let counts: Vec<u64> = [0, 64, 128, 192, 200]
         .iter()
@@ -656,8 +661,11 @@ fn ended_requests_a_report_counts_are_tallied_until_the_next_report() {
     let a = t.reserve(Slot(0), G1, work(10, 5), Nanos(0)).unwrap();
     let b = t.reserve(Slot(0), G1, work(20, 5), Nanos(0)).unwrap();
     let c = t.reserve(Slot(0), G1, work(30, 5), Nanos(0)).unwrap();
-    // A report counts all three; a fourth is routed after it.
+    // A report counts all three, and so does the next (which absorbs nothing: its
+    // publication drops no reservation that would offset their ends); a fourth is routed
+    // after it.
     assert_eq!(t.reconcile(Slot(0), G1, Fields::RESERVABLE), r(3, 60, 15));
+    assert_eq!(t.reconcile(Slot(0), G1, Fields::REQUESTS), r(0, 0, 0));
     let d = t.reserve(Slot(0), G1, work(40, 5), Nanos(0)).unwrap();
     drop(a);
     assert_eq!(b.release(), r(0, 0, 0));
@@ -685,6 +693,31 @@ fn ended_requests_a_report_counts_are_tallied_until_the_next_report() {
     t.reserved_nonzero(&[G1.0, 0], &mut out);
     assert!(out.is_empty());
 
+    // A report whose publication absorbed two reservations: the first two requests seen
+    // to end are offset by them (the report may not count those two), the third is not.
+    let x = t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).unwrap();
+    let y = t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).unwrap();
+    let z = t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).unwrap();
+    assert_eq!(t.reconcile(Slot(0), G1, Fields::RESERVABLE), r(3, 3, 3));
+    let w = t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).unwrap();
+    t.reconcile(Slot(0), G1, Fields::REQUESTS); // absorbs `w` alone
+    drop(x);
+    assert_eq!(t.reserved(Slot(0)), r(0, 1, 1), "1 ended, 1 absorbed");
+    drop(y);
+    assert_eq!(
+        t.reserved(Slot(0)),
+        finished(0, 1, 1, 1),
+        "2 ended, 1 absorbed"
+    );
+    drop((z, w));
+    assert_eq!(
+        t.reserved(Slot(0)),
+        finished(0, 0, 0, 3),
+        "4 ended, 1 absorbed"
+    );
+    t.reconcile(Slot(0), G1, Fields::REQUESTS);
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+
     // Swept (two ageings), not reconciled: it does not count when it ends.
     let e = t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).unwrap();
     t.sweep(Nanos(10 * S));
@@ -698,6 +731,7 @@ fn ended_requests_a_report_counts_are_tallied_until_the_next_report() {
     t.reconcile(Slot(0), G1, Fields::RESERVABLE);
     let h = t.reserve(Slot(0), G1, work(1, 1), Nanos(0)).unwrap();
     t.reconcile(Slot(0), G1, Fields::RESERVABLE);
+    t.reconcile(Slot(0), G1, Fields::REQUESTS);
     drop(h);
     assert_eq!(t.reserved(Slot(0)).finished, 1);
     t.remove_worker(Slot(0), G1).unwrap();

@@ -46,7 +46,8 @@
 //!   (missing, stale, invalid or partial): each such slot loses its cache credit (its cost
 //!   is computed with no overlap) and is costed from what is known of it: its last figures
 //!   whatever their age, less the requests they counted that this router has seen end
-//!   since, plus every request routed to it since (the reservations; the lanes hold both,
+//!   since (beyond the reservations their publication absorbed), plus every request routed
+//!   to it since (the reservations; the lanes hold both,
 //!   `kvroute_load::Reserved::finished`). Unless its figures are stale and the router is
 //!   the only one routing to it (`router_replicas` 1, the default: then what is known is
 //!   the whole change since the report), or stale and below that report (each replica only

@@ -212,8 +212,8 @@ impl Fleet {
 
     /// What the last [`fill`](Self::fill) read from the reservation table for slot `i`:
     /// its reserved requests and tokens, and the ended requests it subtracted from the
-    /// report ([`Reserved::finished`], kept only where the slot's telemetry is not fresh: 0
-    /// on a fresh slot); zero for a fleet made from figures, a slot without any, or out of
+    /// report ([`Reserved::finished`]: those beyond the reservations the report's
+    /// publication absorbed); zero for a fleet made from figures, a slot without any, or out of
     /// range. `O(log k)` in the `k` slots the fill folded in.
     pub fn reserved_at(&self, i: usize) -> Reserved {
         self.reserved
@@ -336,8 +336,9 @@ impl Fleet {
     /// `tokens_per_request` (tokens). Occupancy adds this slot's reserved requests to its
     /// engine's DP-summed running + waiting, over the engine's summed caps; it is unknown
     /// when the engine's ranks are not all current ([`kvroute_load::EngineLoad::occupancy`]).
-    /// A slot whose telemetry is not fresh also has the requests its report counted that
-    /// have since ended ([`Reserved::finished`]) subtracted from its requests (at least 0);
+    /// A slot also has the requests its report counted that have since ended, beyond the
+    /// reservations the report's publication absorbed ([`Reserved::finished`]), subtracted
+    /// from its requests (at least 0);
     /// a stale one's occupancy, unknown for its engine, is its own last report's
     /// (`(running + waiting + reserved − ended) / max_running`, when that report gave a
     /// cap).
@@ -451,11 +452,6 @@ impl Fleet {
             let i = slot.index();
             if self.mask[i] == 0 {
                 continue;
-            }
-            // Ended requests are subtracted only from a report that is not fresh (module
-            // docs of `kvroute_load::reconcile`, "Requests that end before the next report").
-            if self.validity[i] == Validity::Fresh {
-                r.finished = 0;
             }
             let r = *r;
             self.touched.push(slot.0);
@@ -789,10 +785,7 @@ mod tests {
             let Some(s) = snapshot.slot(slot) else {
                 continue;
             };
-            let mut reserved = table.reserved_for(slot, s.generation).unwrap_or_default();
-            if s.validity == Validity::Fresh {
-                reserved.finished = 0;
-            }
+            let reserved = table.reserved_for(slot, s.generation).unwrap_or_default();
             let queued = if s.reported.contains(Fields::PREFILL_TOKENS) {
                 s.waiting_prefill_tokens as f32
             } else {

@@ -176,9 +176,9 @@ fn caps_and_counts_are_summed_across_dp_ranks() {
 
 /// A stale rank's occupancy is its own last report's, with what was routed there since and
 /// less what ended: engines 1 and 2 of one rank each, cap 20. Engine 1 reports 18 running
-/// (0.9); engine 2 reported 10 running + 5 waiting at 10 s and nothing since; two requests
-/// were routed to it: one before that report (absorbed by it, then ended) and one after
-/// (live). At 15 s engine 2
+/// (0.9); engine 2 reported 10 running + 5 waiting at 9 s and at 10 s and nothing since;
+/// two requests were routed to it: one before those reports (absorbed by the first, counted
+/// by both, then ended) and one after (live). At 15 s engine 2
 /// is stale (the default maximum age is 2 s): (10 + 5 + 1 − 1)/20 = 0.75, below engine
 /// 1's 0.9, so the least pressure is engine 2's at 0.75 (no owner: a miss).
 #[test]
@@ -201,6 +201,13 @@ fn a_stale_rank_keeps_its_own_occupancy() {
             Nanos::ZERO,
         )
         .unwrap();
+    // A report at 9 s absorbs that reservation; the one at 10 s (which still counts the
+    // request) absorbs none, so nothing offsets its end.
+    let t9 = Nanos::from_secs(9);
+    publisher
+        .apply_sample(WorkerId::new(2, 0), sample(10, 5, 20), t9)
+        .unwrap();
+    publisher.publish(t9).unwrap();
     let t0 = Nanos::from_secs(10);
     publisher
         .apply_sample(WorkerId::new(1, 0), sample(18, 0, 20), t0)

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{NOW, publish, router, sample, store, tokens};
-use kvroute::{AdmissionConfig, Nanos, Policy, Reason, RouteError, RouteRequest, RouterConfig};
+use kvroute::{AdmissionConfig, Policy, Reason, RouteError, RouteRequest, RouterConfig};
 
 fn kv_aware_with_bound(c: &mut RouterConfig) {
     c.score.policy = Policy::KvAware;
@@ -118,14 +118,15 @@ fn under_the_bound_the_scorer_decides() {
 }
 
 /// Requests that a report counted and that have since ended: one worker, bound 8. Six
-/// requests are routed, a report counts them (6 running), then four end. While the report
-/// is fresh it is taken as it is (6 outstanding, 2 more admitted); once it is stale (no
-/// report for more than the 2 s maximum age) the router counts 6 − 4 = 2 outstanding, so
-/// admission takes 8 − 2 = 6 more, each claimed on its first attempt (no re-score: the
+/// requests are routed and a report counts them (6 running); its publication absorbs their
+/// six reservations. Two end: the six absorbed reservations offset them (the report might
+/// not count those), so 6 are outstanding and admission takes 2 more. The next report
+/// counts 4 and absorbs nothing; two more end, so the router counts 4 − 2 = 2 outstanding
+/// and admission takes 8 − 2 = 6 more, each claimed on its first attempt (no re-score: the
 /// claim is bounded by the reserved count the attempt read, which the ended requests do
 /// not change), and rejects the next.
 #[test]
-fn ended_requests_free_admission_room_once_the_report_is_stale() {
+fn ended_requests_beyond_the_absorbed_free_admission_room() {
     let (r, ws) = router(4, 1, |c| c.admission = Some(AdmissionConfig::new(8)));
     publish(&r, &ws, &[]);
     let mut held: Vec<_> = (0..6)
@@ -136,8 +137,12 @@ fn ended_requests_free_admission_room_once_the_report_is_stale() {
         .collect();
     publish(&r, &ws, &[(ws[0], sample(6, 0, 0, 0, 0.1))]);
     assert_eq!(r.reserved(ws[0]).unwrap().requests, 0, "reconciled");
-    held.truncate(2);
-    assert_eq!(r.reserved(ws[0]).unwrap().finished, 4);
+    held.truncate(4);
+    assert_eq!(
+        r.reserved(ws[0]).unwrap().finished,
+        0,
+        "2 ended, 6 absorbed"
+    );
     let fresh: Vec<_> = (0..3)
         .map_while(|i| {
             r.route(&RouteRequest::tokens(&tokens(50 + i, 64), 16, NOW))
@@ -148,25 +153,30 @@ fn ended_requests_free_admission_room_once_the_report_is_stale() {
     drop(fresh);
     assert_eq!(
         r.reserved(ws[0]).unwrap().finished,
-        4,
+        0,
         "live ones do not count"
     );
-    let later = Nanos(NOW.0 + 3_000_000_000);
-    r.publish(later).unwrap();
+    publish(&r, &ws, &[(ws[0], sample(4, 0, 0, 0, 0.1))]);
+    held.truncate(2);
+    assert_eq!(
+        r.reserved(ws[0]).unwrap().finished,
+        2,
+        "2 ended, none absorbed"
+    );
     for i in 0..6 {
         let d = r
-            .route(&RouteRequest::tokens(&tokens(100 + i, 64), 16, later))
+            .route(&RouteRequest::tokens(&tokens(100 + i, 64), 16, NOW))
             .unwrap();
         assert_eq!(d.rescores, 0, "request {i}");
         held.push(d);
     }
     assert!(matches!(
-        r.route(&RouteRequest::tokens(&tokens(200, 64), 16, later)),
+        r.route(&RouteRequest::tokens(&tokens(200, 64), 16, NOW)),
         Err(RouteError::Rejected { .. })
     ));
-    // The next report (2 + 6 = 8 running) resets the count.
-    r.update_load(ws[0], sample(8, 0, 0, 0, 0.1), later)
-        .unwrap();
-    r.publish(later).unwrap();
+    // The next report (2 + 6 = 8 running) resets the count; its publication absorbs the
+    // six reservations.
+    r.update_load(ws[0], sample(8, 0, 0, 0, 0.1), NOW).unwrap();
+    r.publish(NOW).unwrap();
     assert_eq!(r.reserved(ws[0]).unwrap(), kvroute::Reserved::default());
 }

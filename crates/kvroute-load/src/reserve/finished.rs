@@ -9,14 +9,22 @@
 //! released), so it counts itself here, and a decision subtracts the count from the report
 //! ([`Reserved::finished`](super::Reserved::finished)).
 //!
-//! The word packs a 32-bit *tag* (high half) and a 32-bit *count* (low half). The tag is
+//! What a decision subtracts is the count *beyond the request reservations the last
+//! reconciliation absorbed*: a reconciliation records how many it is about to drop, since
+//! up to that many of the requests seen to end may be ones the report never counted (made
+//! between its observation and its publication; the argument is in `reconcile.rs`).
+//!
+//! The word packs a 32-bit *tag* (high half) and a 32-bit *value* (low half): the value's
+//! low 20 bits count ended requests (saturating at 2^20 − 1), its high 12 bits the absorbed
+//! reservations (saturating at 4,095). The tag is
 //! an 8-bit tenancy sequence (advanced by worker removal) above a 24-bit reconciliation
 //! epoch (advanced by each reconciliation of the requests field). A guard records the tag
 //! when it reserves ([`FinishedCell::tag`]); when it ends with its request entry already
 //! dropped (`Returned::Dead`), it counts itself only if, since then, the epoch advanced (a
 //! report absorbed it; a sweep alone drops it without advancing the epoch) and the tenancy
 //! sequence did not (a guard of a removed worker never counts towards the next tenant).
-//! Each reconciliation of the requests field, and each removal, resets the count.
+//! Each reconciliation of the requests field resets the count and records its absorbed
+//! reservations; each removal resets both.
 //!
 //! What it gives up (all on the side of "looks idler" by at most one telemetry delay's
 //! worth of requests, and all cleared by the next report): a request reserved between a
@@ -42,6 +50,12 @@
 //!   exactness: if it is the new one, the reservation was made after the report was
 //!   observed and is not counted when it ends, which is right; if the old one, it is counted
 //!   only if a clearing dropped its entry.
+//! * After the clear, the reconciliation adds the request reservations it dropped into the
+//!   word's absorbed bits ([`FinishedCell::absorb`], a `Relaxed` `fetch_add`, still under
+//!   the admin lock): it orders nothing, since the publication that follows the
+//!   reconciliation is what makes the new report and its offset visible to decisions
+//!   together; a reader that reads the word between the two sees the ended count not yet
+//!   offset (an under-statement of at most those reservations until the publication).
 //! * [`FinishedCell::count_end`] is a compare-and-swap (`Relaxed`: it publishes nothing but
 //!   itself) that retries on a concurrent change of the word.
 //! * Readers (`reserved_nonzero`, `reserved_for`) load the word after loading the snapshot,
@@ -62,6 +76,20 @@ use super::field::{pack, tag, value as count};
 const EPOCH_BITS: u32 = 24;
 const EPOCH_MASK: u32 = (1 << EPOCH_BITS) - 1;
 
+/// Bits of the ended-request count (the low part of the word's value half).
+const ENDED_BITS: u32 = 20;
+const ENDED_MAX: u32 = (1 << ENDED_BITS) - 1;
+/// Largest absorbed-reservation count kept (the value half's high 12 bits).
+pub(crate) const ABSORBED_MAX: u32 = (1 << (32 - ENDED_BITS)) - 1;
+
+fn ended(v: u32) -> u32 {
+    v & ENDED_MAX
+}
+
+fn absorbed(v: u32) -> u32 {
+    v >> ENDED_BITS
+}
+
 /// One slot's count of ended requests its last report counts; see the module docs.
 #[derive(Debug)]
 pub(crate) struct FinishedCell(AtomicU64);
@@ -77,19 +105,39 @@ impl FinishedCell {
         tag(self.0.load(Ordering::Relaxed))
     }
 
-    /// The count (requests), loaded with `Acquire`.
+    /// The ended requests beyond the reservations the last reconciliation absorbed
+    /// (requests, at least 0), loaded with `Acquire`.
     #[inline]
     pub(crate) fn get(&self) -> u32 {
-        count(self.0.load(Ordering::Acquire))
+        let v = count(self.0.load(Ordering::Acquire));
+        ended(v).saturating_sub(absorbed(v))
     }
 
-    /// Reconciliation of the requests field: advances the epoch and resets the count,
-    /// before the request buckets are cleared. Returns the count it swapped out. Callers
-    /// serialise it (the admin lock).
+    /// The ended requests alone (before the absorbed offset), `Relaxed`.
+    #[cfg(test)]
+    pub(crate) fn ended_count(&self) -> u32 {
+        ended(count(self.0.load(Ordering::Relaxed)))
+    }
+
+    /// Reconciliation of the requests field: advances the epoch and resets both counts,
+    /// before the request buckets are cleared. Returns the ended count it swapped out.
+    /// Callers serialise it (the admin lock).
     pub(crate) fn reset(&self) -> u32 {
         let t = tag(self.0.load(Ordering::Relaxed));
         let next = (t & !EPOCH_MASK) | (t.wrapping_add(1) & EPOCH_MASK);
-        count(self.0.swap(pack(next, 0), Ordering::Relaxed))
+        ended(count(self.0.swap(pack(next, 0), Ordering::Relaxed)))
+    }
+
+    /// Records `absorbed`, the request reservations the reconciliation after
+    /// [`reset`](Self::reset) dropped (at most [`ABSORBED_MAX`] kept). One `Relaxed`
+    /// `fetch_add` into the absorbed bits, which `reset` zeroed and nothing else writes, so
+    /// it cannot carry into the tag and commutes with a concurrent
+    /// [`count_end`](Self::count_end). Callers serialise it with `reset` (the admin lock).
+    pub(crate) fn absorb(&self, absorbed: u64) {
+        let a = absorbed.min(u64::from(ABSORBED_MAX));
+        if a > 0 {
+            self.0.fetch_add(a << ENDED_BITS, Ordering::Relaxed);
+        }
     }
 
     /// Worker removal: advances the tenancy sequence (the epoch kept) and resets the count.
@@ -97,7 +145,7 @@ impl FinishedCell {
     pub(crate) fn retire(&self) -> u32 {
         let t = tag(self.0.load(Ordering::Relaxed));
         let next = (t & EPOCH_MASK) | ((t >> EPOCH_BITS).wrapping_add(1) << EPOCH_BITS);
-        count(self.0.swap(pack(next, 0), Ordering::Relaxed))
+        ended(count(self.0.swap(pack(next, 0), Ordering::Relaxed)))
     }
 
     /// Counts one ended request reserved under tag `since`, if a reconciliation of the same
@@ -108,15 +156,16 @@ impl FinishedCell {
         let mut w = self.0.load(Ordering::Relaxed);
         loop {
             let t = tag(w);
-            if t >> EPOCH_BITS != since >> EPOCH_BITS || t == since || count(w) == u32::MAX {
+            let v = count(w);
+            if t >> EPOCH_BITS != since >> EPOCH_BITS || t == since || ended(v) == ENDED_MAX {
                 return None;
             }
-            let new = pack(t, count(w) + 1);
+            let new = pack(t, v + 1);
             match self
                 .0
                 .compare_exchange_weak(w, new, Ordering::Relaxed, Ordering::Relaxed)
             {
-                Ok(_) => return Some(count(w) == 0),
+                Ok(_) => return Some(ended(v) == 0),
                 Err(now) => w = now,
             }
         }
@@ -150,6 +199,46 @@ mod tests {
         let t2 = c.tag();
         c.reset();
         assert_eq!(c.count_end(t2), Some(true));
+    }
+
+    /// By hand: a reconciliation that absorbed 3 reservations offsets the first 3 ended
+    /// requests (`get` is ended − absorbed, at least 0), the 0 → 1 step is the ended count's
+    /// (the group count's raise), a reset returns the ended count alone, and the absorbed
+    /// count saturates at `ABSORBED_MAX`.
+    #[test]
+    fn absorbed_reservations_offset_the_ended_count() {
+        let c = FinishedCell::new();
+        let t0 = c.tag();
+        assert_eq!(c.reset(), 0);
+        c.absorb(3);
+        assert_eq!(c.get(), 0);
+        assert_eq!(
+            c.count_end(t0),
+            Some(true),
+            "the first end is the 0 -> 1 step"
+        );
+        assert_eq!(c.count_end(t0), Some(false));
+        assert_eq!(c.count_end(t0), Some(false));
+        assert_eq!(c.get(), 0, "3 ended, 3 absorbed");
+        assert_eq!(c.count_end(t0), Some(false));
+        assert_eq!(c.count_end(t0), Some(false));
+        assert_eq!(c.get(), 2, "5 ended, 3 absorbed");
+        let t1 = c.tag();
+        assert_eq!(c.reset(), 5, "a reset returns the ended count");
+        c.absorb(10_000);
+        for _ in 0..4_100 {
+            c.count_end(t1);
+        }
+        assert_eq!(c.get(), 4_100 - 4_095);
+    }
+
+    /// The ended count saturates within its 20 bits, leaving the absorbed count alone.
+    #[test]
+    fn the_ended_count_saturates_inside_its_bits() {
+        let c = FinishedCell(AtomicU64::new(pack(1, (7 << ENDED_BITS) | ENDED_MAX)));
+        assert_eq!(c.count_end(0), None);
+        assert_eq!(c.get(), ENDED_MAX - 7);
+        assert_eq!(c.reset(), ENDED_MAX);
     }
 
     /// The epoch wraps within its 24 bits without touching the tenancy sequence.

@@ -122,11 +122,13 @@ pub struct Reserved {
     pub decode_tokens: u64,
     /// In a slot's totals: requests whose reservations a reconciliation dropped (the
     /// slot's last telemetry report counts them) and whose guards have since been dropped
-    /// or released, so the report over-states the slot's load by this many requests until
-    /// the next report of its requests (which resets it). Not a reserved amount: a decision
-    /// subtracts it from the report. Always 0 in a guard's amounts, in what a return,
-    /// sweep, reconciliation or removal reports, and in the statistics (requests; module
-    /// `finished` of the reservation table).
+    /// or released, less the request reservations the last reconciliation of the requests
+    /// field dropped (at most 4,095 of them; the report may not count those), at least 0.
+    /// The report over-states the slot's load by at least this many requests until the
+    /// next report of its requests (which resets it). Not a reserved amount: a decision
+    /// subtracts it from the report (`kvroute_load::reconcile`'s module docs, "Requests
+    /// that end before the next report"). Always 0 in a guard's amounts, in what a return,
+    /// sweep, reconciliation or removal reports, and in the statistics (requests).
     pub finished: u64,
 }
 
@@ -547,8 +549,9 @@ impl ReservationTable {
     /// just before it publishes that report (see `reconcile.rs` for the rule). A no-op when
     /// the slot does not hold `generation`. Returns the amounts dropped. A reconciliation of
     /// the requests field also resets the slot's [`Reserved::finished`] count (the new
-    /// report counts what has ended), and the guards it drops count themselves there when
-    /// they end.
+    /// report counts what has ended) and records the request reservations it drops, which
+    /// offset the first as many ends; the guards it drops count themselves there when they
+    /// end.
     pub fn reconcile(&self, slot: Slot, generation: SlotGeneration, fields: Fields) -> Reserved {
         let Some(cell) = self.cell(slot) else {
             return Reserved::default();
@@ -558,10 +561,15 @@ impl ReservationTable {
             return Reserved::default();
         }
         // Before the request buckets are cleared (`finished.rs`, `# Orderings`).
-        if fields.contains(Fields::REQUESTS) && cell.finished.reset() > 0 {
+        let requests = fields.contains(Fields::REQUESTS);
+        if requests && cell.finished.reset() > 0 {
             self.inner.groups.lower(slot.index());
         }
         let dropped = cell.clear(fields);
+        if requests {
+            // The request reservations it dropped offset as many ends (`finished.rs`).
+            cell.finished.absorb(dropped.requests);
+        }
         self.inner.stats.reconciled.add(&dropped);
         dropped
     }
@@ -654,6 +662,14 @@ impl ReservationTable {
             return 0;
         }
         self.inner.groups.live(slot.index() / GROUP_SLOTS)
+    }
+
+    /// The ended requests counted on `slot` since its last reconciliation, before the
+    /// absorbed reservations offset them (what [`Reserved::finished`] subtracts them from).
+    #[cfg(test)]
+    pub(crate) fn ended_requests(&self, slot: Slot) -> u64 {
+        self.cell(slot)
+            .map_or(0, |c| u64::from(c.finished.ended_count()))
     }
 
     /// The table's counters.
