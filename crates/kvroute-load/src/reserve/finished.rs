@@ -26,15 +26,16 @@
 //! Each reconciliation of the requests field resets the count and records its absorbed
 //! reservations; each removal resets both.
 //!
-//! What it gives up (all on the side of "looks idler" by at most one telemetry delay's
-//! worth of requests, and all cleared by the next report): a request reserved between a
-//! report's observation and its reconciliation is dropped by that reconciliation although
-//! the report does not count it, and is subtracted when it ends (unless its reserve read
-//! the new tag: then it is not); a request that ends between a report's observation and
-//! its reconciliation is not subtracted (the report over-states it until the next one, as
-//! before). The tag repeats after 2^24 reconciliations of one tenancy, or 2^8 tenancies of
-//! one slot, while a guard is out: that guard then does not count itself (or counts towards
-//! the wrong tenancy): one request.
+//! What it gives up: a request reserved between a report's observation and its
+//! reconciliation is dropped by that reconciliation although the report does not count
+//! it, and counts here when it ends (unless its reserve read the new tag: then it does
+//! not); the absorbed reservations offset such ends, at the price of offsetting as many
+//! ends of requests the report did count (an over-statement of at most those reservations,
+//! cleared by the next report). A request that ends between a report's observation and its
+//! reconciliation is not counted (the report over-states it until the next one). More than
+//! 4,095 reservations absorbed at once offset only 4,095 ends. The tag repeats after 2^24
+//! reconciliations of one tenancy, or 2^8 tenancies of one slot, while a guard is out: that
+//! guard then does not count itself (or counts towards the wrong tenancy): one request.
 //!
 //! # Orderings
 //! * A reconciliation (and a removal) swaps the word first ([`FinishedCell::reset`],
