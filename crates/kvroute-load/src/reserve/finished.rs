@@ -81,7 +81,7 @@ const EPOCH_MASK: u32 = (1 << EPOCH_BITS) - 1;
 const ENDED_BITS: u32 = 20;
 const ENDED_MAX: u32 = (1 << ENDED_BITS) - 1;
 /// Largest absorbed-reservation count kept (the value half's high 12 bits).
-pub(crate) const ABSORBED_MAX: u32 = (1 << (32 - ENDED_BITS)) - 1;
+const ABSORBED_MAX: u32 = (1 << (32 - ENDED_BITS)) - 1;
 
 fn ended(v: u32) -> u32 {
     v & ENDED_MAX
