@@ -6,14 +6,25 @@
 //! processor's caches. The layout is what counts: a slot holds its key and value, so a
 //! lookup reads one cache line (a map with separate control bytes reads two), and a
 //! caller that knows its keys ahead can [`prefetch`](HashSlots::prefetch) their slots.
+//! Slots are packed to 4-byte alignment, so a 32-bit value makes a 12-byte slot (a
+//! 16-byte one with the key's 8-byte alignment): a quarter less memory, and a slot now
+//! and then straddles two cache lines (`prefetch` starts both).
 //!
-//! Linear probing from a multiplicative (Fibonacci) home slot; deletion shifts the
-//! following entries of the cluster back into the hole, so there are no tombstones and a
-//! steady churn of inserts and removals never lengthens the probes. `u64::MAX` marks an
-//! empty slot; an entry with that key is kept beside the slots. The slot count is a power
-//! of two; an insert that would fill more than 3/4 of the slots first doubles them (at
-//! least 16), and the caller may [`rehash`](HashSlots::rehash) to any size that fits (to
-//! shrink, or to size the map once for what it will hold).
+//! Linear probing from a multiplicative home slot: the Fibonacci product of the key,
+//! scaled to the slot count by its high half (`(key·φ⁻¹ mod 2^64)·n / 2^64`, the top bits
+//! of the product when `n` is a power of two; Lemire, "A fast alternative to the modulo
+//! reduction", 2016). Deletion shifts the following entries of the cluster back into the
+//! hole, so there are no tombstones and a steady churn of inserts and removals never
+//! lengthens the probes. `u64::MAX` marks an empty slot; an entry with that key is kept
+//! beside the slots.
+//!
+//! # Sizes
+//! The slot count is a power of two or one and a half times one (16, 24, 32, 48, ...; see
+//! [`is_size`]). An insert that would fill more than 3/4 of the slots first grows them to
+//! the next size (at least 16): by 3/2 from a power of two, by 4/3 from the size between,
+//! so a map that only grows is 1/2 to 3/4 full (by 2 it would be 3/8 to 3/4). The caller
+//! may [`rehash`](HashSlots::rehash) to any size that fits (to shrink, or to size the map
+//! once for what it will hold).
 //!
 //! Expected probes of an insert (an unsuccessful search) at load `a` are
 //! `(1 + 1 / (1 − a)²) / 2` (Knuth, *The Art of Computer Programming* vol. 3, section 6.4):
@@ -25,8 +36,10 @@ const EMPTY: u64 = u64::MAX;
 /// 2^64 / φ, odd: the multiplier of Fibonacci hashing (Knuth, vol. 3, section 6.4).
 const FIBONACCI: u64 = 0x9e37_79b9_7f4a_7c15;
 
-/// One slot: its key ([`EMPTY`] when vacant) and value.
-#[derive(Clone, Copy, Debug)]
+/// One slot: its key ([`EMPTY`] when vacant) and value, packed to 4-byte alignment (12
+/// bytes for a 32-bit value). Fields are only ever read and written by value.
+#[derive(Clone, Copy)]
+#[repr(C, packed(4))]
 struct Slot<V> {
     key: u64,
     value: V,
@@ -34,21 +47,36 @@ struct Slot<V> {
 
 /// The map; see the module docs. `V` is the value (`Copy`, usually a few bytes; its
 /// `Default` fills the vacant slots and is never read).
-#[derive(Clone, Debug)]
 pub struct HashSlots<V> {
     slots: Vec<Slot<V>>,
-    /// log2 of the slot count (0 when there are no slots).
-    bits: u32,
     len: usize,
     /// The value of key `u64::MAX`, if any.
     max_key: Option<V>,
+}
+
+impl<V: Copy> Clone for HashSlots<V> {
+    fn clone(&self) -> Self {
+        Self {
+            slots: self.slots.clone(),
+            len: self.len,
+            max_key: self.max_key,
+        }
+    }
+}
+
+impl<V> core::fmt::Debug for HashSlots<V> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HashSlots")
+            .field("len", &(self.len + usize::from(self.max_key.is_some())))
+            .field("slots", &self.slots.len())
+            .finish()
+    }
 }
 
 impl<V> Default for HashSlots<V> {
     fn default() -> Self {
         Self {
             slots: Vec::new(),
-            bits: 0,
             len: 0,
             max_key: None,
         }
@@ -56,14 +84,14 @@ impl<V> Default for HashSlots<V> {
 }
 
 impl<V: Copy + Default> HashSlots<V> {
-    /// An empty map with `slots` slots (0, or a power of two of at least 2).
+    /// An empty map with `slots` slots (0, or a size of [`is_size`]).
     ///
     /// # Panics
-    /// When `slots` is 1 or not a power of two.
+    /// When `slots` is not 0 and not a size of [`is_size`] (1, say, or 20).
     pub fn with_slots(slots: usize) -> Self {
         assert!(
-            slots == 0 || (slots >= 2 && slots.is_power_of_two()),
-            "slot count {slots} is not 0 or a power of two of at least 2"
+            slots == 0 || is_size(slots),
+            "slot count {slots} is not 0, a power of two of at least 2 or 3/2 of one"
         );
         let vacant = Slot {
             key: EMPTY,
@@ -71,22 +99,22 @@ impl<V: Copy + Default> HashSlots<V> {
         };
         Self {
             slots: vec![vacant; slots],
-            bits: slots.trailing_zeros(),
             len: 0,
             max_key: None,
         }
     }
 
-    /// The home slot of `key`: the top `bits` bits of its Fibonacci product. Only called
-    /// with slots, so `bits` is at least 1.
+    /// The home slot of `key` among `n` slots: the Fibonacci product scaled by its high
+    /// half (module docs; `n >= 1`).
     #[inline(always)]
-    fn home(&self, key: u64) -> usize {
-        (key.wrapping_mul(FIBONACCI) >> (64 - self.bits)) as usize
+    fn home_in(key: u64, n: usize) -> usize {
+        ((u128::from(key.wrapping_mul(FIBONACCI)) * n as u128) >> 64) as usize
     }
 
-    #[inline]
-    fn mask(&self) -> usize {
-        self.slots.len().wrapping_sub(1)
+    /// The home slot of `key`. Only called with slots.
+    #[inline(always)]
+    fn home(&self, key: u64) -> usize {
+        Self::home_in(key, self.slots.len())
     }
 
     /// Entries.
@@ -119,7 +147,13 @@ impl<V: Copy + Default> HashSlots<V> {
     #[inline]
     pub fn prefetch(&self, key: u64) {
         if !self.slots.is_empty() {
-            prefetch(&self.slots[self.home(key)]);
+            let slot = &self.slots[self.home(key)];
+            prefetch(slot);
+            // Its last byte, in the next line when the slot straddles two.
+            let end = core::ptr::from_ref(slot)
+                .cast::<u8>()
+                .wrapping_add(size_of::<Slot<V>>() - 1);
+            prefetch_addr(end);
         }
     }
 
@@ -127,17 +161,21 @@ impl<V: Copy + Default> HashSlots<V> {
     /// with slots, at least one of them vacant (the load stays below 1).
     #[inline(always)]
     fn probe(&self, key: u64) -> (usize, bool) {
-        let mask = self.mask();
-        let mut i = self.home(key);
+        let slots = &self.slots[..];
+        let n = slots.len();
+        let mut i = Self::home_in(key, n);
         loop {
-            let k = self.slots[i].key;
+            let k = slots[i].key;
             if k == key {
                 return (i, true);
             }
             if k == EMPTY {
                 return (i, false);
             }
-            i = (i + 1) & mask;
+            i += 1;
+            if i >= n {
+                i = 0;
+            }
         }
     }
 
@@ -174,8 +212,9 @@ impl<V: Copy + Default> HashSlots<V> {
         }
     }
 
-    /// Maps `key` to `value` unless it is present; returns whether it inserted. Doubles the
-    /// slots first (at least 16) when the entry would fill more than 3/4 of them.
+    /// Maps `key` to `value` unless it is present; returns whether it inserted. Grows the
+    /// slots first to the next size (at least 16; module docs) when the entry would fill
+    /// more than 3/4 of them.
     #[inline(always)]
     pub fn insert_new(&mut self, key: u64, value: V) -> bool {
         if key == EMPTY {
@@ -186,7 +225,7 @@ impl<V: Copy + Default> HashSlots<V> {
             return true;
         }
         if (self.len + 1) * 4 > self.slots.len() * 3 {
-            self.rehash((self.slots.len() * 2).max(16));
+            self.rehash(next_size(self.slots.len()));
         }
         match self.probe(key) {
             (_, true) => false,
@@ -212,31 +251,41 @@ impl<V: Copy + Default> HashSlots<V> {
             return None;
         }
         let value = self.slots[hole].value;
-        let mask = self.mask();
-        let shift = 64 - self.bits;
         let slots = &mut self.slots[..];
+        let n = slots.len();
         // Each later entry of the cluster moves back into the hole unless its home lies
         // cyclically in (hole, j]; the hole then moves to where it was.
-        let mut j = (hole + 1) & mask;
+        let mut j = hole + 1;
+        if j >= n {
+            j = 0;
+        }
         loop {
-            let k = slots[j].key;
-            if k == EMPTY {
+            let e = slots[j];
+            if e.key == EMPTY {
                 break;
             }
-            let h = (k.wrapping_mul(FIBONACCI) >> shift) as usize;
-            if (j.wrapping_sub(h) & mask) >= (j.wrapping_sub(hole) & mask) {
-                slots[hole] = slots[j];
+            let h = Self::home_in(e.key, n);
+            let stays = if hole < j {
+                hole < h && h <= j
+            } else {
+                hole < h || h <= j
+            };
+            if !stays {
+                slots[hole] = e;
                 hole = j;
             }
-            j = (j + 1) & mask;
+            j += 1;
+            if j >= n {
+                j = 0;
+            }
         }
-        slots[hole].key = EMPTY;
+        self.slots[hole].key = EMPTY;
         self.len -= 1;
         Some(value)
     }
 
-    /// Moves every entry into `slots` new slots (0, or a power of two of at least 2 above
-    /// the entries in the slots).
+    /// Moves every entry into `slots` new slots (0, or a size of [`is_size`] above the
+    /// entries in the slots).
     ///
     /// # Panics
     /// As [`with_slots`](Self::with_slots), and when the entries do not fit.
@@ -247,14 +296,21 @@ impl<V: Copy + Default> HashSlots<V> {
         );
         let old = core::mem::replace(self, Self::with_slots(slots));
         self.max_key = old.max_key;
-        let mask = self.mask();
-        for e in old.slots.into_iter().filter(|e| e.key != EMPTY) {
-            let mut i = self.home(e.key);
-            while self.slots[i].key != EMPTY {
-                i = (i + 1) & mask;
+        self.len = old.len;
+        let dst = &mut self.slots[..];
+        let n = dst.len();
+        for &e in &old.slots {
+            if e.key == EMPTY {
+                continue;
             }
-            self.slots[i] = e;
-            self.len += 1;
+            let mut i = Self::home_in(e.key, n);
+            while dst[i].key != EMPTY {
+                i += 1;
+                if i >= n {
+                    i = 0;
+                }
+            }
+            dst[i] = e;
         }
     }
 
@@ -273,20 +329,54 @@ impl<V: Copy + Default> HashSlots<V> {
     }
 }
 
+/// Whether `n` is a slot count [`HashSlots`] takes: a power of two of at least 2, or 3/2 of
+/// a power of two of at least 16 (24, 48, 96, ...).
+pub fn is_size(n: usize) -> bool {
+    (n >= 2 && n.is_power_of_two()) || (n >= 24 && n % 3 == 0 && (n / 3).is_power_of_two())
+}
+
+/// The size an insert grows `n` slots to: 16 from fewer than 16, then 3/2 of a power of two
+/// and 4/3 of the size between (16 → 24 → 32 → 48 → ...).
+pub fn next_size(n: usize) -> usize {
+    if n < 16 {
+        16
+    } else if n.is_power_of_two() {
+        n + n / 2
+    } else {
+        n / 3 * 4
+    }
+}
+
+/// The smallest size of [`is_size`] at or above `n` (2 for `n <= 2`).
+pub fn size_at_least(n: usize) -> usize {
+    let p = n.max(2).next_power_of_two();
+    let between = p / 4 * 3;
+    if between >= 24 && between >= n {
+        between
+    } else {
+        p
+    }
+}
+
 /// Starts loading the cache line of `r` into every cache level (a hint: it never faults
 /// and changes nothing; a no-op off x86_64).
 #[inline]
 pub fn prefetch<T>(r: &T) {
+    prefetch_addr(core::ptr::from_ref(r).cast::<u8>());
+}
+
+/// [`prefetch`] of the line holding address `p` (any address: the hint never faults).
+#[inline]
+fn prefetch_addr(p: *const u8) {
     #[cfg(all(target_arch = "x86_64", not(kvroute_loom)))]
     {
         use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let p = core::ptr::from_ref(r).cast::<i8>();
         // SAFETY: `_mm_prefetch` is a hint: it never faults, whatever the address, and
         // reads nothing architecturally; SSE is part of the x86_64 baseline.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
     }
     #[cfg(not(all(target_arch = "x86_64", not(kvroute_loom))))]
-    let _ = r;
+    let _ = p;
 }
 
 #[cfg(all(test, not(kvroute_loom)))]
@@ -322,8 +412,13 @@ mod tests {
                 }
                 4 | 5 => assert_eq!(t.remove(key), m.remove(&key)),
                 _ => {
-                    // Up and down between 512 and 1,024 slots, entries kept.
-                    let to = if t.slot_count() == 512 { 1024 } else { 512 };
+                    // Around 384, 512 and 768 slots (a power of two and the sizes between,
+                    // whose probes wrap at a count that is not one), entries kept.
+                    let to = match t.slot_count() {
+                        384 => 768,
+                        768 => 512,
+                        _ => 384,
+                    };
                     t.rehash(to);
                     assert_eq!(t.slot_count(), to);
                 }
@@ -339,7 +434,57 @@ mod tests {
         let mut want: Vec<u64> = m.keys().copied().collect();
         want.sort_unstable();
         assert_eq!(keys, want);
-        assert_eq!(t.heap_bytes(), t.slot_count() * 16);
+        // Key and 32-bit value packed: 12 bytes a slot.
+        assert_eq!(t.heap_bytes(), t.slot_count() * 12);
+    }
+
+    /// The home slot: for a power of two `2^b` slots it is the top `b` bits of the
+    /// Fibonacci product (what the scaling reduces to); for any count it is below it, and
+    /// a key's product `x` lands in slot `floor(x·n / 2^64)`, checked here in `f64` away
+    /// from the slot edges.
+    #[test]
+    fn the_home_slot_scales_the_fibonacci_product() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let p = x.wrapping_mul(FIBONACCI);
+            for b in [1u32, 4, 10, 20] {
+                assert_eq!(
+                    HashSlots::<u32>::home_in(x, 1 << b),
+                    (p >> (64 - b)) as usize
+                );
+            }
+            for n in [24usize, 96, 12_288] {
+                let h = HashSlots::<u32>::home_in(x, n);
+                let exact = p as f64 / 2f64.powi(64) * n as f64;
+                assert!(h < n);
+                if exact.fract() > 1e-6 && exact.fract() < 1.0 - 1e-6 {
+                    assert_eq!(h, exact.floor() as usize);
+                }
+            }
+        }
+    }
+
+    /// The size sequence, by hand: 16 from nothing, then 3/2 and 4/3 in turn; the sizes
+    /// taken are powers of two and 3/2 of one (at least 24).
+    #[test]
+    fn sizes_grow_by_three_halves_and_four_thirds_in_turn() {
+        let mut n = 0;
+        let mut seen = Vec::new();
+        for _ in 0..8 {
+            n = next_size(n);
+            seen.push(n);
+        }
+        assert_eq!(seen, [16, 24, 32, 48, 64, 96, 128, 192]);
+        assert!(seen.iter().all(|&n| is_size(n)));
+        assert!(!is_size(0) && !is_size(1) && !is_size(12) && !is_size(20) && !is_size(40));
+        assert!(is_size(2) && is_size(8) && is_size(24) && is_size(3 << 20));
+        assert_eq!(
+            [0, 2, 3, 17, 24, 25, 1_020, 1_536, 1_537, 8_192, 8_193].map(size_at_least),
+            [2, 2, 4, 24, 24, 32, 1_024, 1_536, 2_048, 8_192, 12_288]
+        );
     }
 
     #[test]
@@ -354,26 +499,38 @@ mod tests {
         assert_eq!(t.get(u64::MAX), Some(3));
     }
 
-    /// Growth at 3/4: 16 slots take 12 entries, the 13th doubles them; from no slots,
-    /// the first entry makes 16.
+    /// Growth at 3/4: 16 slots take 12 entries, the 13th grows them to 24, which take 18,
+    /// the 19th to 32; from no slots, the first entry makes 16.
     #[test]
-    fn an_insert_past_three_quarters_doubles_the_slots() {
+    fn an_insert_past_three_quarters_grows_the_slots() {
         let mut t: HashSlots<u32> = HashSlots::with_slots(16);
         for k in 1..=12 {
             t.insert_new(k, 0);
         }
         assert_eq!(t.slot_count(), 16);
         t.insert_new(13, 0);
+        assert_eq!(t.slot_count(), 24);
+        for k in 14..=18 {
+            t.insert_new(k, 0);
+        }
+        assert_eq!(t.slot_count(), 24);
+        t.insert_new(19, 0);
         assert_eq!(t.slot_count(), 32);
         let mut e: HashSlots<u32> = HashSlots::default();
         e.insert_new(1, 0);
         assert_eq!(e.slot_count(), 16);
-        assert!((1..=13).all(|k| t.get(k) == Some(0)));
+        assert!((1..=19).all(|k| t.get(k) == Some(0)));
     }
 
     #[test]
-    #[should_panic(expected = "not 0 or a power of two")]
+    #[should_panic(expected = "is not 0, a power of two of at least 2 or 3/2 of one")]
     fn a_slot_count_of_one_is_refused() {
         let _ = HashSlots::<u32>::with_slots(1);
+    }
+
+    #[test]
+    #[should_panic(expected = "is not 0, a power of two of at least 2 or 3/2 of one")]
+    fn a_slot_count_of_twenty_is_refused() {
+        let _ = HashSlots::<u32>::with_slots(20);
     }
 }

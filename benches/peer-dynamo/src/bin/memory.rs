@@ -8,7 +8,9 @@
 //!   worker, 96-block conversations on two workers each) at 16, 128, 512 and 1,024 workers,
 //!   in bytes per distinct block;
 //! * a fleet where every block is held by exactly one worker (each worker stores 64 chains
-//!   of 128 blocks of its own), at 16 and 64 workers, in bytes per block.
+//!   of 128 blocks of its own), at 16 and 64 workers, in bytes per block; and the same at
+//!   64 workers for chains of 96 to 192 blocks (`RunIndex` alone), since its lane maps'
+//!   size steps make its bytes per block depend on the count a worker holds.
 //!
 //! Run from `benches/peer-dynamo`: `cargo run --release --bin memory`.
 
@@ -117,28 +119,13 @@ fn main() {
     }
 
     println!("\nOne holder per block: heap bytes per block (64 chains of 128 blocks per worker)\n");
-    println!("| workers | blocks | kvroute `PrefixIndex` | kvroute `RunIndex` | kv-index `ChainIndex` + block maps |");
+    println!(
+        "| workers | blocks | kvroute `PrefixIndex` | kvroute `RunIndex` | kv-index `ChainIndex` + block maps |"
+    );
     println!("|---:|---:|---:|---:|---:|");
     for workers in [16usize, 64] {
-        let chains = 64;
-        let len = 128;
-        let h = hasher();
-        let mut rng = SplitMix64::new(FLEET_SEED ^ workers as u64);
-        // (worker, pairs, content hashes) per chain.
-        let mut all = Vec::new();
-        for w in 0..workers {
-            for c in 0..chains {
-                let tokens = rng.tokens(len * 16);
-                let mut seq = Vec::new();
-                h.sequence_hashes_into(&tokens, None, &mut seq);
-                let pairs: Vec<(EngineHash, SequenceHash)> = seq
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &s)| (EngineHash(((w as u64) << 40) | ((c as u64) << 16) | i as u64), s))
-                    .collect();
-                all.push((w, pairs, content_hashes(&tokens)));
-            }
-        }
+        let (chains, len) = (64, 128);
+        let all = one_holder_chains(workers, chains, len);
         let blocks = workers * chains * len;
         let config = kvroute_bench::config(workers, blocks);
         let (index, prefix) = measure(|| {
@@ -150,19 +137,15 @@ fn main() {
             i
         });
         drop(index);
-        let (runs, run_bytes) = measure(|| {
-            let r = RunIndex::new(config.clone()).expect("config");
-            for (w, pairs, _) in &all {
-                r.store_hashes(Slot(*w as u32), None, pairs).expect("slot");
-            }
-            r.collect_garbage();
-            r
-        });
-        drop(runs);
+        let run_bytes = run_index_bytes(&config, &all);
         let stores: Vec<ChainStore> = all
             .iter()
             .map(|(w, pairs, content)| {
-                ChainStore::new(*w, None, pairs.iter().map(|&(_, s)| s).zip(content.iter().copied()))
+                ChainStore::new(
+                    *w,
+                    None,
+                    pairs.iter().map(|&(_, s)| s).zip(content.iter().copied()),
+                )
             })
             .collect();
         let (chain_peer, chain_bytes) = measure(|| {
@@ -180,4 +163,88 @@ fn main() {
             per(chain_bytes, blocks)
         );
     }
+
+    // The lane maps grow in steps of 3/2 and 4/3, so the bytes per block move with where a
+    // worker's count falls between two sizes: the same fleet at other chain lengths.
+    println!(
+        "\nOne holder per block, `RunIndex`, 64 workers, by blocks per worker (64 chains each)\n"
+    );
+    println!(
+        "| chain length | blocks per worker | lane slots per worker | `RunIndex` B per block |"
+    );
+    println!("|---:|---:|---:|---:|");
+    for len in [96usize, 100, 112, 128, 144, 160, 192] {
+        let (workers, chains) = (64, 64);
+        let all = one_holder_chains(workers, chains, len);
+        let blocks = workers * chains * len;
+        let config = kvroute_bench::config(workers, blocks);
+        let run_bytes = run_index_bytes(&config, &all);
+        let per_worker = chains * len;
+        println!(
+            "| {len} | {per_worker} | {} | {} |",
+            lane_slots(per_worker),
+            per(run_bytes, blocks)
+        );
+    }
+}
+
+/// One worker's chain: (worker, engine hash and sequence hash per block, content hashes).
+type Chain = (
+    usize,
+    Vec<(EngineHash, SequenceHash)>,
+    Vec<kv_index::ContentHash>,
+);
+
+/// A worker's lane slots after `n` inserts from none: 16, then 3/2 and 4/3 in turn while
+/// an insert would pass 3/4 full (`kvroute_index::slots`).
+fn lane_slots(n: usize) -> usize {
+    let mut slots = 0;
+    let mut held = 0;
+    while held < n {
+        if (held + 1) * 4 > slots * 3 {
+            slots = kvroute_index::slots::next_size(slots);
+        }
+        held += 1;
+    }
+    slots
+}
+
+/// Each of `workers` workers' `chains` chains of `len` blocks of its own.
+fn one_holder_chains(workers: usize, chains: usize, len: usize) -> Vec<Chain> {
+    let h = hasher();
+    let mut rng = SplitMix64::new(FLEET_SEED ^ workers as u64);
+    let mut all = Vec::new();
+    for w in 0..workers {
+        for c in 0..chains {
+            let tokens = rng.tokens(len * 16);
+            let mut seq = Vec::new();
+            h.sequence_hashes_into(&tokens, None, &mut seq);
+            let pairs: Vec<(EngineHash, SequenceHash)> = seq
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| {
+                    (
+                        EngineHash(((w as u64) << 40) | ((c as u64) << 16) | i as u64),
+                        s,
+                    )
+                })
+                .collect();
+            all.push((w, pairs, content_hashes(&tokens)));
+        }
+    }
+    all
+}
+
+/// Live heap bytes of a `RunIndex` holding `all`.
+fn run_index_bytes(config: &kvroute_index::index::IndexConfig, all: &[Chain]) -> usize {
+    let (runs, bytes) = measure(|| {
+        let r = RunIndex::new(config.clone()).expect("config");
+        for (w, pairs, _) in all {
+            r.store_hashes(Slot(*w as u32), None, pairs).expect("slot");
+        }
+        r.collect_garbage();
+        r
+    });
+    drop(runs);
+    bytes
 }

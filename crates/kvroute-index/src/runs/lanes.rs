@@ -1,20 +1,36 @@
 //! One worker's lane map: engine hash → position `(run, offset)`, an open-addressing table
-//! of 16-byte slots.
+//! of 12-byte slots (the hash and the position packed into 32 bits).
 //!
 //! A [`HashSlots`] (linear probing, backward-shift deletion, so an engine's steady churn of
-//! stores and removals never degrades probes; it doubles when it would pass 3/4 full) that
-//! shrinks, with hysteresis, once it is below 1/8 full and larger than [`KEEP_SLOTS`].
+//! stores and removals never degrades probes; it grows by 3/2 and 4/3 in turn when it would
+//! pass 3/4 full, so it stays 1/2 to 3/4 full while it grows) that shrinks, with
+//! hysteresis, once it is below 1/8 full and larger than [`KEEP_SLOTS`].
 //!
 //! Why 3/4: linear probing's expected probes for an insert (an unsuccessful search) at
 //! load `a` are `(1 + 1 / (1 - a)^2) / 2` (Knuth, *The Art of Computer Programming* vol.
 //! 3, section 6.4): 8.5 at 3/4, 32.5 at 7/8. The peer bench's `ingest/store` row
 //! went from 1.99 to 1.44 ms when the threshold went from 7/8 to 3/4 (`docs/BENCHMARKS.md`,
 //! "kvroute's run-compressed index beside them").
+//!
+//! # Packed positions
+//! A slot's value is the position as `run << OFF_BITS | offset` when the run is below
+//! `2^20 - 1` and the offset below `2^12` (4,096 blocks, 65,536 tokens at block size 16);
+//! any other position is [`WIDE`] in the slot and kept in a side map (`wide`), so every
+//! position fits and the common one costs 4 bytes. Run numbers are the arena's, which
+//! reuses freed records, so they stay below the runs alive at once.
 
-use crate::slots::HashSlots;
+use hashbrown::HashMap;
+
+use crate::slots::{HashSlots, size_at_least};
 
 /// Slots below which the table never shrinks (it keeps its allocation when it empties).
 pub(crate) const KEEP_SLOTS: usize = 128;
+
+/// Bits of a packed position's offset.
+const OFF_BITS: u32 = 12;
+
+/// The slot value of a position kept in the side map.
+const WIDE: u32 = u32::MAX;
 
 /// Where one engine hash sits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -23,10 +39,33 @@ pub(crate) struct Lane {
     pub(crate) off: u32,
 }
 
+impl Lane {
+    /// The packed value, or [`WIDE`] when the position does not fit.
+    #[inline(always)]
+    fn pack(self) -> u32 {
+        if self.off < 1 << OFF_BITS && self.run < (WIDE >> OFF_BITS) {
+            self.run << OFF_BITS | self.off
+        } else {
+            WIDE
+        }
+    }
+
+    /// The position of a packed value other than [`WIDE`].
+    #[inline(always)]
+    fn unpack(v: u32) -> Self {
+        Self {
+            run: v >> OFF_BITS,
+            off: v & ((1 << OFF_BITS) - 1),
+        }
+    }
+}
+
 /// The lane map; see the module docs.
 #[derive(Default)]
 pub(crate) struct LaneMap {
-    t: HashSlots<Lane>,
+    t: HashSlots<u32>,
+    /// The positions that do not pack (their slots hold [`WIDE`]).
+    wide: HashMap<u64, Lane>,
 }
 
 impl LaneMap {
@@ -41,15 +80,35 @@ impl LaneMap {
         self.t.prefetch(key);
     }
 
+    /// The position of a slot value of `key`.
+    #[inline(always)]
+    fn lane_of(&self, key: u64, v: u32) -> Lane {
+        if v == WIDE {
+            self.wide[&key]
+        } else {
+            Lane::unpack(v)
+        }
+    }
+
     /// The lane of `key`.
     #[inline]
     pub(crate) fn get(&self, key: u64) -> Option<Lane> {
-        self.t.get(key)
+        let v = self.t.get(key)?;
+        Some(self.lane_of(key, v))
     }
 
     /// Points `key` at `lane` if it is present; returns whether it was.
     pub(crate) fn set(&mut self, key: u64, lane: Lane) -> bool {
-        self.t.set(key, lane)
+        let Some(old) = self.t.get(key) else {
+            return false;
+        };
+        let v = lane.pack();
+        if old == WIDE && v != WIDE {
+            self.wide.remove(&key);
+        } else if v == WIDE {
+            self.wide.insert(key, lane);
+        }
+        self.t.set(key, v)
     }
 
     /// Inserts or replaces `key`'s lane.
@@ -59,19 +118,40 @@ impl LaneMap {
         }
     }
 
-    /// Inserts `key` unless it is present; returns whether it inserted (the table doubles
+    /// Inserts `key` unless it is present; returns whether it inserted (the table grows
     /// past 3/4 full).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert_new(&mut self, key: u64, lane: Lane) -> bool {
-        self.t.insert_new(key, lane)
+        let v = lane.pack();
+        if !self.t.insert_new(key, v) {
+            return false;
+        }
+        if v == WIDE {
+            self.insert_wide(key, lane);
+        }
+        true
+    }
+
+    /// Records the position of a [`WIDE`] slot.
+    #[cold]
+    #[inline(never)]
+    fn insert_wide(&mut self, key: u64, lane: Lane) {
+        self.wide.insert(key, lane);
     }
 
     /// Removes `key`, returning its lane.
     pub(crate) fn remove(&mut self, key: u64) -> Option<Lane> {
-        let lane = self.t.remove(key)?;
+        let v = self.t.remove(key)?;
+        let lane = if v == WIDE {
+            self.wide
+                .remove(&key)
+                .expect("a wide slot's position is in the side map")
+        } else {
+            Lane::unpack(v)
+        };
         let (len, cap) = (self.t.slotted(), self.t.slot_count());
         if cap > KEEP_SLOTS && len * 8 < cap {
-            self.t.rehash((len * 4).next_power_of_two().max(KEEP_SLOTS));
+            self.t.rehash(size_at_least(len * 4).max(KEEP_SLOTS));
         }
         Some(lane)
     }
@@ -81,22 +161,24 @@ impl LaneMap {
         self.t.keys()
     }
 
-    /// Gives back spare slots (down to twice the entries, at least 16; none when empty).
+    /// Gives back spare slots (down to the least size of at least twice the entries and 16;
+    /// none when empty).
     pub(crate) fn trim(&mut self) {
+        self.wide.shrink_to_fit();
         let len = self.t.slotted();
         if len == 0 {
             self.t.rehash(0);
         } else {
-            let want = (len * 2).next_power_of_two().max(16);
+            let want = size_at_least(len * 2).max(16);
             if want < self.t.slot_count() {
                 self.t.rehash(want);
             }
         }
     }
 
-    /// Heap bytes.
+    /// Heap bytes (the slots and the side map).
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.t.heap_bytes()
+        self.t.heap_bytes() + self.wide.allocation_size()
     }
 }
 
@@ -111,38 +193,101 @@ mod tests {
         }
     }
 
-    /// The map's own policy over `HashSlots` (whose probing is tested in `slots`): it
-    /// doubles past 3/4 full, shrinks once below 1/8 to four times its entries (never
+    /// The map's own policy over `HashSlots` (whose probing is tested in `slots`), by hand:
+    /// it grows past 3/4 full (4,096 slots hold 3,072 entries; the next makes 6,144),
+    /// shrinks once below 1/8 to the least size of at least four times its entries (never
     /// below `KEEP_SLOTS`), `insert` replaces, and `trim` gives back what is spare.
     #[test]
     fn grows_shrinks_and_trims_by_its_load() {
         let mut m = LaneMap::default();
-        // 3,072 entries fill 4,096 slots to 3/4; the next one doubles them.
         for k in 1..=3_072u64 {
             assert!(m.insert_new(k, lane(k)));
         }
-        assert_eq!(m.heap_bytes(), 4_096 * 16);
+        assert_eq!(m.heap_bytes(), 4_096 * 12);
         m.insert(3_073, lane(0));
-        assert_eq!(m.heap_bytes(), 8_192 * 16);
+        assert_eq!(m.heap_bytes(), 6_144 * 12);
         // A second insert of a key replaces its lane; `insert_new` leaves it.
         m.insert(3_073, lane(9));
         assert!(!m.insert_new(3_073, lane(1)));
         assert_eq!(m.get(3_073), Some(lane(9)));
-        // Down to 1,023 entries: below 1/8 of 8,192, so 4,096 slots.
+        // Down to 1,023 entries: not below 1/8 of 6,144 (768), so no shrink.
         for k in 1_024..=3_073u64 {
             assert_eq!(m.remove(k), Some(lane(if k == 3_073 { 9 } else { k })));
         }
-        assert_eq!((m.len(), m.heap_bytes()), (1_023, 4_096 * 16));
-        // `trim`: twice the entries, rounded up.
+        assert_eq!((m.len(), m.heap_bytes()), (1_023, 6_144 * 12));
+        // `trim`: the least size of at least twice the entries (2,046 → 2,048).
         m.trim();
-        assert_eq!(m.heap_bytes(), 2_048 * 16);
-        assert!((1..1_024u64).all(|k| m.get(k) == Some(lane(k))));
-        // Emptied by removals it keeps its floor; `trim` frees it.
-        for k in 1..1_024u64 {
+        assert_eq!(m.heap_bytes(), 2_048 * 12);
+        // Below 1/8 of 2,048 at 255 entries: the least size of at least 1,020 is 1,024.
+        for k in 256..1_024u64 {
             m.remove(k);
         }
-        assert_eq!((m.len(), m.heap_bytes()), (0, KEEP_SLOTS * 16));
+        assert_eq!((m.len(), m.heap_bytes()), (255, 1_024 * 12));
+        assert!((1..256u64).all(|k| m.get(k) == Some(lane(k))));
+        // Emptied by removals it keeps its floor; `trim` frees it.
+        for k in 1..256u64 {
+            m.remove(k);
+        }
+        assert_eq!((m.len(), m.heap_bytes()), (0, KEEP_SLOTS * 12));
         m.trim();
         assert_eq!(m.heap_bytes(), 0);
+    }
+
+    /// Positions that do not pack (a run at or past `2^20 - 1`, an offset at or past
+    /// 4,096) go through the side map and come back whole, across inserts, `set`s that
+    /// move a key between packed and wide, and removals; against `std`'s map.
+    #[test]
+    fn wide_positions_round_trip_through_the_side_map() {
+        // The packing's edges, by hand.
+        assert_eq!(Lane { run: 3, off: 5 }.pack(), 3 << 12 | 5);
+        assert_eq!(
+            Lane {
+                run: 0xF_FFFE,
+                off: 4_095
+            }
+            .pack(),
+            0xFFFF_EFFF
+        );
+        assert_eq!(
+            Lane {
+                run: 0xF_FFFF,
+                off: 0
+            }
+            .pack(),
+            WIDE
+        );
+        assert_eq!(Lane { run: 0, off: 4_096 }.pack(), WIDE);
+        let mut m = LaneMap::default();
+        let mut want: std::collections::HashMap<u64, Lane> = Default::default();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..50_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = x % 2_000;
+            let l = Lane {
+                run: [7, 0xF_FFFE, 0xF_FFFF, u32::MAX][(x >> 20) as usize % 4],
+                off: [0, 4_095, 4_096, u32::MAX][(x >> 30) as usize % 4],
+            };
+            match (x >> 40) % 4 {
+                0 => {
+                    // `insert_new` leaves a present key.
+                    let fresh = !want.contains_key(&key);
+                    assert_eq!(m.insert_new(key, l), fresh);
+                    want.entry(key).or_insert(l);
+                }
+                1 => {
+                    let had = want.get_mut(&key).map(|v| *v = l).is_some();
+                    assert_eq!(m.set(key, l), had);
+                }
+                2 => assert_eq!(m.remove(key), want.remove(&key)),
+                _ => assert_eq!(m.get(key), want.get(&key).copied()),
+            }
+            assert_eq!(m.len(), want.len());
+        }
+        assert!(want.iter().all(|(&k, &v)| m.get(k) == Some(v)));
+        let wide = want.values().filter(|l| l.pack() == WIDE).count();
+        assert_eq!(m.wide.len(), wide);
+        assert!(wide > 0);
     }
 }

@@ -88,8 +88,8 @@ pub(crate) struct BlockPool {
     listed: u32,
     /// Number of physical blocks (block 0 included).
     total: u32,
-    /// Hash → first cached copy: one 16-byte slot per entry (key and block in one cache
-    /// line), at most 3/4 full (slots: the next power of two at or above 4/3 of the
+    /// Hash → first cached copy: one 12-byte slot per entry (key and block together, in
+    /// one cache line unless the slot straddles two), at most 3/4 full (slots: the next power of two at or above 4/3 of the
     /// blocks; a full pool of 300,000 blocks fills 57 % of 524,288, where an insert probes
     /// 3.2 slots on average: [`HashSlots`]'s module docs).
     cached: HashSlots<u32>,
