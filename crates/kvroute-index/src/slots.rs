@@ -19,8 +19,8 @@
 //! beside the slots.
 //!
 //! # Sizes
-//! The slot count is a power of two or one and a half times one (16, 24, 32, 48, ...; see
-//! [`is_size`]). An insert that would fill more than 3/4 of the slots first grows them to
+//! The slot count is a power of two (2, 4, 8, 16, ...) or, from 24 on, one and a half
+//! times one (24, 48, 96, ...; see [`is_size`]). An insert that would fill more than 3/4 of the slots first grows them to
 //! the next size (at least 16): by 3/2 from a power of two, by 4/3 from the size between,
 //! so a map that only grows is 1/2 to 3/4 full (by 2 it would be 3/8 to 3/4). The caller
 //! may [`rehash`](HashSlots::rehash) to any size that fits (to shrink, or to size the map
@@ -28,7 +28,7 @@
 //!
 //! Expected probes of an insert (an unsuccessful search) at load `a` are
 //! `(1 + 1 / (1 − a)²) / 2` (Knuth, *The Art of Computer Programming* vol. 3, section 6.4):
-//! 2.0 at 1/2, 3.2 at 4/7, 8.5 at 3/4, 32.5 at 7/8.
+//! 2.5 at 1/2, 3.2 at 4/7, 8.5 at 3/4, 32.5 at 7/8.
 
 /// Empty-slot key.
 const EMPTY: u64 = u64::MAX;
@@ -91,7 +91,7 @@ impl<V: Copy + Default> HashSlots<V> {
     pub fn with_slots(slots: usize) -> Self {
         assert!(
             slots == 0 || is_size(slots),
-            "slot count {slots} is not 0, a power of two of at least 2 or 3/2 of one"
+            "slot count {slots} is not 0, a power of two of at least 2 or 3/2 of one of at least 16"
         );
         let vacant = Slot {
             key: EMPTY,
@@ -348,8 +348,14 @@ pub fn next_size(n: usize) -> usize {
 }
 
 /// The smallest size of [`is_size`] at or above `n` (2 for `n <= 2`).
+///
+/// # Panics
+/// When `n` is above the largest power of two of `usize` (no size is that large).
 pub fn size_at_least(n: usize) -> usize {
-    let p = n.max(2).next_power_of_two();
+    let p = n
+        .max(2)
+        .checked_next_power_of_two()
+        .expect("no slot count is that large");
     let between = p / 4 * 3;
     if between >= 24 && between >= n {
         between
@@ -487,6 +493,52 @@ mod tests {
         );
     }
 
+    /// Backward-shift deletion across the end of the slots, by hand: in 24 slots, three
+    /// keys whose home is slot 23 sit at 23, 0 and 1, and a key whose home is 0 after them
+    /// at 2. Removing the first moves the two others of home 23 back by one (to 23 and 0)
+    /// and the key of home 0 to 1 (its home lies outside the hole's cyclic interval each
+    /// time); removing the one at 23 then shifts the rest again, and every key stays found.
+    #[test]
+    fn a_removal_shifts_entries_back_across_the_end() {
+        let n = 24;
+        // Keys by home slot (found by search: the home is a function of the key alone).
+        let with_home = |home: usize, count: usize| -> Vec<u64> {
+            (1..u64::MAX)
+                .filter(|&k| HashSlots::<u32>::home_in(k, n) == home)
+                .take(count)
+                .collect()
+        };
+        let last = with_home(23, 3);
+        let first = with_home(0, 1)[0];
+        let mut t: HashSlots<u32> = HashSlots::with_slots(n);
+        for (v, &k) in last.iter().chain([first].iter()).enumerate() {
+            assert!(t.insert_new(k, v as u32));
+        }
+        let at = |t: &HashSlots<u32>, k: u64| t.probe(k);
+        assert_eq!(
+            [
+                at(&t, last[0]),
+                at(&t, last[1]),
+                at(&t, last[2]),
+                at(&t, first)
+            ],
+            [(23, true), (0, true), (1, true), (2, true)]
+        );
+        assert_eq!(t.remove(last[0]), Some(0));
+        assert_eq!(
+            [at(&t, last[1]), at(&t, last[2]), at(&t, first)],
+            [(23, true), (0, true), (1, true)]
+        );
+        assert_eq!(t.remove(last[1]), Some(1));
+        assert_eq!([at(&t, last[2]), at(&t, first)], [(23, true), (0, true)]);
+        assert_eq!(
+            (t.get(last[2]), t.get(first), t.len()),
+            (Some(2), Some(3), 2)
+        );
+        // Slot 1 is vacant again: a lookup of a missing key of home 0 ends there.
+        assert_eq!(at(&t, with_home(0, 2)[1]), (1, false));
+    }
+
     #[test]
     fn an_empty_map_has_no_slots_and_finds_nothing() {
         let mut t: HashSlots<u32> = HashSlots::default();
@@ -523,13 +575,17 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "is not 0, a power of two of at least 2 or 3/2 of one")]
+    #[should_panic(
+        expected = "is not 0, a power of two of at least 2 or 3/2 of one of at least 16"
+    )]
     fn a_slot_count_of_one_is_refused() {
         let _ = HashSlots::<u32>::with_slots(1);
     }
 
     #[test]
-    #[should_panic(expected = "is not 0, a power of two of at least 2 or 3/2 of one")]
+    #[should_panic(
+        expected = "is not 0, a power of two of at least 2 or 3/2 of one of at least 16"
+    )]
     fn a_slot_count_of_twenty_is_refused() {
         let _ = HashSlots::<u32>::with_slots(20);
     }

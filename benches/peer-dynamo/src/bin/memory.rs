@@ -170,7 +170,7 @@ fn main() {
         "\nOne holder per block, `RunIndex`, 64 workers, by blocks per worker (64 chains each)\n"
     );
     println!(
-        "| chain length | blocks per worker | lane slots per worker | `RunIndex` B per block |"
+        "| chain length | blocks per worker | lane slots per worker (by the growth rule) | `RunIndex` B per block |"
     );
     println!("|---:|---:|---:|---:|");
     for len in [96usize, 100, 112, 128, 144, 160, 192] {
