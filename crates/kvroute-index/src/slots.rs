@@ -197,18 +197,26 @@ impl<V: Copy + Default> HashSlots<V> {
     /// Points the present `key` at `value`; returns whether it was present.
     #[inline]
     pub fn set(&mut self, key: u64, value: V) -> bool {
+        self.replace(key, value).is_some()
+    }
+
+    /// Points the present `key` at `value` (one probe); returns the value it had, or
+    /// `None` (and changes nothing) when it is absent.
+    #[inline]
+    pub fn replace(&mut self, key: u64, value: V) -> Option<V> {
         if key == EMPTY {
-            return self.max_key.as_mut().map(|v| *v = value).is_some();
+            return self.max_key.as_mut().map(|v| core::mem::replace(v, value));
         }
         if self.slots.is_empty() {
-            return false;
+            return None;
         }
         match self.probe(key) {
             (i, true) => {
+                let old = self.slots[i].value;
                 self.slots[i].value = value;
-                true
+                Some(old)
             }
-            _ => false,
+            _ => None,
         }
     }
 
@@ -406,7 +414,7 @@ mod tests {
                 0 => u64::MAX,
                 k => k,
             };
-            match (x >> 32) % 7 {
+            match (x >> 32) % 10 {
                 0..=2 => {
                     let fresh = !m.contains_key(&key);
                     assert_eq!(t.insert_new(key, step), fresh);
@@ -415,6 +423,10 @@ mod tests {
                 3 => {
                     let had = m.get_mut(&key).map(|v| *v = step).is_some();
                     assert_eq!(t.set(key, step), had);
+                }
+                7..=9 => {
+                    let old = m.get_mut(&key).map(|v| core::mem::replace(v, step));
+                    assert_eq!(t.replace(key, step), old);
                 }
                 4 | 5 => assert_eq!(t.remove(key), m.remove(&key)),
                 _ => {

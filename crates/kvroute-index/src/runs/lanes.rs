@@ -99,16 +99,16 @@ impl LaneMap {
 
     /// Points `key` at `lane` if it is present; returns whether it was.
     pub(crate) fn set(&mut self, key: u64, lane: Lane) -> bool {
-        let Some(old) = self.t.get(key) else {
+        let v = lane.pack();
+        let Some(old) = self.t.replace(key, v) else {
             return false;
         };
-        let v = lane.pack();
-        if old == WIDE && v != WIDE {
-            self.wide.remove(&key);
-        } else if v == WIDE {
+        if v == WIDE {
             self.wide.insert(key, lane);
+        } else if old == WIDE {
+            self.wide.remove(&key);
         }
-        self.t.set(key, v)
+        true
     }
 
     /// Inserts or replaces `key`'s lane.
