@@ -323,6 +323,23 @@ impl Harness {
             if out.deepest() != deepest {
                 return Err(format!("deepest {} vs model {deepest}", out.deepest()));
             }
+            // The tail: sorted distinct slots, at most TAIL_SLOTS, every other slot's model
+            // overlap within the bound.
+            let (tail, bound) = out.tail();
+            if tail.len() > kvroute_index::index::TAIL_SLOTS
+                || tail.windows(2).any(|w| w[0] >= w[1])
+                || tail.iter().any(|&s| s as usize >= want.len())
+            {
+                return Err(format!("malformed tail {tail:?}"));
+            }
+            if let Some(i) =
+                (0..want.len()).find(|&i| want[i] > bound && !tail.contains(&(i as u32)))
+            {
+                return Err(format!(
+                    "slot {i} holds {} blocks, past the tail's bound {bound}, and is not in the tail {tail:?}",
+                    want[i]
+                ));
+            }
         }
         for &slot in &self.slots {
             if index.worker_blocks(slot) != model.worker_blocks(slot) {
@@ -518,4 +535,40 @@ fn stretch_removals_in_either_order_match_the_model() {
         }
         assert_eq!(index.stats().residencies, model.residencies());
     }
+}
+
+/// Hand-worked tail: 100 workers hold a 32-block prefix; 20 of them (slots 0, 5, ..., 95)
+/// continue it to 64 blocks, and 2 of those (slots 10 and 70) to 128. The walk has 100
+/// alive after the prefix, 20 after 64 blocks (more than `TAIL_SLOTS`), 2 after 128: the
+/// tail is slots 10 and 70, and every other worker holds at most 64 blocks.
+#[test]
+fn the_tail_lists_the_few_deepest_workers_and_bounds_the_rest() {
+    let hasher = BlockHasher::new(BLOCK_SIZE, HashNamespace::DEFAULT);
+    let index = RunIndex::new(IndexConfig::new(100, BLOCK_SIZE)).expect("valid config");
+    let chain = index_common::path_hashes(&hasher, &[3; 128]);
+    let pairs = |w: u32, from: usize, to: usize| -> Vec<(EngineHash, SequenceHash)> {
+        (from..to)
+            .map(|i| (EngineHash(u64::from(w) << 32 | i as u64), chain[i]))
+            .collect()
+    };
+    for w in 0..100u32 {
+        let to = match w {
+            10 | 70 => 128,
+            w if w % 5 == 0 => 64,
+            _ => 32,
+        };
+        index
+            .store_hashes(Slot(w), None, &pairs(w, 0, to))
+            .expect("slot");
+    }
+    let mut out = index.new_overlaps();
+    index.match_prefix(&chain, &mut out);
+    assert_eq!(out.deepest(), 128);
+    assert_eq!(out.tail(), (&[10u32, 70][..], 64));
+    // 20 deep workers and no narrower stretch: no tail, the bound is the deepest.
+    index.match_prefix(&chain[..64], &mut out);
+    assert_eq!(out.tail(), (&[][..], 64));
+    // A query only the prefix matches: nobody drops below 100 alive, no tail.
+    index.match_prefix(&chain[..32], &mut out);
+    assert_eq!(out.tail(), (&[][..], 32));
 }

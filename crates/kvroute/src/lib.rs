@@ -158,7 +158,7 @@ pub use kvroute_core::{
 pub use kvroute_index::hash::ExtraKeysOrderError;
 pub use kvroute_index::index::{
     BlockStore, IndexConfig, IndexError, IndexStats, Overlaps, PrefixIndex, RemoveOutcome,
-    StoreOutcome,
+    StoreOutcome, TAIL_SLOTS,
 };
 pub use kvroute_index::runs::{RunIndex, RunIndexStats};
 pub use kvroute_index::{BlockHasher, LocalBlockHash};

@@ -19,13 +19,26 @@ use kvroute_core::Slot;
 ///
 /// `as_slice()[slot]` is the overlap of the worker in `slot`; slots without a worker read 0.
 /// Reuse one `Overlaps` per thread: matching into it never allocates.
+///
+/// A match may also leave a *tail* ([`tail`](Self::tail)): a bound and the few slots (at
+/// most [`TAIL_SLOTS`]) that may hold more than it; every slot not listed holds at most
+/// the bound. A decision can then cost the listed slots one by one and bound the rest
+/// together. Without one, the bound is [`deepest`](Self::deepest) and the list is empty,
+/// which is always true.
 #[derive(Clone, Debug, Default)]
 pub struct Overlaps {
     blocks: Vec<u32>,
     /// Entries past this are known to be zero.
     dirty: usize,
     deepest: u32,
+    /// The tail's slots (`tail_len` of them) and its bound (`None`: `deepest`).
+    tail: [u32; TAIL_SLOTS],
+    tail_len: usize,
+    bound: Option<u32>,
 }
+
+/// The most slots a match lists in an [`Overlaps`] tail.
+pub const TAIL_SLOTS: usize = 16;
 
 impl Overlaps {
     /// Zeroed overlaps for `worker_slots` slots.
@@ -34,6 +47,9 @@ impl Overlaps {
             blocks: vec![0; worker_slots],
             dirty: 0,
             deepest: 0,
+            tail: [0; TAIL_SLOTS],
+            tail_len: 0,
+            bound: None,
         }
     }
 
@@ -46,6 +62,9 @@ impl Overlaps {
             blocks,
             dirty,
             deepest,
+            tail: [0; TAIL_SLOTS],
+            tail_len: 0,
+            bound: None,
         }
     }
 
@@ -67,6 +86,18 @@ impl Overlaps {
         self.deepest
     }
 
+    /// The tail: `(slots, bound)`, where every slot not in `slots` (at most
+    /// [`TAIL_SLOTS`] of them, in slot order, each below `as_slice().len()`) has an overlap
+    /// of at most `bound` blocks. Without a tail from the match: no slots, and `bound` is
+    /// [`deepest`](Self::deepest).
+    #[inline]
+    pub fn tail(&self) -> (&[u32], u32) {
+        (
+            &self.tail[..self.tail_len],
+            self.bound.map_or(self.deepest, |b| b.min(self.deepest)),
+        )
+    }
+
     /// Sets the overlap of every slot for which `drop(slot)` is true to 0 (for example the
     /// workers whose residency is not trusted) and recomputes [`deepest`](Self::deepest),
     /// in place: never allocates. `drop` is called once per slot, in slot order.
@@ -78,6 +109,7 @@ impl Overlaps {
             }
             deepest = deepest.max(*o);
         }
+        // Entries only went down: the tail still holds.
         self.deepest = deepest;
     }
 
@@ -91,6 +123,8 @@ impl Overlaps {
         }
         self.dirty = 0;
         self.deepest = 0;
+        self.tail_len = 0;
+        self.bound = None;
     }
 }
 
@@ -109,6 +143,15 @@ impl Overlaps {
     pub(crate) fn finish(&mut self, deepest: u32, written: usize) {
         self.deepest = deepest;
         self.dirty = written.min(self.blocks.len());
+    }
+
+    /// Records a tail: `slots` (at most [`TAIL_SLOTS`], in slot order, each below the
+    /// entries' length; the caller checked) and the bound every other slot's overlap stays
+    /// within.
+    pub(crate) fn set_tail(&mut self, slots: &[u32], bound: u32) {
+        self.tail[..slots.len()].copy_from_slice(slots);
+        self.tail_len = slots.len();
+        self.bound = Some(bound);
     }
 }
 

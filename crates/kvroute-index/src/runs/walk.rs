@@ -10,7 +10,7 @@
 
 use super::RunIndex;
 use crate::index::Overlaps;
-use crate::index::matching::{MAX_WORDS, record};
+use crate::index::matching::{MAX_WORDS, TAIL_SLOTS, record};
 use kvroute_core::SequenceHash;
 
 /// How many leading keys of `keys` equal the hashes of `want` (compared four at a time:
@@ -61,6 +61,12 @@ impl RunIndex {
         let blocks = out.entries_mut();
         let mut d = 0usize;
         let mut deepest = 0usize;
+        // The deepest overlap given to a worker that dropped out, and whether the tail (the
+        // workers still alive once at most `TAIL_SLOTS` are) is recorded.
+        let mut dropped_max = 0usize;
+        let mut tail: Option<u32> = None;
+        let mut tail_slots = [0u32; TAIL_SLOTS];
+        let mut tail_len = 0;
         loop {
             let keys = view.keys();
             let want = &hashes[d..];
@@ -85,18 +91,44 @@ impl RunIndex {
                     let o = d + c as usize;
                     blocks[s as usize] = o as u32;
                     deepest = deepest.max(o);
+                    dropped_max = dropped_max.max(o);
                     alive[wi] &= !bit;
                 }
             }
             for w in 0..words {
                 if d > 0 {
-                    record(blocks, w, alive[w] & !kept[w], d as u32);
+                    let dropped = alive[w] & !kept[w];
+                    if dropped != 0 {
+                        dropped_max = dropped_max.max(d);
+                    }
+                    record(blocks, w, dropped, d as u32);
                 }
                 alive[w] = kept[w];
                 any |= kept[w];
             }
             if any == 0 {
                 break;
+            }
+            if tail.is_none() {
+                let mut alive_count = 0;
+                for &a in &alive[..words] {
+                    alive_count += a.count_ones() as usize;
+                    if alive_count > TAIL_SLOTS {
+                        break;
+                    }
+                }
+                if alive_count <= TAIL_SLOTS {
+                    // Every worker not alive now has its overlap written already.
+                    for (w, &a) in alive[..words].iter().enumerate() {
+                        let mut b = a;
+                        while b != 0 {
+                            tail_slots[tail_len] = (w * 64) as u32 + b.trailing_zeros();
+                            tail_len += 1;
+                            b &= b - 1;
+                        }
+                    }
+                    tail = Some(dropped_max as u32);
+                }
             }
             d += m;
             deepest = deepest.max(d);
@@ -114,6 +146,9 @@ impl RunIndex {
                     break;
                 }
             }
+        }
+        if let Some(bound) = tail {
+            out.set_tail(&tail_slots[..tail_len], bound);
         }
         out.finish(deepest as u32, words * 64);
     }
