@@ -211,6 +211,13 @@ impl crate::fleet::Fleet {
             self.coef.set(i, &x, key);
         }
         self.coef.key = Some(key);
+        if n >= crate::sparse::MIN_LANES && self.coef.irregular == 0 {
+            let mut order = core::mem::take(&mut self.order);
+            order.build(self, key);
+            self.order = order;
+        } else {
+            self.order.key = None;
+        }
     }
 
     /// [`fill_as_of`](Self::fill_as_of) with `cfg`'s `tokens_per_request`, then the cost

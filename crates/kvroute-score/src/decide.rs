@@ -102,6 +102,9 @@ pub struct TieInput {
 pub struct Scorer {
     costs: Vec<f32>,
     aux: Vec<f32>,
+    sparse: crate::sparse::Scratch,
+    /// Whether the last `enforce` decided sparsely (so `costs` was not written).
+    sparse_decided: bool,
 }
 
 struct Ctx<'a> {
@@ -311,6 +314,7 @@ impl Ctx<'_> {
     }
 
     fn enforce<E: Engine>(&self, s: &mut Scorer) -> Choice {
+        s.sparse_decided = false;
         if self.fleet_wide().is_some() {
             return self.model::<E>(s, CostKind::Projected);
         }
@@ -326,6 +330,22 @@ impl Ctx<'_> {
                 l.map_or(Escape::NoneEligible, Escape::Pick),
             )
         } else {
+            s.sparse_decided = E::SPARSE;
+            if E::SPARSE {
+                match crate::sparse::enforce(
+                    self.fleet,
+                    &self.p,
+                    &self.rule,
+                    self.cfg.escape_margin_s,
+                    &mut s.sparse,
+                ) {
+                    crate::sparse::Outcome::Pick(p, c) => {
+                        return self.scoped(self.choice(p, self.classify(p), c));
+                    }
+                    crate::sparse::Outcome::NoneEligible => return none(),
+                    crate::sparse::Outcome::Dense => s.sparse_decided = false,
+                }
+            }
             // The least-load pick's cost is at least the least one, so the gap to it is at
             // most `aux[p] − least` (subtraction is monotone in its operands, rounding
             // included): within the margin there is no escape, whichever slot the tie rule
@@ -574,9 +594,16 @@ fn decide<E: Engine>(
             ProjectedMode::Shadow => {
                 let mut c = ctx.least_load::<E>(s, Reason::LeastLoad);
                 // `enforce` leaves the costs of the model that chose in `s.costs`
-                // (projected seconds, or its fallback's): the dispatched slot's is read there.
+                // (projected seconds, or its fallback's): the dispatched slot's is read there,
+                // or computed alone after a sparse decision (the same bits).
                 let cf = ctx.enforce::<E>(s);
-                let dispatched_cost = c.slot.map_or(f32::NAN, |d| s.costs[d.index()]);
+                let dispatched_cost = c.slot.map_or(f32::NAN, |d| {
+                    if s.sparse_decided {
+                        crate::sparse::cost_of(&ctx.p, fleet, d.index())
+                    } else {
+                        s.costs[d.index()]
+                    }
+                });
                 c.shadow = Some(Counterfactual {
                     slot: cf.slot,
                     reason: cf.reason,

@@ -145,6 +145,14 @@ pub struct Fleet {
     pub(crate) touched: Vec<u32>,
     /// Whether the last fill rebuilt the base lanes (every slot changed).
     pub(crate) rebuilt: bool,
+    /// The match's tail (`Overlaps::tail`) as the last fill read it: the slots that may
+    /// hold more than `tail_bound` blocks (`None`: no bound known, as for a fleet made
+    /// from figures).
+    tail: Vec<u32>,
+    tail_bound: Option<f32>,
+    /// The sparse decision's order of the slots (module `sparse`), built with the
+    /// coefficients.
+    pub(crate) order: crate::sparse::Order,
 }
 
 impl Fleet {
@@ -221,6 +229,27 @@ impl Fleet {
             .map_or(Reserved::default(), |k| self.reserved[k].1)
     }
 
+    /// The slots the last fill folded reservations into (occupied ones, in slot order).
+    pub(crate) fn reserved_slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.reserved
+            .iter()
+            .map(|(slot, _)| slot.index())
+            .filter(|&i| self.mask.get(i).is_some_and(|&m| m != 0))
+    }
+
+    /// The tail of the last fill's overlaps: slots that may have an overlap lane above the
+    /// bound, which bounds every other slot's (+∞ when none is known).
+    pub(crate) fn tail(&self) -> (&[u32], f32) {
+        (&self.tail, self.tail_bound.unwrap_or(f32::INFINITY))
+    }
+
+    /// Sets the tail a fill would read from a match (tests of the sparse decision).
+    #[cfg(test)]
+    pub(crate) fn set_tail_for_test(&mut self, slots: &[u32], bound: f32) {
+        self.tail = slots.to_vec();
+        self.tail_bound = Some(bound);
+    }
+
     /// Every `f32` lane, for sizing them together.
     fn f32_lanes(&mut self) -> [&mut Vec<f32>; 11] {
         [
@@ -257,6 +286,9 @@ impl Fleet {
         self.agg = None;
         self.base = None;
         self.coef.key = None;
+        self.order.key = None;
+        self.tail.clear();
+        self.tail_bound = None;
     }
 
     /// Sizes the lanes for `slots` slots without clearing them (a fill writes every lane
@@ -274,6 +306,7 @@ impl Fleet {
         self.mask.resize(n, 0);
         self.agg = None;
         self.coef.key = None;
+        self.order.key = None;
     }
 
     fn set(&mut self, i: usize, s: &SlotFigures) {
@@ -384,6 +417,7 @@ impl Fleet {
         // The coefficients (`prepare_costs`, `fill_with`) no longer describe every lane.
         if self.rebuilt || !self.touched.is_empty() {
             self.coef.key = None;
+            self.order.key = None;
         }
     }
 
@@ -430,6 +464,16 @@ impl Fleet {
             }
         }
         self.overlap[m..n].fill(0.0);
+        let (tail, bound) = overlaps.tail();
+        self.tail.clear();
+        self.tail.extend(tail.iter().filter(|&&i| (i as usize) < m));
+        // Converted as the lane is (the same `f32` either way up to `i32::MAX`): every
+        // slot outside the tail has a lane value at most this.
+        self.tail_bound = Some(if bound <= i32::MAX as u32 {
+            (bound as i32) as f32
+        } else {
+            bound as f32
+        });
         // Lanes are padded to a multiple of 8: independent accumulators.
         let mut deepest = [0f32; 8];
         for chunk in self.overlap[..n].chunks_exact(8) {

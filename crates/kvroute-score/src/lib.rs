@@ -92,6 +92,7 @@ mod rng;
 mod select;
 #[cfg(feature = "serde")]
 mod serde_impls;
+mod sparse;
 
 pub use config::{ConfigGuard, Policy, ProjectedMode, ScoreConfig, SharedConfig, bounds};
 pub use decide::{ScoreRequest, Scorer, TieInput};

@@ -61,6 +61,9 @@ pub(crate) struct TieRule {
 
 /// One implementation of the pass.
 pub(crate) trait Engine {
+    /// Whether `projected_time` (enforce) may take the sparse decision (module `sparse`),
+    /// which gives the same choice: every engine but the scalar reference.
+    const SPARSE: bool = true;
     /// Writes the cost of every lane (padded length) into `out`.
     fn costs(kind: CostKind, p: &Params, fleet: &Fleet, out: &mut Vec<f32>);
     /// [`costs`](Self::costs) of two kinds at once, [`select`](Self::select) on the first
@@ -141,7 +144,7 @@ pub(crate) struct Scalar;
 /// The SIMD pass (`wide::f32x8`).
 pub(crate) struct Simd;
 
-fn band_limit(m: f32, band: f32) -> f32 {
+pub(crate) fn band_limit(m: f32, band: f32) -> f32 {
     m + band * m.abs()
 }
 
@@ -170,6 +173,8 @@ pub(crate) fn lane_at(f: &Fleet, i: usize) -> LaneIn<f32> {
 }
 
 impl Engine for Scalar {
+    const SPARSE: bool = false;
+
     fn costs(kind: CostKind, p: &Params, f: &Fleet, out: &mut Vec<f32>) {
         out.clear();
         out.extend((0..f.lane_len()).map(|i| cost::<f32>(kind, p, &lane_at(f, i))));
@@ -674,6 +679,14 @@ fn finish<V: Vector>(
     for (w, b) in bits.iter_mut().zip(bytes.chunks_exact(8)) {
         *w = u64::from_le_bytes(b.try_into().expect("8 bytes"));
     }
+    pick_in_band(f, rule, bits)
+}
+
+/// Steps 3 and 4 of the rule (module docs) on the band `bits` (one bit per slot, `u64`
+/// words in slot order): the tie keys visit only the band's slots, one at a time in slot
+/// order, with the same comparisons as the scalar reference. Narrows `bits` in place.
+#[inline(always)]
+pub(crate) fn pick_in_band(f: &Fleet, rule: &TieRule, bits: &mut [u64]) -> Option<usize> {
     if let Some(r) = rule.random {
         if rule.overlap {
             let mut deepest = f32::NEG_INFINITY;

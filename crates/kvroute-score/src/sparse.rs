@@ -1,0 +1,470 @@
+//! The sparse `projected_time` decision: the same choice as the dense pass (slot, reason
+//! and cost, bit for bit), costing only the slots that can be in the tie band.
+//!
+//! # Why it is exact
+//! A slot's projected cost (module `coef`) is
+//! `((start + n·(U·spp)) + out·(b + (2n − 1)·a)) + barrier`, every term at least 0 for a
+//! slot whose coefficients are finite and not negative, and it grows with `n` and with the
+//! uncached prompt `U`. With room `n = max(min(M, mean + 1), q + 1)`, when full `n = M`, so
+//! `n >= min(M, mean + 1)` either way. Per publication ([`Order::build`]) the occupied
+//! slots are sorted by `κ = start + barrier` (what the request does not change), with the
+//! suffix minima of `spp`, `a`, `b` and `M` along that order. For the slots from position
+//! `k` on, with `ν = min(M_min, mean + 1)` and `U_c` the uncached prompt at the match's
+//! tail bound ([`kvroute_index::index::Overlaps::tail`]: every slot outside the tail holds
+//! at most that many blocks, so its `U` is at least `U_c`),
+//!
+//! `cost >= κ_k + ν·(U_c·spp_min) + out·(b_min + (2ν − 1)·a_min)`,
+//!
+//! a bound that only grows with `k`. The decision costs the *special* slots one by one
+//! (the tail's, the slots holding reservations now or when the order was built, whose
+//! coefficients are not the order's, and the few whose coefficients are not finite and
+//! non-negative), then walks the order, eight positions per bound, until the bound is
+//! above the tie band's limit of the least cost seen so far. A slot it does not reach
+//! costs more than that limit, which only falls as the walk goes on, so it is neither the
+//! least cost nor in the band. Rounding: each cost is a sum of non-negative terms of a
+//! few exactly rounded operations (relative error below 2⁻²⁰), so the bound is shrunk by
+//! 2⁻¹⁴ (and an absolute 10⁻³⁰ for subnormal values) before the comparison.
+//!
+//! The band's slots then go through the same tie keys as the dense pass
+//! ([`pick_in_band`]), and the hard escape's test needs only the least `least_load` cost,
+//! which does not depend on the request: the order keeps the slots sorted by it too. When
+//! the escape could fire (the projected pick's `least_load` cost more than the margin
+//! above the least), the caller runs the dense pass instead, as it does whenever the
+//! fleet is not in this shape (telemetry not all fresh, coefficients not current, too
+//! many special slots).
+
+use crate::coef::CoefKey;
+use crate::cost::Params;
+use crate::fleet::Fleet;
+use crate::lane::Lane;
+use crate::select::{TieRule, band_limit, pick_in_band};
+
+/// Fleets below this many lanes are decided by the dense pass (no order is built).
+pub(crate) const MIN_LANES: usize = 64;
+
+/// Special slots beyond which a decision runs the dense pass.
+const MAX_SPECIAL: usize = 64;
+
+/// Words of the stack bitsets (4,096 slots, the router's maximum).
+const WORDS: usize = 64;
+
+/// The per-publication order of the occupied slots; see the module docs.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Order {
+    /// The coefficients it was built from (`None`: not built or out of date).
+    pub key: Option<CoefKey>,
+    /// Occupied slots with finite, non-negative coefficients, by `κ` (then slot).
+    slots: Vec<u32>,
+    /// `κ` of each, in the same order.
+    kappa: Vec<f32>,
+    /// Suffix minima along the order (entry `k`: over `slots[k..]`), one entry more (+∞).
+    spp: Vec<f32>,
+    a: Vec<f32>,
+    b: Vec<f32>,
+    cap: Vec<f32>,
+    /// Occupied slots left out of `slots`: costed one by one by every decision.
+    loose: Vec<u32>,
+    /// The slots of `slots` with a finite `least_load` cost, by that cost (then slot).
+    least: Vec<u32>,
+}
+
+impl Order {
+    /// Builds the order from `f`'s prepared coefficients (valid under `key`), treating the
+    /// slots that hold reservations now as loose (their coefficients are not the
+    /// publication's). `O(n log n)`; allocates only to grow.
+    pub(crate) fn build(&mut self, f: &Fleet, key: CoefKey) {
+        let k = &f.coef;
+        self.slots.clear();
+        self.loose.clear();
+        self.least.clear();
+        let mut reserved = [0u64; WORDS];
+        let reserved = if f.len <= WORDS * 64 {
+            for slot in f.reserved_slots() {
+                reserved[slot / 64] |= 1 << (slot % 64);
+            }
+            &reserved[..]
+        } else {
+            // Larger than the router ever builds: no order (every decision is dense).
+            self.key = None;
+            return;
+        };
+        let ok = |v: f32| v.is_finite() && v >= 0.0;
+        for i in 0..f.len {
+            if f.occupied[i] <= 0.0 {
+                continue;
+            }
+            let kappa = k.start[i] + k.barrier[i];
+            let regular = ok(k.spp[i])
+                && ok(k.a[i])
+                && ok(f.dbase[i])
+                && ok(k.cap[i])
+                && ok(k.q1[i])
+                && ok(k.start[i])
+                && ok(k.barrier[i])
+                && ok(kappa);
+            if regular && reserved[i / 64] >> (i % 64) & 1 == 0 {
+                self.slots.push(i as u32);
+                if k.least[i].is_finite() {
+                    self.least.push(i as u32);
+                }
+            } else {
+                self.loose.push(i as u32);
+            }
+        }
+        let kap = |i: u32| k.start[i as usize] + k.barrier[i as usize];
+        self.slots
+            .sort_unstable_by(|&x, &y| kap(x).total_cmp(&kap(y)).then(x.cmp(&y)));
+        self.least.sort_unstable_by(|&x, &y| {
+            k.least[x as usize]
+                .total_cmp(&k.least[y as usize])
+                .then(x.cmp(&y))
+        });
+        self.kappa.clear();
+        self.kappa.extend(self.slots.iter().map(|&i| kap(i)));
+        let n = self.slots.len();
+        for (lane, src) in [
+            (&mut self.spp, &k.spp),
+            (&mut self.a, &k.a),
+            (&mut self.b, &f.dbase),
+            (&mut self.cap, &k.cap),
+        ] {
+            lane.clear();
+            lane.resize(n + 1, f32::INFINITY);
+            for j in (0..n).rev() {
+                let v = src[self.slots[j] as usize];
+                lane[j] = if v < lane[j + 1] { v } else { lane[j + 1] };
+            }
+        }
+        self.key = Some(key);
+    }
+}
+
+/// What the sparse decision found.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Outcome {
+    /// The projected pick and its cost; the escape does not fire.
+    Pick(usize, f32),
+    /// No slot is eligible for one of the two costs (the dense pass's `none`).
+    NoneEligible,
+    /// Not decided here: run the dense pass.
+    Dense,
+}
+
+/// Reusable scratch of the sparse decision: the costed slots and their costs.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Scratch {
+    seen: Vec<(u32, f32)>,
+}
+
+/// One slot's projected cost from the coefficients: the operations of the dense pass's
+/// `projected_from_coefficients` on one lane, in the same order (the same bits).
+#[inline(always)]
+fn projected(p: &Params, f: &Fleet, i: usize) -> f32 {
+    let k = &f.coef;
+    let cap = k.cap[i];
+    let lifted = cap.min_(p.mean_load + 1.0).max_(k.q1[i]);
+    let n = if k.room[i].to_bits() != 0 {
+        lifted
+    } else {
+        cap
+    };
+    let uncached = (p.prompt - f.overlap[i] * p.block_size).max_(0.0);
+    let prefill = n * (uncached * k.spp[i]);
+    let decode = p.output * (f.dbase[i] + (n + n - 1.0) * k.a[i]);
+    k.start[i] + prefill + decode + k.barrier[i]
+}
+
+/// Slot `i`'s projected cost from the prepared coefficients, as the dense pass computes it
+/// (for a caller that needs one slot's cost after a sparse decision).
+pub(crate) fn cost_of(p: &Params, f: &Fleet, i: usize) -> f32 {
+    projected(p, f, i)
+}
+
+/// The sparse `projected_time` (enforce) decision of `f` under `p`, `rule` and the escape's
+/// absolute `margin` (module docs). The caller has checked that every occupied slot is
+/// fresh; everything else this checks itself, answering [`Outcome::Dense`] when the fleet
+/// is not in the shape it needs.
+pub(crate) fn enforce(
+    f: &Fleet,
+    p: &Params,
+    rule: &TieRule,
+    margin: f32,
+    s: &mut Scratch,
+) -> Outcome {
+    let o = &f.order;
+    let key = CoefKey::of(p);
+    if o.key != Some(key)
+        || !f.coef.projected_for(p)
+        || f.len > WORDS * 64
+        || !(rule.band.is_finite() && rule.band >= 0.0)
+        || !(p.mean_load.is_finite() && p.mean_load >= 0.0)
+        || !(p.output.is_finite() && p.output >= 0.0)
+        || !(p.prompt.is_finite() && p.block_size.is_finite())
+    {
+        return Outcome::Dense;
+    }
+    let (tail, bound) = f.tail();
+    if f.reserved_slots().count() + tail.len() + o.loose.len() > MAX_SPECIAL {
+        return Outcome::Dense;
+    }
+    let mut special = [0u64; WORDS];
+    let mut held = [0u64; WORDS];
+    let mark = |set: &mut [u64; WORDS], i: usize| {
+        let fresh = set[i / 64] >> (i % 64) & 1 == 0;
+        set[i / 64] |= 1 << (i % 64);
+        fresh
+    };
+    s.seen.clear();
+    let mut m = f32::INFINITY;
+    let mut cost_one = |i: usize, special: &mut [u64; WORDS], m: &mut f32| {
+        if i < f.len && f.occupied[i] > 0.0 && mark(special, i) {
+            let c = projected(p, f, i);
+            if c.is_finite() {
+                s.seen.push((i as u32, c));
+                if c < *m {
+                    *m = c;
+                }
+            }
+        }
+    };
+    for i in f.reserved_slots() {
+        held[i / 64] |= 1 << (i % 64);
+        cost_one(i, &mut special, &mut m);
+    }
+    for &i in tail {
+        cost_one(i as usize, &mut special, &mut m);
+    }
+    for &i in &o.loose {
+        cost_one(i as usize, &mut special, &mut m);
+    }
+    // The walk: a bound per eight positions, then the positions' exact costs.
+    let u_c = (p.prompt - bound * p.block_size).max_(0.0);
+    let lifted = p.mean_load + 1.0;
+    let n = o.slots.len();
+    let mut k = 0;
+    while k < n {
+        let limit = band_limit(m, rule.band);
+        let nu = o.cap[k].min_(lifted);
+        let lb =
+            o.kappa[k] + nu * (u_c * o.spp[k]) + p.output * (o.b[k] + (nu + nu - 1.0) * o.a[k]);
+        if lb * (1.0 - 1.0 / 16_384.0) - 1e-30 > limit {
+            break;
+        }
+        for j in k..(k + 8).min(n) {
+            let i = o.slots[j] as usize;
+            if special[i / 64] >> (i % 64) & 1 != 0 {
+                continue;
+            }
+            let c = projected(p, f, i);
+            if c.is_finite() {
+                s.seen.push((i as u32, c));
+                if c < m {
+                    m = c;
+                }
+            }
+        }
+        k += 8;
+    }
+    if s.seen.is_empty() {
+        return Outcome::NoneEligible;
+    }
+    // The band, as bits in slot order, then the tie keys.
+    let limit = band_limit(m, rule.band);
+    let words = f.lane_len().div_ceil(64);
+    let mut bits = [0u64; WORDS];
+    for &(i, c) in &s.seen {
+        if c <= limit {
+            bits[i as usize / 64] |= 1 << (i % 64);
+        }
+    }
+    let Some(pick) = pick_in_band(f, rule, &mut bits[..words]) else {
+        return Outcome::NoneEligible;
+    };
+    // The escape: the least `least_load` cost of the eligible slots (those holding
+    // reservations and the loose ones from their own lanes, the rest from the order).
+    let least = &f.coef.least;
+    let mut ml = f32::INFINITY;
+    let loose = o.loose.iter().map(|&i| i as usize);
+    for i in f.reserved_slots().chain(loose) {
+        if i < f.len && f.occupied[i] > 0.0 && least[i].is_finite() && least[i] < ml {
+            ml = least[i];
+        }
+    }
+    if let Some(&i) = o
+        .least
+        .iter()
+        .find(|&&i| held[i as usize / 64] >> (i % 64) & 1 == 0)
+    {
+        let c = least[i as usize];
+        if c < ml {
+            ml = c;
+        }
+    }
+    if ml == f32::INFINITY {
+        return Outcome::NoneEligible;
+    }
+    if least[pick] - ml <= margin {
+        let c = s
+            .seen
+            .iter()
+            .find(|&&(i, _)| i as usize == pick)
+            .map_or(f32::NAN, |&(_, c)| c);
+        Outcome::Pick(pick, c)
+    } else {
+        Outcome::Dense
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kvroute_core::SplitMix64;
+    use kvroute_load::Validity;
+
+    use super::*;
+    use crate::fleet::SlotFigures;
+    use crate::{ScoreConfig, ScoreRequest, Scorer, SimdPath, TieInput};
+
+    /// A fresh fleet of `n` slots (every 13th vacant), loads drawn from few values so that
+    /// exact ties are common; `deep` slots hold `deep_blocks`, the rest `shared` blocks.
+    fn fleet(r: &mut SplitMix64, n: usize, shared: u32, deep: &[u32], deep_blocks: u32) -> Fleet {
+        let slots: Vec<Option<SlotFigures>> = (0..n)
+            .map(|i| {
+                if i % 13 == 5 {
+                    return None;
+                }
+                let running = (r.next_u64() % 8) as f32;
+                let waiting = (r.next_u64() % 3) as f32;
+                let overlap = if deep.contains(&(i as u32)) {
+                    deep_blocks
+                } else if r.next_u64() % 4 == 0 {
+                    0
+                } else {
+                    shared
+                };
+                Some(SlotFigures {
+                    validity: Validity::Fresh,
+                    overlap_blocks: overlap as f32,
+                    requests: running + waiting,
+                    queued_tokens: waiting * 1_000.0,
+                    decode_tokens: running * 2_000.0,
+                    kv_usage: (r.next_u64() % 5) as f32 / 10.0,
+                    utilization: 0.0,
+                    occupancy: Some((running + waiting) / 16.0),
+                    prefill_tps: [8_000.0, 8_000.0, 6_000.0][(r.next_u64() % 3) as usize],
+                    decode_tps: 1_000.0,
+                    decode_step_base_s: [0.0, 0.007][(r.next_u64() % 2) as usize],
+                    below_report: false,
+                })
+            })
+            .collect();
+        let mut f = Fleet::from_slots(&slots);
+        f.set_tail_for_test(deep, shared as f32);
+        f
+    }
+
+    fn params(f: &Fleet, cfg: &ScoreConfig, prompt: u32, output: u32) -> Params {
+        Params {
+            prompt: prompt as f32,
+            block_size: 16.0,
+            mean_load: f.aggregates().mean_load,
+            beta: 0.0,
+            least_load_tps: cfg.least_load_tps,
+            default_prefill_tps: cfg.default_prefill_tps,
+            default_decode_tps: cfg.default_decode_tps,
+            kv_barrier_s: cfg.kv_barrier_s,
+            dynamo_weight: cfg.dynamo_overlap_weight,
+            output: output as f32,
+            typical_output: cfg.tokens_per_request as f32,
+        }
+    }
+
+    /// On fleets of 64 to 1,024 slots where a few hold a deep prefix, the sparse decision
+    /// chooses as the scalar reference does (slot, reason and cost) whatever the draw,
+    /// cursor and band, and decides most requests itself while costing a small part of
+    /// the fleet.
+    #[test]
+    fn sparse_decisions_equal_the_reference_and_cost_few_slots() {
+        let mut r = SplitMix64::new(11);
+        let mut scorer = Scorer::new();
+        let (mut decided, mut total, mut costed, mut slots) = (0u32, 0u32, 0usize, 0usize);
+        for &n in &[64usize, 65, 200, 512, 1_000, 1_024] {
+            for round in 0..6 {
+                let deep: Vec<u32> = (0..(round % 4) * 4)
+                    .map(|_| (r.next_u64() % n as u64) as u32)
+                    .collect();
+                let mut deep = deep;
+                deep.sort_unstable();
+                deep.dedup();
+                let mut f = fleet(&mut r, n, 32, &deep, 128);
+                let mut cfg = ScoreConfig::default();
+                if round % 3 == 2 {
+                    cfg.near_tie_band = 0.05;
+                }
+                f.prepare_costs(&cfg);
+                assert!(f.order.key.is_some(), "{n} slots: the order is built");
+                for q in 0..20u32 {
+                    let req = ScoreRequest {
+                        prompt_tokens: 512 + (r.next_u64() % 3_000) as u32,
+                        block_size: 16,
+                        expected_output_tokens: (r.next_u64() % 400) as u32,
+                    };
+                    let tie = TieInput {
+                        cursor: q,
+                        random: Some(r.next_u64()),
+                    };
+                    let want = scorer.score_reference(&f, req, &cfg, tie);
+                    for path in [SimdPath::Portable, SimdPath::Avx2] {
+                        let got = scorer.score_with(path, &f, req, &cfg, tie);
+                        assert!(
+                            got.same_as(&want),
+                            "{n} slots, {path:?}: {got:?} vs {want:?}"
+                        );
+                    }
+                    // The sparse decision itself, and how much of the fleet it costed.
+                    let p = params(
+                        &f,
+                        &cfg,
+                        req.prompt_tokens,
+                        req.expected_output_tokens.max(1),
+                    );
+                    let p = Params {
+                        output: if req.expected_output_tokens > 0 {
+                            req.expected_output_tokens as f32
+                        } else {
+                            cfg.tokens_per_request as f32
+                        },
+                        ..p
+                    };
+                    let rule = TieRule {
+                        band: if cfg.near_tie_band > 0.0 {
+                            cfg.tie_epsilon.max(cfg.near_tie_band)
+                        } else {
+                            cfg.tie_epsilon
+                        },
+                        load: true,
+                        overlap: true,
+                        cursor: tie.cursor,
+                        random: tie.random.filter(|_| cfg.near_tie_band > 0.0),
+                    };
+                    let mut s = Scratch::default();
+                    total += 1;
+                    if let Outcome::Pick(i, _) = enforce(&f, &p, &rule, cfg.escape_margin_s, &mut s)
+                    {
+                        assert_eq!(Some(i), want.slot.map(|s| s.index()), "{n} slots");
+                        decided += 1;
+                        costed += s.seen.len();
+                        slots += f.len();
+                    }
+                }
+            }
+        }
+        assert!(
+            decided * 10 >= total * 9,
+            "sparse decided {decided} of {total}"
+        );
+        assert!(
+            costed * 4 < slots,
+            "costed {costed} slot costs over {slots} slots of the decided fleets"
+        );
+    }
+}
