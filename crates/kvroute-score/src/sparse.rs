@@ -57,6 +57,8 @@ pub(crate) struct Order {
     slots: Vec<u32>,
     /// `κ` of each, in the same order.
     kappa: Vec<f32>,
+    /// The coefficients of each, in the same order, packed (see [`Packed`]).
+    packed: Vec<Packed>,
     /// Suffix minima along the order (entry `k`: over `slots[k..]`), one entry more (+∞).
     spp: Vec<f32>,
     a: Vec<f32>,
@@ -121,6 +123,20 @@ impl Order {
         });
         self.kappa.clear();
         self.kappa.extend(self.slots.iter().map(|&i| kap(i)));
+        self.packed.clear();
+        self.packed.extend(self.slots.iter().map(|&i| {
+            let i = i as usize;
+            Packed([
+                k.cap[i],
+                k.q1[i],
+                k.room[i],
+                k.spp[i],
+                k.a[i],
+                f.dbase[i],
+                k.start[i],
+                k.barrier[i],
+            ])
+        }));
         let n = self.slots.len();
         for (lane, src) in [
             (&mut self.spp, &k.spp),
@@ -150,28 +166,61 @@ pub(crate) enum Outcome {
     Dense,
 }
 
-/// Reusable scratch of the sparse decision: the costed slots and their costs.
+/// One slot's coefficients in one line: `cap`, `q1`, `room` (a mask), `spp`, `a`, `b`,
+/// `start`, `barrier` (module `coef`).
+#[derive(Clone, Copy, Debug)]
+struct Packed([f32; 8]);
+
+impl Packed {
+    /// Slot `i`'s coefficients as `f` holds them now.
+    #[inline(always)]
+    fn of(f: &Fleet, i: usize) -> Self {
+        let k = &f.coef;
+        Packed([
+            k.cap[i],
+            k.q1[i],
+            k.room[i],
+            k.spp[i],
+            k.a[i],
+            f.dbase[i],
+            k.start[i],
+            k.barrier[i],
+        ])
+    }
+
+    /// The projected cost at `overlap` blocks: the operations of the dense pass's
+    /// `projected_from_coefficients` on one lane, in the same order (the same bits).
+    #[inline(always)]
+    fn cost(&self, p: &Params, overlap: f32) -> f32 {
+        let [cap, q1, room, spp, a, b, start, barrier] = self.0;
+        let lifted = cap.min_(p.mean_load + 1.0).max_(q1);
+        let n = if room.to_bits() != 0 { lifted } else { cap };
+        let uncached = (p.prompt - overlap * p.block_size).max_(0.0);
+        let prefill = n * (uncached * spp);
+        let decode = p.output * (b + (n + n - 1.0) * a);
+        start + prefill + decode + barrier
+    }
+}
+
+/// Reusable scratch of the sparse decision: the costed slots and their costs, and three
+/// bitsets over the slots (cleared after each decision).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Scratch {
     seen: Vec<(u32, f32)>,
+    special: Vec<u64>,
+    held: Vec<u64>,
+    band: Vec<u64>,
 }
 
-/// One slot's projected cost from the coefficients: the operations of the dense pass's
-/// `projected_from_coefficients` on one lane, in the same order (the same bits).
+/// One slot's projected cost from the coefficients.
 #[inline(always)]
 fn projected(p: &Params, f: &Fleet, i: usize) -> f32 {
-    let k = &f.coef;
-    let cap = k.cap[i];
-    let lifted = cap.min_(p.mean_load + 1.0).max_(k.q1[i]);
-    let n = if k.room[i].to_bits() != 0 {
-        lifted
-    } else {
-        cap
-    };
-    let uncached = (p.prompt - f.overlap[i] * p.block_size).max_(0.0);
-    let prefill = n * (uncached * k.spp[i]);
-    let decode = p.output * (f.dbase[i] + (n + n - 1.0) * k.a[i]);
-    k.start[i] + prefill + decode + k.barrier[i]
+    Packed::of(f, i).cost(p, f.overlap[i])
+}
+
+#[inline(always)]
+fn has(set: &[u64], i: usize) -> bool {
+    set[i / 64] >> (i % 64) & 1 != 0
 }
 
 /// Slot `i`'s projected cost from the prepared coefficients, as the dense pass computes it
@@ -204,43 +253,71 @@ pub(crate) fn enforce(
         return Outcome::Dense;
     }
     let (tail, bound) = f.tail();
-    if f.reserved_slots().count() + tail.len() + o.loose.len() > MAX_SPECIAL {
+    // Without a bound from the match (a fleet made from figures) every slot could hold
+    // the whole prompt: the walk's bound could not cut anything short.
+    if bound == f32::INFINITY
+        || f.reserved_slots().count() + tail.len() + o.loose.len() > MAX_SPECIAL
+    {
         return Outcome::Dense;
     }
-    let mut special = [0u64; WORDS];
-    let mut held = [0u64; WORDS];
-    let mark = |set: &mut [u64; WORDS], i: usize| {
-        let fresh = set[i / 64] >> (i % 64) & 1 == 0;
-        set[i / 64] |= 1 << (i % 64);
-        fresh
-    };
+    let words = f.lane_len().div_ceil(64);
+    for set in [&mut s.special, &mut s.held, &mut s.band] {
+        set.clear();
+        set.resize(words, 0);
+    }
     s.seen.clear();
+    let outcome = decide(f, p, rule, margin, tail, bound, s);
+    // Only the first `words` entries were used; leave them zero for the next decision.
+    for set in [&mut s.special, &mut s.held, &mut s.band] {
+        set.clear();
+    }
+    outcome
+}
+
+/// Positions of the order a decision walks at most before it leaves the fleet to the dense
+/// pass (the bound did not cut the walk short: a fleet where many slots are close).
+fn walk_budget(n: usize) -> usize {
+    64 + n / 16
+}
+
+/// [`enforce`] once the fleet's shape is checked and the scratch sized.
+fn decide(
+    f: &Fleet,
+    p: &Params,
+    rule: &TieRule,
+    margin: f32,
+    tail: &[u32],
+    bound: f32,
+    s: &mut Scratch,
+) -> Outcome {
+    let o = &f.order;
     let mut m = f32::INFINITY;
-    let mut cost_one = |i: usize, special: &mut [u64; WORDS], m: &mut f32| {
-        if i < f.len && f.occupied[i] > 0.0 && mark(special, i) {
-            let c = projected(p, f, i);
-            if c.is_finite() {
-                s.seen.push((i as u32, c));
-                if c < *m {
-                    *m = c;
-                }
-            }
+    // The special slots, each costed from its own lanes once.
+    let specials = f
+        .reserved_slots()
+        .chain(tail.iter().map(|&i| i as usize))
+        .chain(o.loose.iter().map(|&i| i as usize));
+    for i in specials {
+        if i >= f.len || f.occupied[i] <= 0.0 || has(&s.special, i) {
+            continue;
         }
-    };
+        s.special[i / 64] |= 1 << (i % 64);
+        let c = projected(p, f, i);
+        if c.is_finite() {
+            s.seen.push((i as u32, c));
+            m = if c < m { c } else { m };
+        }
+    }
+    let mut any_held = false;
     for i in f.reserved_slots() {
-        held[i / 64] |= 1 << (i % 64);
-        cost_one(i, &mut special, &mut m);
-    }
-    for &i in tail {
-        cost_one(i as usize, &mut special, &mut m);
-    }
-    for &i in &o.loose {
-        cost_one(i as usize, &mut special, &mut m);
+        s.held[i / 64] |= 1 << (i % 64);
+        any_held = true;
     }
     // The walk: a bound per eight positions, then the positions' exact costs.
     let u_c = (p.prompt - bound * p.block_size).max_(0.0);
     let lifted = p.mean_load + 1.0;
     let n = o.slots.len();
+    let budget = walk_budget(n);
     let mut k = 0;
     while k < n {
         let limit = band_limit(m, rule.band);
@@ -250,34 +327,36 @@ pub(crate) fn enforce(
         if lb * (1.0 - 1.0 / 16_384.0) - 1e-30 > limit {
             break;
         }
-        for j in k..(k + 8).min(n) {
-            let i = o.slots[j] as usize;
-            if special[i / 64] >> (i % 64) & 1 != 0 {
+        if k >= budget {
+            return Outcome::Dense;
+        }
+        let end = (k + 8).min(n);
+        for (&slot, c) in o.slots[k..end].iter().zip(&o.packed[k..end]) {
+            let i = slot as usize;
+            // A slot holding a reservation has other coefficients now than the order's (it
+            // was costed above); a tail slot costed again gives the same cost.
+            if any_held && has(&s.held, i) {
                 continue;
             }
-            let c = projected(p, f, i);
+            let c = c.cost(p, f.overlap[i]);
             if c.is_finite() {
-                s.seen.push((i as u32, c));
-                if c < m {
-                    m = c;
-                }
+                s.seen.push((slot, c));
+                m = if c < m { c } else { m };
             }
         }
-        k += 8;
+        k = end;
     }
     if s.seen.is_empty() {
         return Outcome::NoneEligible;
     }
     // The band, as bits in slot order, then the tie keys.
     let limit = band_limit(m, rule.band);
-    let words = f.lane_len().div_ceil(64);
-    let mut bits = [0u64; WORDS];
     for &(i, c) in &s.seen {
         if c <= limit {
-            bits[i as usize / 64] |= 1 << (i % 64);
+            s.band[i as usize / 64] |= 1 << (i % 64);
         }
     }
-    let Some(pick) = pick_in_band(f, rule, &mut bits[..words]) else {
+    let Some(pick) = pick_in_band(f, rule, &mut s.band) else {
         return Outcome::NoneEligible;
     };
     // The escape: the least `least_load` cost of the eligible slots (those holding
@@ -290,15 +369,9 @@ pub(crate) fn enforce(
             ml = least[i];
         }
     }
-    if let Some(&i) = o
-        .least
-        .iter()
-        .find(|&&i| held[i as usize / 64] >> (i % 64) & 1 == 0)
-    {
+    if let Some(&i) = o.least.iter().find(|&&i| !has(&s.held, i as usize)) {
         let c = least[i as usize];
-        if c < ml {
-            ml = c;
-        }
+        ml = if c < ml { c } else { ml };
     }
     if ml == f32::INFINITY {
         return Outcome::NoneEligible;
@@ -341,18 +414,30 @@ mod tests {
                 } else {
                     shared
                 };
+                // Some slots whose coefficients the bound cannot use (a negative queue, a
+                // negative step base): the decision costs them one by one.
+                let queued = if i % 97 == 3 {
+                    -500.0
+                } else {
+                    waiting * 1_000.0
+                };
+                let step = if i % 89 == 4 {
+                    -0.001
+                } else {
+                    [0.0, 0.007][(r.next_u64() % 2) as usize]
+                };
                 Some(SlotFigures {
                     validity: Validity::Fresh,
                     overlap_blocks: overlap as f32,
                     requests: running + waiting,
-                    queued_tokens: waiting * 1_000.0,
+                    queued_tokens: queued,
                     decode_tokens: running * 2_000.0,
                     kv_usage: (r.next_u64() % 5) as f32 / 10.0,
                     utilization: 0.0,
                     occupancy: Some((running + waiting) / 16.0),
                     prefill_tps: [8_000.0, 8_000.0, 6_000.0][(r.next_u64() % 3) as usize],
                     decode_tps: 1_000.0,
-                    decode_step_base_s: [0.0, 0.007][(r.next_u64() % 2) as usize],
+                    decode_step_base_s: step,
                     below_report: false,
                 })
             })

@@ -95,16 +95,18 @@ impl RunIndex {
                     alive[wi] &= !bit;
                 }
             }
+            let mut dropped_any = 0u64;
             for w in 0..words {
                 if d > 0 {
                     let dropped = alive[w] & !kept[w];
-                    if dropped != 0 {
-                        dropped_max = dropped_max.max(d);
-                    }
+                    dropped_any |= dropped;
                     record(blocks, w, dropped, d as u32);
                 }
                 alive[w] = kept[w];
                 any |= kept[w];
+            }
+            if dropped_any != 0 {
+                dropped_max = dropped_max.max(d);
             }
             if any == 0 {
                 break;
@@ -112,9 +114,13 @@ impl RunIndex {
             if tail.is_none() {
                 let mut alive_count = 0;
                 for &a in &alive[..words] {
-                    alive_count += a.count_ones() as usize;
-                    if alive_count > TAIL_SLOTS {
-                        break;
+                    // Without `popcnt` (the x86-64 baseline) a count is a dozen
+                    // instructions: count only the words with a worker left.
+                    if a != 0 {
+                        alive_count += a.count_ones() as usize;
+                        if alive_count > TAIL_SLOTS {
+                            break;
+                        }
                     }
                 }
                 if alive_count <= TAIL_SLOTS {
