@@ -682,6 +682,49 @@ fn finish<V: Vector>(
     pick_in_band(f, rule, bits)
 }
 
+/// [`pick_in_band`] on a band given as a list: `band` holds the band's slots in slot order,
+/// each once. The same comparisons in the same order, so the same pick; narrows `band` in
+/// place.
+pub(crate) fn pick_in_list(f: &Fleet, rule: &TieRule, band: &mut Vec<u32>) -> Option<usize> {
+    let ovl = |i: u32| f.overlap[i as usize];
+    let req = |i: u32| f.requests[i as usize];
+    if let Some(r) = rule.random {
+        if rule.overlap {
+            let mut deepest = f32::NEG_INFINITY;
+            for &i in band.iter() {
+                if ovl(i) > deepest {
+                    deepest = ovl(i);
+                }
+            }
+            band.retain(|&i| !(ovl(i) < deepest));
+        }
+        let k = r % (band.len() as u64).max(1);
+        return band.get(k as usize).map(|&i| i as usize);
+    }
+    if rule.load {
+        let mut min_req = f32::INFINITY;
+        for &i in band.iter() {
+            if req(i) < min_req {
+                min_req = req(i);
+            }
+        }
+        band.retain(|&i| !(req(i) > min_req));
+    }
+    if rule.overlap {
+        let mut max_ovl = f32::NEG_INFINITY;
+        for &i in band.iter() {
+            if ovl(i) > max_ovl {
+                max_ovl = ovl(i);
+            }
+        }
+        band.retain(|&i| !(ovl(i) < max_ovl));
+    }
+    if band.is_empty() {
+        return None;
+    }
+    Some(band[rule.cursor as usize % band.len()] as usize)
+}
+
 /// Steps 3 and 4 of the rule (module docs) on the band `bits` (one bit per slot, `u64`
 /// words in slot order): the tie keys visit only the band's slots, one at a time in slot
 /// order, with the same comparisons as the scalar reference. Narrows `bits` in place.

@@ -36,8 +36,10 @@
 use crate::coef::CoefKey;
 use crate::cost::Params;
 use crate::fleet::Fleet;
-use crate::lane::Lane;
-use crate::select::{TieRule, band_limit, pick_in_band};
+use wide::f32x8;
+
+use crate::lane::{Lane, Vector};
+use crate::select::{TieRule, band_limit, finite, pick_in_list};
 
 /// Fleets below this many lanes are decided by the dense pass (no order is built).
 pub(crate) const MIN_LANES: usize = 64;
@@ -57,8 +59,10 @@ pub(crate) struct Order {
     slots: Vec<u32>,
     /// `κ` of each, in the same order.
     kappa: Vec<f32>,
-    /// The coefficients of each, in the same order, packed (see [`Packed`]).
-    packed: Vec<Packed>,
+    /// The coefficients of each, in the same order, one lane per coefficient (`cap`, `q1`,
+    /// `room`, `spp`, `a`, `b`, `start`, `barrier`; module `coef`), padded to whole chunks
+    /// of eight with positions whose cost is +∞ (`start` +∞).
+    cols: [Vec<f32>; 8],
     /// Suffix minima along the order (entry `k`: over `slots[k..]`), one entry more (+∞).
     spp: Vec<f32>,
     a: Vec<f32>,
@@ -123,20 +127,13 @@ impl Order {
         });
         self.kappa.clear();
         self.kappa.extend(self.slots.iter().map(|&i| kap(i)));
-        self.packed.clear();
-        self.packed.extend(self.slots.iter().map(|&i| {
-            let i = i as usize;
-            Packed([
-                k.cap[i],
-                k.q1[i],
-                k.room[i],
-                k.spp[i],
-                k.a[i],
-                f.dbase[i],
-                k.start[i],
-                k.barrier[i],
-            ])
-        }));
+        let padded = self.slots.len().div_ceil(8) * 8;
+        for (c, col) in self.cols.iter_mut().enumerate() {
+            col.clear();
+            col.extend(self.slots.iter().map(|&i| Packed::of(f, i as usize).0[c]));
+            // Padding: +∞ start, zeros elsewhere (a cost of +∞, never eligible).
+            col.resize(padded, if c == START { f32::INFINITY } else { 0.0 });
+        }
         let n = self.slots.len();
         for (lane, src) in [
             (&mut self.spp, &k.spp),
@@ -171,6 +168,9 @@ pub(crate) enum Outcome {
 #[derive(Clone, Copy, Debug)]
 struct Packed([f32; 8]);
 
+/// The index of `start` in a [`Packed`] line and in [`Order`]'s columns.
+const START: usize = 6;
+
 impl Packed {
     /// Slot `i`'s coefficients as `f` holds them now.
     #[inline(always)]
@@ -187,35 +187,41 @@ impl Packed {
             k.barrier[i],
         ])
     }
-
-    /// The projected cost at `overlap` blocks: the operations of the dense pass's
-    /// `projected_from_coefficients` on one lane, in the same order (the same bits).
-    #[inline(always)]
-    fn cost(&self, p: &Params, overlap: f32) -> f32 {
-        let [cap, q1, room, spp, a, b, start, barrier] = self.0;
-        let lifted = cap.min_(p.mean_load + 1.0).max_(q1);
-        let n = if room.to_bits() != 0 { lifted } else { cap };
-        let uncached = (p.prompt - overlap * p.block_size).max_(0.0);
-        let prefill = n * (uncached * spp);
-        let decode = p.output * (b + (n + n - 1.0) * a);
-        start + prefill + decode + barrier
-    }
 }
 
-/// Reusable scratch of the sparse decision: the costed slots and their costs, and three
-/// bitsets over the slots (cleared after each decision).
+/// The projected cost of eight slots at their `overlap` blocks from their coefficients
+/// `k` (as [`Packed`] lines, one vector per coefficient): the operations of the dense
+/// pass's `projected_from_coefficients`, in the same order, so the same bits per lane as
+/// that pass and as the scalar reference.
+#[inline(always)]
+fn cost8<V: Vector>(p: &Params, k: &[V; 8], overlap: V) -> V {
+    let [cap, q1, room, spp, a, b, start, barrier] = *k;
+    let one = V::splat(1.0);
+    let lifted = cap.min_(V::splat(p.mean_load + 1.0)).max_(q1);
+    let n = room.select(lifted, cap);
+    let uncached = (V::splat(p.prompt) - overlap * V::splat(p.block_size)).max_(V::splat(0.0));
+    let prefill = n * (uncached * spp);
+    let decode = V::splat(p.output) * (b + (n + n - one) * a);
+    start + prefill + decode + barrier
+}
+
+/// Reusable scratch of the sparse decision: the costed slots and their costs, the special
+/// slots costed, the band, and a bitset of the slots holding reservations (sized only when
+/// some do; cleared after each decision).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Scratch {
     seen: Vec<(u32, f32)>,
-    special: Vec<u64>,
+    special: Vec<u32>,
+    band: Vec<u32>,
     held: Vec<u64>,
-    band: Vec<u64>,
 }
 
-/// One slot's projected cost from the coefficients.
+/// One slot's projected cost from the coefficients (lane 0 of [`cost8`]).
 #[inline(always)]
 fn projected(p: &Params, f: &Fleet, i: usize) -> f32 {
-    Packed::of(f, i).cost(p, f.overlap[i])
+    let line = Packed::of(f, i).0;
+    let k = line.map(|v| f32x8::splat(v));
+    cost8(p, &k, f32x8::splat(f.overlap[i])).to_array()[0]
 }
 
 #[inline(always)]
@@ -260,18 +266,14 @@ pub(crate) fn enforce(
     {
         return Outcome::Dense;
     }
-    let words = f.lane_len().div_ceil(64);
-    for set in [&mut s.special, &mut s.held, &mut s.band] {
-        set.clear();
-        set.resize(words, 0);
-    }
     s.seen.clear();
-    let outcome = decide(f, p, rule, margin, tail, bound, s);
-    // Only the first `words` entries were used; leave them zero for the next decision.
-    for set in [&mut s.special, &mut s.held, &mut s.band] {
-        set.clear();
+    s.special.clear();
+    s.band.clear();
+    s.held.clear();
+    if f.reserved_slots().next().is_some() {
+        s.held.resize(f.lane_len().div_ceil(64), 0);
     }
-    outcome
+    decide(f, p, rule, margin, tail, bound, s)
 }
 
 /// Positions of the order a decision walks at most before it leaves the fleet to the dense
@@ -298,20 +300,19 @@ fn decide(
         .chain(tail.iter().map(|&i| i as usize))
         .chain(o.loose.iter().map(|&i| i as usize));
     for i in specials {
-        if i >= f.len || f.occupied[i] <= 0.0 || has(&s.special, i) {
+        if i >= f.len || f.occupied[i] <= 0.0 || s.special.contains(&(i as u32)) {
             continue;
         }
-        s.special[i / 64] |= 1 << (i % 64);
+        s.special.push(i as u32);
         let c = projected(p, f, i);
         if c.is_finite() {
             s.seen.push((i as u32, c));
             m = if c < m { c } else { m };
         }
     }
-    let mut any_held = false;
+    let any_held = !s.held.is_empty();
     for i in f.reserved_slots() {
         s.held[i / 64] |= 1 << (i % 64);
-        any_held = true;
     }
     // The walk: a bound per eight positions, then the positions' exact costs.
     let u_c = (p.prompt - bound * p.block_size).max_(0.0);
@@ -331,18 +332,43 @@ fn decide(
             return Outcome::Dense;
         }
         let end = (k + 8).min(n);
-        for (&slot, c) in o.slots[k..end].iter().zip(&o.packed[k..end]) {
-            let i = slot as usize;
-            // A slot holding a reservation has other coefficients now than the order's (it
-            // was costed above); a tail slot costed again gives the same cost.
-            if any_held && has(&s.held, i) {
-                continue;
+        let cols: [f32x8; 8] = core::array::from_fn(|c| {
+            let lane: [f32; 8] = o.cols[c][k..k + 8].try_into().expect("whole chunks");
+            f32x8::load(lane)
+        });
+        let slots = &o.slots[k..end];
+        let mut ov = [0f32; 8];
+        for (x, &i) in ov.iter_mut().zip(slots) {
+            *x = f.overlap[i as usize];
+        }
+        let cv = cost8(p, &cols, f32x8::load(ov));
+        // Lanes past the order's end are padding (cost +∞, never finite).
+        let mut ok = finite(cv).bits();
+        if any_held {
+            // A slot holding a reservation has other coefficients now than the order's
+            // (it was costed above).
+            for (j, &i) in slots.iter().enumerate() {
+                if has(&s.held, i as usize) {
+                    ok &= !(1 << j);
+                }
             }
-            let c = c.cost(p, f.overlap[i]);
-            if c.is_finite() {
-                s.seen.push((slot, c));
-                m = if c < m { c } else { m };
+        }
+        // A tail slot costed again gives the same cost (harmless in the band).
+        let costs = cv.to_array();
+        let mut bits = ok;
+        while bits != 0 {
+            let j = bits.trailing_zeros() as usize;
+            let c = costs[j];
+            m = if c < m { c } else { m };
+            bits &= bits - 1;
+        }
+        let limit = band_limit(m, rule.band);
+        while ok != 0 {
+            let j = ok.trailing_zeros() as usize;
+            if costs[j] <= limit {
+                s.seen.push((slots[j], costs[j]));
             }
+            ok &= ok - 1;
         }
         k = end;
     }
@@ -351,12 +377,11 @@ fn decide(
     }
     // The band, as bits in slot order, then the tie keys.
     let limit = band_limit(m, rule.band);
-    for &(i, c) in &s.seen {
-        if c <= limit {
-            s.band[i as usize / 64] |= 1 << (i % 64);
-        }
-    }
-    let Some(pick) = pick_in_band(f, rule, &mut s.band) else {
+    s.band
+        .extend(s.seen.iter().filter(|&&(_, c)| c <= limit).map(|&(i, _)| i));
+    s.band.sort_unstable();
+    s.band.dedup();
+    let Some(pick) = pick_in_list(f, rule, &mut s.band) else {
         return Outcome::NoneEligible;
     };
     // The escape: the least `least_load` cost of the eligible slots (those holding
@@ -369,7 +394,11 @@ fn decide(
             ml = least[i];
         }
     }
-    if let Some(&i) = o.least.iter().find(|&&i| !has(&s.held, i as usize)) {
+    if let Some(&i) = o
+        .least
+        .iter()
+        .find(|&&i| !any_held || !has(&s.held, i as usize))
+    {
         let c = least[i as usize];
         ml = if c < ml { c } else { ml };
     }
