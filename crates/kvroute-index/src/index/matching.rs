@@ -166,11 +166,26 @@ pub(crate) const MAX_WORDS: usize = super::types::MAX_WORKER_SLOTS / 64;
 /// at 512 workers, so it was not kept.)
 #[inline]
 pub(crate) fn record(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
+    record_with::<false>(blocks, w, dropped, depth);
+}
+
+/// [`record`], and for a word where all but at most 8 bits are set (a shared prefix
+/// ending for all but the few workers still matching, the run index's common case), a
+/// fill with the few entries kept around it instead of 64 selects. (The node index keeps
+/// [`record`]: inlined into its match, this branch cost it a quarter more instructions.)
+#[inline]
+pub(crate) fn record_most(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
+    record_with::<true>(blocks, w, dropped, depth);
+}
+
+#[inline(always)]
+fn record_with<const MOST: bool>(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
     if dropped == 0 {
         return;
     }
     let base = w * 64;
-    if dropped.count_ones() <= 8 || base + 64 > blocks.len() {
+    let ones = dropped.count_ones();
+    if ones <= 8 || base + 64 > blocks.len() {
         let mut left = dropped;
         while left != 0 {
             blocks[base + left.trailing_zeros() as usize] = depth;
@@ -178,11 +193,33 @@ pub(crate) fn record(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
         }
     } else if dropped == u64::MAX {
         blocks[base..base + 64].fill(depth);
+    } else if MOST && ones >= 56 {
+        fill_keeping(&mut blocks[base..base + 64], !dropped, depth);
     } else {
         for (b, entry) in blocks[base..base + 64].iter_mut().enumerate() {
             let set = (dropped >> b) & 1 != 0;
             *entry = if set { depth } else { *entry };
         }
+    }
+}
+
+/// Writes `depth` into every entry of `word` (64 of them) but those whose bit is set in
+/// `keep` (at most 8 bits). Out of line, so that `record` stays small where it is inlined.
+#[inline(never)]
+fn fill_keeping(word: &mut [u32], keep: u64, depth: u32) {
+    let mut kept = [0u32; 8];
+    let (mut left, mut k) = (keep, 0);
+    while left != 0 {
+        kept[k] = word[left.trailing_zeros() as usize];
+        k += 1;
+        left &= left - 1;
+    }
+    word.fill(depth);
+    let (mut left, mut k) = (keep, 0);
+    while left != 0 {
+        word[left.trailing_zeros() as usize] = kept[k];
+        k += 1;
+        left &= left - 1;
     }
 }
 
@@ -322,13 +359,25 @@ mod tests {
         // Masks for each path: few bits, a whole word, many bits, and a word past the
         // end of a short array (one store per bit).
         let mut x: u64 = 0x0123_4567_89ab_cdef;
-        let mut masks = vec![1u64, 0x8000_0000_0000_0001, u64::MAX, u64::MAX - 1, 0xff00];
+        // All but a few bits: the fill-and-restore path (up to 8 kept) and just past it.
+        let mut masks = vec![
+            1u64,
+            0x8000_0000_0000_0001,
+            u64::MAX,
+            u64::MAX - 1,
+            0xff00,
+            !(1u64 << 17 | 1 << 40),
+            !0xffu64,
+            !0x1ffu64,
+            !(0x8000_0000_0000_0001u64),
+        ];
         for _ in 0..200 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             masks.push(x);
             masks.push(x & (x >> 3));
+            masks.push(x | (x >> 1) | (x >> 2) | (x << 3));
         }
         for &m in &masks {
             for (len, w) in [(192usize, 1usize), (100, 1), (64, 0)] {
@@ -340,7 +389,10 @@ mod tests {
                 };
                 let mut got: Vec<u32> = (0..len as u32).collect();
                 let mut want = got.clone();
+                let mut most = got.clone();
                 record(&mut got, w, m, 777);
+                record_most(&mut most, w, m, 777);
+                assert_eq!(most, got, "record_most, mask {m:#x}");
                 for b in 0..64 {
                     if m >> b & 1 == 1 && w * 64 + b < len {
                         want[w * 64 + b] = 777;

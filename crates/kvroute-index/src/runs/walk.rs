@@ -10,7 +10,7 @@
 
 use super::RunIndex;
 use crate::index::Overlaps;
-use crate::index::matching::{MAX_WORDS, TAIL_SLOTS, record};
+use crate::index::matching::{MAX_WORDS, TAIL_SLOTS, record_most as record};
 use kvroute_core::SequenceHash;
 
 /// How many leading keys of `keys` equal the hashes of `want` (compared four at a time:
