@@ -25,13 +25,27 @@
 //! few exactly rounded operations (relative error below 2⁻²⁰), so the bound is shrunk by
 //! 2⁻¹⁴ (and an absolute 10⁻³⁰ for subnormal values) before the comparison.
 //!
-//! The band's slots then go through the same tie keys as the dense pass
-//! ([`pick_in_band`]), and the hard escape's test needs only the least `least_load` cost,
-//! which does not depend on the request: the order keeps the slots sorted by it too. When
-//! the escape could fire (the projected pick's `least_load` cost more than the margin
-//! above the least), the caller runs the dense pass instead, as it does whenever the
-//! fleet is not in this shape (telemetry not all fresh, coefficients not current, too
-//! many special slots).
+//! Each walked slot's cost is the dense pass's formula on the same coefficients, eight
+//! slots per vector, so the same bits. A slot above the band's limit when it is costed
+//! is dropped at once (the limit only falls); the band's slots then go, in slot order,
+//! through the same tie keys as the dense pass ([`pick_in_list`], the list form of the
+//! dense pass's bit form), and the hard escape's test needs only the least `least_load`
+//! cost, which does not depend on the request: the order keeps the slots sorted by it
+//! too.
+//!
+//! # When the dense pass decides instead
+//! When the escape could fire (the projected pick's `least_load` cost more than the
+//! margin above the least), and whenever the fleet is not in this shape: telemetry not
+//! all fresh (the caller's check), coefficients not current, no bound from a match (a
+//! fleet made from figures: every slot could hold the whole prompt), more than
+//! `MAX_SPECIAL` special slots, fewer than [`MIN_LANES`] lanes (no order is built), or a
+//! walk that passes `walk_budget` positions without the bound stopping it (many slots
+//! within the band's reach: the work done is lost, at most that many slots' costs).
+//!
+//! # Cost
+//! Per publication: the sort, `O(n log n)`, and `O(n)` lanes. Per decision: the special
+//! slots, then eight slots per step of the walk; on the benches' 512-worker fleet the
+//! walk stops after three steps (24 slots), and about four costs are kept as candidates.
 
 use crate::coef::CoefKey;
 use crate::cost::Params;
@@ -47,7 +61,8 @@ pub(crate) const MIN_LANES: usize = 64;
 /// Special slots beyond which a decision runs the dense pass.
 const MAX_SPECIAL: usize = 64;
 
-/// Words of the stack bitsets (4,096 slots, the router's maximum).
+/// Words of a bitset over every slot (4,096 slots, the router's maximum): larger fleets are
+/// decided by the dense pass.
 const WORDS: usize = 64;
 
 /// The per-publication order of the occupied slots; see the module docs.
@@ -220,7 +235,7 @@ pub(crate) struct Scratch {
 #[inline(always)]
 fn projected(p: &Params, f: &Fleet, i: usize) -> f32 {
     let line = Packed::of(f, i).0;
-    let k = line.map(|v| f32x8::splat(v));
+    let k = line.map(f32x8::splat);
     cost8(p, &k, f32x8::splat(f.overlap[i])).to_array()[0]
 }
 
