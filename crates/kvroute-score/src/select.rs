@@ -804,7 +804,7 @@ mod tests {
     fn pick_in_list_equals_pick_in_band() {
         use crate::fleet::SlotFigures;
         let mut r = kvroute_core::SplitMix64::new(5);
-        let mut key = |r: &mut kvroute_core::SplitMix64| match r.next_u64() % 8 {
+        let key = |r: &mut kvroute_core::SplitMix64| match r.next_u64() % 8 {
             0 => f32::NAN,
             k => (k % 3) as f32,
         };
