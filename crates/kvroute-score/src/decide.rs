@@ -492,6 +492,50 @@ fn just_above(v: f32) -> f32 {
     if up > v { up } else { v + f32::MIN_POSITIVE }
 }
 
+/// The cost parameters and the tie rule of a decision on `fleet` for `req` under `cfg`.
+pub(crate) fn inputs(
+    fleet: &Fleet,
+    req: ScoreRequest,
+    cfg: &ScoreConfig,
+    tie: TieInput,
+) -> (Params, TieRule) {
+    let agg = fleet.aggregates();
+    let beta = match cfg.policy {
+        Policy::LoadAware { beta } => beta,
+        _ => 0.0,
+    };
+    let random = tie.random.filter(|_| cfg.near_tie_band > 0.0);
+    let p = Params {
+        prompt: req.prompt_tokens as f32,
+        block_size: req.block_size.max(1) as f32,
+        mean_load: agg.mean_load,
+        beta,
+        least_load_tps: cfg.least_load_tps,
+        default_prefill_tps: cfg.default_prefill_tps,
+        default_decode_tps: cfg.default_decode_tps,
+        kv_barrier_s: cfg.kv_barrier_s,
+        dynamo_weight: cfg.dynamo_overlap_weight,
+        output: if req.expected_output_tokens > 0 {
+            req.expected_output_tokens as f32
+        } else {
+            cfg.tokens_per_request as f32
+        },
+        typical_output: cfg.tokens_per_request as f32,
+    };
+    let rule = TieRule {
+        band: if random.is_some() {
+            cfg.tie_epsilon.max(cfg.near_tie_band)
+        } else {
+            cfg.tie_epsilon
+        },
+        load: true,
+        overlap: true,
+        cursor: tie.cursor,
+        random,
+    };
+    (p, rule)
+}
+
 fn decide<E: Engine>(
     s: &mut Scorer,
     fleet: &Fleet,
@@ -499,43 +543,13 @@ fn decide<E: Engine>(
     cfg: &ScoreConfig,
     tie: TieInput,
 ) -> Choice {
+    let (p, rule) = inputs(fleet, req, cfg, tie);
     let agg = fleet.aggregates();
-    let beta = match cfg.policy {
-        Policy::LoadAware { beta } => beta,
-        _ => 0.0,
-    };
-    let random = tie.random.filter(|_| cfg.near_tie_band > 0.0);
     let ctx = Ctx {
         fleet,
         cfg,
-        p: Params {
-            prompt: req.prompt_tokens as f32,
-            block_size: req.block_size.max(1) as f32,
-            mean_load: agg.mean_load,
-            beta,
-            least_load_tps: cfg.least_load_tps,
-            default_prefill_tps: cfg.default_prefill_tps,
-            default_decode_tps: cfg.default_decode_tps,
-            kv_barrier_s: cfg.kv_barrier_s,
-            dynamo_weight: cfg.dynamo_overlap_weight,
-            output: if req.expected_output_tokens > 0 {
-                req.expected_output_tokens as f32
-            } else {
-                cfg.tokens_per_request as f32
-            },
-            typical_output: cfg.tokens_per_request as f32,
-        },
-        rule: TieRule {
-            band: if random.is_some() {
-                cfg.tie_epsilon.max(cfg.near_tie_band)
-            } else {
-                cfg.tie_epsilon
-            },
-            load: true,
-            overlap: true,
-            cursor: tie.cursor,
-            random,
-        },
+        p,
+        rule,
     };
     match cfg.policy {
         Policy::RoundRobin => {

@@ -491,22 +491,6 @@ mod tests {
         f
     }
 
-    fn params(f: &Fleet, cfg: &ScoreConfig, prompt: u32, output: u32) -> Params {
-        Params {
-            prompt: prompt as f32,
-            block_size: 16.0,
-            mean_load: f.aggregates().mean_load,
-            beta: 0.0,
-            least_load_tps: cfg.least_load_tps,
-            default_prefill_tps: cfg.default_prefill_tps,
-            default_decode_tps: cfg.default_decode_tps,
-            kv_barrier_s: cfg.kv_barrier_s,
-            dynamo_weight: cfg.dynamo_overlap_weight,
-            output: output as f32,
-            typical_output: cfg.tokens_per_request as f32,
-        }
-    }
-
     /// On fleets of 64 to 1,024 slots where a few hold a deep prefix, the sparse decision
     /// chooses as the scalar reference does (slot, reason and cost) whatever the draw,
     /// cursor and band, and decides most requests itself while costing a small part of
@@ -550,31 +534,7 @@ mod tests {
                         );
                     }
                     // The sparse decision itself, and how much of the fleet it costed.
-                    let p = params(
-                        &f,
-                        &cfg,
-                        req.prompt_tokens,
-                        req.expected_output_tokens.max(1),
-                    );
-                    let p = Params {
-                        output: if req.expected_output_tokens > 0 {
-                            req.expected_output_tokens as f32
-                        } else {
-                            cfg.tokens_per_request as f32
-                        },
-                        ..p
-                    };
-                    let rule = TieRule {
-                        band: if cfg.near_tie_band > 0.0 {
-                            cfg.tie_epsilon.max(cfg.near_tie_band)
-                        } else {
-                            cfg.tie_epsilon
-                        },
-                        load: true,
-                        overlap: true,
-                        cursor: tie.cursor,
-                        random: tie.random.filter(|_| cfg.near_tie_band > 0.0),
-                    };
+                    let (p, rule) = crate::decide::inputs(&f, req, &cfg, tie);
                     let mut s = Scratch::default();
                     total += 1;
                     if let Outcome::Pick(i, _) = enforce(&f, &p, &rule, cfg.escape_margin_s, &mut s)
