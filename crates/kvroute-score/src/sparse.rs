@@ -20,7 +20,8 @@
 //! coefficients are not the order's, and the few whose coefficients are not finite and
 //! non-negative), then walks the order, eight positions per bound, until the bound is
 //! above the tie band's limit of the least cost seen so far. A slot it does not reach
-//! costs more than that limit, which only falls as the walk goes on, so it is neither the
+//! costs more than that limit, which only falls as the walk goes on (costs are at least 0
+//! and the band not negative), so it is neither the
 //! least cost nor in the band. Rounding: each cost is a sum of non-negative terms of a
 //! few exactly rounded operations (relative error below 2⁻²⁰), so the bound is shrunk by
 //! 2⁻¹⁴ (and an absolute 10⁻³⁰ for subnormal values) before the comparison.
@@ -222,7 +223,7 @@ fn cost8<V: Vector>(p: &Params, k: &[V; 8], overlap: V) -> V {
 
 /// Reusable scratch of the sparse decision: the costed slots and their costs, the special
 /// slots costed, the band, and a bitset of the slots holding reservations (sized only when
-/// some do; cleared after each decision).
+/// some do; cleared at the start of each decision).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Scratch {
     seen: Vec<(u32, f32)>,
@@ -390,7 +391,7 @@ fn decide(
     if s.seen.is_empty() {
         return Outcome::NoneEligible;
     }
-    // The band, as bits in slot order, then the tie keys.
+    // The band, as a sorted list of slots, then the tie keys.
     let limit = band_limit(m, rule.band);
     s.band
         .extend(s.seen.iter().filter(|&&(_, c)| c <= limit).map(|&(i, _)| i));
