@@ -147,13 +147,83 @@ impl<V: Copy + Default> HashSlots<V> {
     #[inline]
     pub fn prefetch(&self, key: u64) {
         if !self.slots.is_empty() {
-            let slot = &self.slots[self.home(key)];
-            prefetch(slot);
-            // Its last byte, in the next line when the slot straddles two.
-            let end = core::ptr::from_ref(slot)
-                .cast::<u8>()
-                .wrapping_add(size_of::<Slot<V>>() - 1);
-            prefetch_addr(end);
+            self.prefetch_home(self.home(key));
+        }
+    }
+
+    /// The slot where a probe for `key` begins, `0..slot_count()`, for
+    /// [`prefetch_home`](Self::prefetch_home) and
+    /// [`insert_new_at`](Self::insert_new_at) (a caller inserting a batch computes each
+    /// home once). 0 when the map has no slots.
+    #[inline(always)]
+    pub fn home_slot(&self, key: u64) -> usize {
+        self.home(key)
+    }
+
+    /// [`prefetch`](Self::prefetch) of the slot `home` (from
+    /// [`home_slot`](Self::home_slot)); both lines when the slot straddles two.
+    ///
+    /// # Panics
+    /// When `home` is not below [`slot_count`](Self::slot_count).
+    #[inline(always)]
+    pub fn prefetch_home(&self, home: usize) {
+        let slot = &self.slots[home];
+        prefetch(slot);
+        // Its last byte, in the next line when the slot straddles two.
+        let end = core::ptr::from_ref(slot)
+            .cast::<u8>()
+            .wrapping_add(size_of::<Slot<V>>() - 1);
+        prefetch_addr(end);
+    }
+
+    /// Grows the slots, once, to the least size of the growth sequence (module docs) that
+    /// takes `extra` more entries without passing 3/4 full, so that the next `extra`
+    /// inserts need no growth (the size one insert at a time would reach).
+    pub fn reserve(&mut self, extra: usize) {
+        let want = self.len + extra;
+        let mut size = self.slots.len();
+        while want * 4 > size * 3 {
+            size = next_size(size);
+        }
+        if size != self.slots.len() {
+            self.rehash(size);
+        }
+    }
+
+    /// [`insert_new`](Self::insert_new) of `key` whose home slot the caller computed with
+    /// [`home_slot`](Self::home_slot) on the current slots (a caller inserting a batch
+    /// computes each home once, to prefetch it ahead). Returns whether it inserted. When
+    /// the entry would fill more than 3/4 of the slots it grows them first and probes from
+    /// the new home; after a [`reserve`](Self::reserve) of the batch that never happens.
+    ///
+    /// A `home` other than `key`'s is a logic error (debug builds assert it): the probe
+    /// still ends, but may miss a present `key` and insert it twice.
+    ///
+    /// # Panics
+    /// When `home` is not below [`slot_count`](Self::slot_count) and no growth happens.
+    #[inline(always)]
+    pub fn insert_new_at(&mut self, key: u64, home: usize, value: V) -> bool {
+        if key == EMPTY || (self.len + 1) * 4 > self.slots.len() * 3 {
+            return self.insert_new(key, value);
+        }
+        debug_assert_eq!(home, self.home(key));
+        let slots = &mut self.slots[..];
+        let n = slots.len();
+        let mut i = home;
+        loop {
+            let k = slots[i].key;
+            if k == key {
+                return false;
+            }
+            if k == EMPTY {
+                slots[i] = Slot { key, value };
+                self.len += 1;
+                return true;
+            }
+            i += 1;
+            if i >= n {
+                i = 0;
+            }
         }
     }
 
@@ -415,9 +485,16 @@ mod tests {
                 k => k,
             };
             match (x >> 32) % 10 {
-                0..=2 => {
+                0 | 1 => {
                     let fresh = !m.contains_key(&key);
                     assert_eq!(t.insert_new(key, step), fresh);
+                    m.entry(key).or_insert(step);
+                }
+                2 => {
+                    // From a home computed first (what a batch prefetches ahead).
+                    let fresh = !m.contains_key(&key);
+                    let home = t.home_slot(key);
+                    assert_eq!(t.insert_new_at(key, home, step), fresh);
                     m.entry(key).or_insert(step);
                 }
                 3 => {
@@ -561,6 +638,31 @@ mod tests {
         assert_eq!((t.len(), t.slotted(), t.heap_bytes()), (1, 0, 0));
         t.rehash(0);
         assert_eq!(t.get(u64::MAX), Some(3));
+    }
+
+    /// `reserve` grows once to the size inserts one at a time would reach, by hand: 16
+    /// slots hold 5 entries; 7 more make 12, 3/4 of 16, so no growth; 8 more make 13, past
+    /// 12, and 24 slots take 18: 24; 20 more make 25, past 18 and past 24 (3/4 of 32), so
+    /// 48. The inserts after it do not grow.
+    #[test]
+    fn reserve_grows_once_to_the_size_single_inserts_reach() {
+        let mut t: HashSlots<u32> = HashSlots::with_slots(16);
+        for k in 1..=5u64 {
+            assert!(t.insert_new(k, 0));
+        }
+        t.reserve(7);
+        assert_eq!(t.slot_count(), 16);
+        t.reserve(8);
+        assert_eq!(t.slot_count(), 24);
+        t.reserve(20);
+        assert_eq!(t.slot_count(), 48);
+        for k in 6..=25u64 {
+            let home = t.home_slot(k);
+            assert!(t.insert_new_at(k, home, 1));
+            assert_eq!(t.slot_count(), 48);
+        }
+        assert_eq!(t.len(), 25);
+        assert!((1..=25u64).all(|k| t.get(k).is_some()));
     }
 
     /// Growth at 3/4: 16 slots take 12 entries, the 13th grows them to 24, which take 18,

@@ -139,21 +139,91 @@ impl LaneMap {
         self.wide.insert(key, lane);
     }
 
-    /// Removes `key`, returning its lane.
+    /// Maps the engine hashes of `blocks` (engine hash, chained key) to the consecutive
+    /// positions `first`, `first + 1`, ... of one run, stopping at the first hash already
+    /// present (the caller's copy or conflict); returns how many it inserted. The same
+    /// entries as [`insert_new`](Self::insert_new) one at a time, with the room for all
+    /// reserved at once (so a stretch that stops early may leave the table one growth
+    /// step larger than its entries need) and each home slot computed once and
+    /// prefetched 16 entries ahead.
+    pub(crate) fn insert_new_stretch(&mut self, blocks: &[(u64, u64)], first: Lane) -> usize {
+        const AHEAD: usize = 16;
+        let n = blocks.len();
+        let last = Lane {
+            run: first.run,
+            off: first.off.saturating_add(n.saturating_sub(1) as u32),
+        };
+        if n == 0 || last.pack() == WIDE || n > u32::MAX as usize {
+            // Some position does not pack: one at a time, through the side map.
+            for (k, &(eh, _)) in blocks.iter().enumerate() {
+                let lane = Lane {
+                    run: first.run,
+                    off: first.off + k as u32,
+                };
+                if !self.insert_new(eh, lane) {
+                    return k;
+                }
+            }
+            return n;
+        }
+        self.t.reserve(n);
+        let mut homes = [0usize; AHEAD];
+        for (h, &(eh, _)) in homes.iter_mut().zip(blocks) {
+            *h = self.t.home_slot(eh);
+            self.t.prefetch_home(*h);
+        }
+        let base = first.pack();
+        for (k, &(eh, _)) in blocks.iter().enumerate() {
+            let home = homes[k % AHEAD];
+            if let Some(&(ahead, _)) = blocks.get(k + AHEAD) {
+                let h = self.t.home_slot(ahead);
+                self.t.prefetch_home(h);
+                homes[k % AHEAD] = h;
+            }
+            // `first + k` packs (the last one does), so its value is `base + k`.
+            if !self.t.insert_new_at(eh, home, base + k as u32) {
+                return k;
+            }
+        }
+        n
+    }
+
+    /// Removes `key`, returning its lane; then gives back slots once the table is below
+    /// 1/8 full ([`shrink_if_sparse`](Self::shrink_if_sparse)).
     pub(crate) fn remove(&mut self, key: u64) -> Option<Lane> {
+        let lane = self.take(key)?;
+        self.shrink_if_sparse();
+        Some(lane)
+    }
+
+    /// Removes `key`, returning its lane, and keeps the slots (a caller removing a batch
+    /// calls [`shrink_if_sparse`](Self::shrink_if_sparse) once after it).
+    #[inline(always)]
+    pub(crate) fn take(&mut self, key: u64) -> Option<Lane> {
         let v = self.t.remove(key)?;
-        let lane = if v == WIDE {
-            self.wide
-                .remove(&key)
-                .expect("a wide slot's position is in the side map")
+        Some(if v == WIDE {
+            self.take_wide(key)
         } else {
             Lane::unpack(v)
-        };
+        })
+    }
+
+    /// The position of a [`WIDE`] slot just removed, out of the side map.
+    #[cold]
+    #[inline(never)]
+    fn take_wide(&mut self, key: u64) -> Lane {
+        self.wide
+            .remove(&key)
+            .expect("a wide slot's position is in the side map")
+    }
+
+    /// Shrinks the slots to the least size of at least four times the entries (never below
+    /// [`KEEP_SLOTS`]) when they are larger than that and below 1/8 full.
+    pub(crate) fn shrink_if_sparse(&mut self) {
         let (len, cap) = (self.t.slotted(), self.t.slot_count());
         if cap > KEEP_SLOTS && len * 8 < cap {
             self.t.rehash(size_at_least(len * 4).max(KEEP_SLOTS));
         }
-        Some(lane)
     }
 
     /// Every engine hash.
@@ -289,5 +359,62 @@ mod tests {
         let wide = want.values().filter(|l| l.pack() == WIDE).count();
         assert_eq!(m.wide.len(), wide);
         assert!(wide > 0);
+    }
+
+    /// `insert_new_stretch` against `std`'s map: each stretch maps its hashes to
+    /// consecutive offsets from its first lane until a hash already present (returning
+    /// how many went in), across stretches whose last offset packs, does not (an offset
+    /// past 4,095, a run past `2^20 - 2`), a `u64::MAX` hash, and growth; the slot count
+    /// after a whole stretch is the one inserts one at a time reach.
+    #[test]
+    fn a_stretch_maps_consecutive_offsets_until_a_present_hash() {
+        let mut m = LaneMap::default();
+        let mut one = LaneMap::default();
+        let mut want: std::collections::HashMap<u64, Lane> = Default::default();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..300u32 {
+            let n = (next() % 200) as usize;
+            let mut blocks: Vec<(u64, u64)> = (0..n).map(|_| (next() % 100_000, 0)).collect();
+            if round % 7 == 3 && n > 0 {
+                blocks[n / 2].0 = u64::MAX;
+            }
+            let first = Lane {
+                run: [5, 0xF_FFFE, 0xF_FFFF][round as usize % 3],
+                off: [0, 3_990, 4_095][(round / 3) as usize % 3],
+            };
+            // Reference: one at a time, stopping at the first present hash.
+            let mut expect = n;
+            for (k, &(eh, _)) in blocks.iter().enumerate() {
+                let l = Lane {
+                    run: first.run,
+                    off: first.off + k as u32,
+                };
+                if want.contains_key(&eh) {
+                    expect = k;
+                    break;
+                }
+                want.insert(eh, l);
+                assert!(one.insert_new(eh, l));
+            }
+            assert_eq!(m.insert_new_stretch(&blocks, first), expect, "round {round}");
+            assert_eq!(m.len(), want.len());
+            // The room is reserved for the whole stretch, so one that stops early may have
+            // grown further than the entries it took need.
+            if expect == n {
+                assert_eq!(m.t.slot_count(), one.t.slot_count(), "round {round}");
+            } else {
+                assert!(m.t.slot_count() >= one.t.slot_count(), "round {round}");
+                one.t.reserve(m.t.slot_count() * 3 / 4 - one.len());
+            }
+        }
+        assert!(want.iter().all(|(&k, &v)| m.get(k) == Some(v)));
+        assert!(m.get(u64::MAX).is_some());
+        assert!(!m.wide.is_empty());
     }
 }

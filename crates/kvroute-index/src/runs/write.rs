@@ -338,16 +338,22 @@ impl Writer {
     /// Drops one reference to run `r`'s record, freeing the record when none is left and
     /// the run is unlinked (its keys freed); a freed record drops its own forwarding link.
     fn drop_ref(&mut self, r: u32) {
-        let mut r = r;
+        self.drop_refs(r, 1);
+    }
+
+    /// Drops `n >= 1` references to run `r`'s record at once, as `n` calls of
+    /// [`drop_ref`](Self::drop_ref) would.
+    fn drop_refs(&mut self, r: u32, n: u32) {
+        let (mut r, mut n) = (r, n);
         loop {
             let run = &mut self.runs[r as usize];
-            run.refs -= 1;
+            run.refs -= n;
             if run.refs > 0 || !run.keys.is_null() {
                 return;
             }
             match self.free_record(r) {
                 NONE => return,
-                tail => r = tail,
+                tail => (r, n) = (tail, 1),
             }
         }
     }
@@ -564,20 +570,13 @@ impl Writer {
             }
             // Map the engine hashes first, stopping at one the worker has mapped already
             // (a copy or a conflict: the next round takes it one block at a time).
-            let mut k = i;
-            while k < j {
-                if k + 16 < n {
-                    self.lanes[s].map.prefetch(buf[k + 16].0);
-                }
-                let lane = Lane {
+            let k = i + self.lanes[s].map.insert_new_stretch(
+                &buf[i..j],
+                Lane {
                     run: r,
-                    off: o + 1 + (k - i) as u32,
-                };
-                if !self.lanes[s].map.insert_new(buf[k].0, lane) {
-                    break;
-                }
-                k += 1;
-            }
+                    off: o + 1,
+                },
+            );
             if k > i {
                 if appending {
                     self.append_all(r, &buf[i..k]);
@@ -808,6 +807,10 @@ impl Writer {
     pub(crate) fn remove(&mut self, s: usize, hashes: &[EngineHash], out: &mut RemoveOutcome) {
         // Positions unmapped and not yet uncovered: `(run, from, to)`.
         let mut pending: Option<(u32, u32, u32)> = None;
+        // References of removed lanes not yet dropped: `(record, count)`. Dropping them
+        // late only delays the freeing of a record whose count reaches zero; nothing in
+        // this loop allocates a record, so none is reused before the drop.
+        let mut refs: (u32, u32) = (NONE, 0);
         for (i, eh) in hashes.iter().enumerate() {
             if let Some(next) = hashes.get(i + 16) {
                 self.lanes[s].map.prefetch(next.0);
@@ -824,10 +827,25 @@ impl Writer {
                 out.copies_dropped += 1;
                 continue;
             }
-            let Some((r, o, aliased)) = self.unmap(s, eh.0) else {
+            // `unmap` inline, its reference counted in `refs`: the hash has no copies
+            // beyond this one (checked above).
+            let Some(lane) = self.lanes[s].map.take(eh.0) else {
                 out.unknown += 1;
                 continue;
             };
+            let (r, o) = self.forward(lane.run, lane.off);
+            let aliased = !self.lanes[s].aliases.is_empty() && {
+                let key = self.runs[r as usize].key(o);
+                self.drop_alias(s, r, o, key)
+            };
+            if refs.0 == lane.run {
+                refs.1 += 1;
+            } else {
+                if refs.1 > 0 {
+                    self.drop_refs(refs.0, refs.1);
+                }
+                refs = (lane.run, 1);
+            }
             out.removed += 1;
             if aliased {
                 continue;
@@ -843,9 +861,13 @@ impl Writer {
                 }
             };
         }
+        if refs.1 > 0 {
+            self.drop_refs(refs.0, refs.1);
+        }
         if let Some((r, a, b)) = pending {
             self.uncover(s, r, a, b);
         }
+        self.lanes[s].map.shrink_if_sparse();
     }
 
     /// Drops everything worker `s` holds; returns how many engine hashes it had.

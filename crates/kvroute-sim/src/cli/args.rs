@@ -84,6 +84,11 @@ pub enum Command {
         /// Keep only the first N requests (follow-ups of dropped requests go too), N >= 1.
         #[arg(long, value_name = "N", value_parser = parse_limit)]
         limit: Option<usize>,
+        /// Arrival-rate multiplier, 0.001..=1000, applied as the sweep applies it: the
+        /// timeline after the scenario's setup is compressed, its faults keep their place
+        /// in the load (`docs/RESULTS.md`, "The scenarios").
+        #[arg(long, default_value_t = 1.0, value_parser = parse_rate_scale, allow_negative_numbers = true)]
+        rate_scale: f64,
     },
     /// Replay a Mooncake JSONL trace.
     Replay {

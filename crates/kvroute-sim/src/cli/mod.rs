@@ -11,7 +11,7 @@ use kvroute::{Policy, ProjectedMode};
 use kvroute_sim::driver::{self, RunOptions};
 use kvroute_sim::report::{WorkloadRuns, json, svg, table};
 use kvroute_sim::workload::Workload;
-use kvroute_sim::workload::arrivals::jitter_arrivals;
+use kvroute_sim::workload::arrivals::{jitter_arrivals, scale_arrivals};
 use kvroute_sim::workload::generated::GENERATED;
 use kvroute_sim::workload::scenarios::{self, SCENARIOS};
 use kvroute_sim::workload::synth::truncate;
@@ -39,14 +39,20 @@ fn dispatch(cli: Cli) -> Result<(), String> {
         }
         Command::Demo => scenarios::demo(common.seed),
         Command::Sweep(args) => return sweep::run(&common, &args),
-        Command::Scenario { name, limit } => {
+        Command::Scenario {
+            name,
+            limit,
+            rate_scale,
+        } => {
             let s = kvroute_sim::workload::find_named(&name)
                 .ok_or_else(|| format!("unknown scenario `{name}`"))?;
             let w = s.build(common.seed);
-            vec![match limit {
+            let mut w = match limit {
                 Some(n) => truncate(w, n),
                 None => w,
-            }]
+            };
+            scale_arrivals(&mut w, rate_scale).map_err(|e| e.to_string())?;
+            vec![w]
         }
         Command::Replay {
             trace,
