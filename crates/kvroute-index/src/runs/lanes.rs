@@ -147,7 +147,7 @@ impl LaneMap {
     /// step larger than its entries need) and each home slot computed once and
     /// prefetched 16 entries ahead.
     pub(crate) fn insert_new_stretch(&mut self, blocks: &[(u64, u64)], first: Lane) -> usize {
-        const AHEAD: usize = 16;
+        const AHEAD: usize = 32;
         let n = blocks.len();
         let last = Lane {
             run: first.run,
@@ -402,7 +402,11 @@ mod tests {
                 want.insert(eh, l);
                 assert!(one.insert_new(eh, l));
             }
-            assert_eq!(m.insert_new_stretch(&blocks, first), expect, "round {round}");
+            assert_eq!(
+                m.insert_new_stretch(&blocks, first),
+                expect,
+                "round {round}"
+            );
             assert_eq!(m.len(), want.len());
             // The room is reserved for the whole stretch, so one that stops early may have
             // grown further than the entries it took need.

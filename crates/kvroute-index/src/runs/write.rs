@@ -48,6 +48,9 @@ pub(crate) const NONE: u32 = u32::MAX;
 /// Partial holders a view lists before its run is split.
 pub(crate) const MAX_PARTIALS: usize = 8;
 
+/// How many hashes ahead a removal prefetches the home slot of the next one's lane.
+const REMOVE_AHEAD: usize = 16;
+
 /// One run's record in the arena.
 struct Run {
     keys: *mut u64,
@@ -570,13 +573,9 @@ impl Writer {
             }
             // Map the engine hashes first, stopping at one the worker has mapped already
             // (a copy or a conflict: the next round takes it one block at a time).
-            let k = i + self.lanes[s].map.insert_new_stretch(
-                &buf[i..j],
-                Lane {
-                    run: r,
-                    off: o + 1,
-                },
-            );
+            let k = i + self.lanes[s]
+                .map
+                .insert_new_stretch(&buf[i..j], Lane { run: r, off: o + 1 });
             if k > i {
                 if appending {
                     self.append_all(r, &buf[i..k]);
@@ -805,6 +804,10 @@ impl Writer {
     /// Consecutive positions of one run (an engine removing a stretch it stored together,
     /// in either order) leave the worker's cover in one update.
     pub(crate) fn remove(&mut self, s: usize, hashes: &[EngineHash], out: &mut RemoveOutcome) {
+        let l = &self.lanes[s];
+        if l.copies.is_empty() && l.aliases.is_empty() {
+            return self.remove_plain(s, hashes, out);
+        }
         // Positions unmapped and not yet uncovered: `(run, from, to)`.
         let mut pending: Option<(u32, u32, u32)> = None;
         // References of removed lanes not yet dropped: `(record, count)`. Dropping them
@@ -812,7 +815,7 @@ impl Writer {
         // this loop allocates a record, so none is reused before the drop.
         let mut refs: (u32, u32) = (NONE, 0);
         for (i, eh) in hashes.iter().enumerate() {
-            if let Some(next) = hashes.get(i + 16) {
+            if let Some(next) = hashes.get(i + REMOVE_AHEAD) {
                 self.lanes[s].map.prefetch(next.0);
             }
             let copies = &mut self.lanes[s].copies;
@@ -860,6 +863,65 @@ impl Writer {
                     Some((r, o, o + 1))
                 }
             };
+        }
+        if refs.1 > 0 {
+            self.drop_refs(refs.0, refs.1);
+        }
+        if let Some((r, a, b)) = pending {
+            self.uncover(s, r, a, b);
+        }
+        self.lanes[s].map.shrink_if_sparse();
+    }
+
+    /// [`remove`](Self::remove) for a worker with no copies and no aliases (the common
+    /// case): each hash is one position of its own, so the loop only unmaps, merges the
+    /// positions into ranges of one run to uncover, and counts the references to drop.
+    fn remove_plain(&mut self, s: usize, hashes: &[EngineHash], out: &mut RemoveOutcome) {
+        /// Lanes taken from the map per round before their positions are merged.
+        const ROUND: usize = 64;
+        // Positions unmapped and not yet uncovered, `(run, from, to)`, and references of
+        // removed lanes not yet dropped, `(record, count)` (as in `remove`).
+        let mut pending: Option<(u32, u32, u32)> = None;
+        let mut refs: (u32, u32) = (NONE, 0);
+        let mut taken = [Lane::default(); ROUND];
+        for (c, chunk) in hashes.chunks(ROUND).enumerate() {
+            // Unmap a round of hashes (the map alone is borrowed: a tight loop).
+            let map = &mut self.lanes[s].map;
+            let ahead = &hashes[((c * ROUND) + REMOVE_AHEAD).min(hashes.len())..];
+            let mut got = 0;
+            for (k, eh) in chunk.iter().enumerate() {
+                if let Some(next) = ahead.get(k) {
+                    map.prefetch(next.0);
+                }
+                if let Some(lane) = map.take(eh.0) {
+                    taken[got] = lane;
+                    got += 1;
+                }
+            }
+            out.unknown += chunk.len() - got;
+            out.removed += got;
+            // Then merge their positions into ranges and their references into counts.
+            for &lane in &taken[..got] {
+                if refs.0 == lane.run {
+                    refs.1 += 1;
+                } else {
+                    if refs.1 > 0 {
+                        self.drop_refs(refs.0, refs.1);
+                    }
+                    refs = (lane.run, 1);
+                }
+                let (r, o) = self.forward(lane.run, lane.off);
+                match pending {
+                    Some((pr, a, b)) if pr == r && o == b => pending = Some((pr, a, b + 1)),
+                    Some((pr, a, b)) if pr == r && o + 1 == a => pending = Some((pr, o, b)),
+                    other => {
+                        if let Some((pr, a, b)) = other {
+                            self.uncover(s, pr, a, b);
+                        }
+                        pending = Some((r, o, o + 1));
+                    }
+                }
+            }
         }
         if refs.1 > 0 {
             self.drop_refs(refs.0, refs.1);
