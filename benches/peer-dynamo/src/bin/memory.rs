@@ -164,8 +164,9 @@ fn main() {
         );
     }
 
-    // The lane maps grow in steps of 3/2 and 4/3, so the bytes per block move with where a
-    // worker's count falls between two sizes: the same fleet at other chain lengths.
+    // The lane maps grow in steps (of at most 9/8), so the bytes per block move with where
+    // a worker's count falls between two sizes: the same fleet at other chain lengths, from
+    // 96 to 192 blocks in steps of 4 (6,144 to 12,288 blocks per worker), and the most.
     println!(
         "\nOne holder per block, `RunIndex`, 64 workers, by blocks per worker (64 chains each)\n"
     );
@@ -173,19 +174,28 @@ fn main() {
         "| chain length | blocks per worker | lane slots per worker (by the growth rule) | `RunIndex` B per block |"
     );
     println!("|---:|---:|---:|---:|");
-    for len in [96usize, 100, 112, 128, 144, 160, 192] {
+    let mut most = (0.0f64, 0usize);
+    for len in (96usize..=192).step_by(4) {
         let (workers, chains) = (64, 64);
         let all = one_holder_chains(workers, chains, len);
         let blocks = workers * chains * len;
         let config = kvroute_bench::config(workers, blocks);
         let run_bytes = run_index_bytes(&config, &all);
         let per_worker = chains * len;
+        let b = run_bytes as f64 / blocks as f64;
+        if b > most.0 {
+            most = (b, per_worker);
+        }
         println!(
             "| {len} | {per_worker} | {} | {} |",
             lane_slots(per_worker),
             per(run_bytes, blocks)
         );
     }
+    println!(
+        "\nmost: {:.1} B per block at {} blocks per worker",
+        most.0, most.1
+    );
 }
 
 /// One worker's chain: (worker, engine hash and sequence hash per block, content hashes).
@@ -195,8 +205,8 @@ type Chain = (
     Vec<kv_index::ContentHash>,
 );
 
-/// A worker's lane slots after `n` inserts from none: 16, then 3/2 and 4/3 in turn while
-/// an insert would pass 3/4 full (`kvroute_index::slots`).
+/// A worker's lane slots after `n` inserts from none: 16, then the next size (by at most
+/// 9/8) while an insert would pass 3/4 full (`kvroute_index::slots`).
 fn lane_slots(n: usize) -> usize {
     let mut slots = 0;
     let mut held = 0;
