@@ -19,16 +19,12 @@
 //! beside the slots.
 //!
 //! # Sizes
-//! The slot count is 2, 4 or 8, or, from 16 on, `m·2^k` with `8 <= m <= 15`: eight sizes to
-//! each doubling (16, 18, 20, ..., 30, 32, 36, ...; see [`is_size`]). An insert that would
-//! fill more than 3/4 of the slots first grows them to the next size (at least 16), by 9/8
-//! at most, so a map that only grows is 2/3 to 3/4 full: its bytes per entry stay within
-//! 12.5 % of their least (by 2 it would be 3/8 to 3/4 full, twice the least). The price is
-//! more rehashes while a map grows: about 8.5 moves per entry over a doubling against 2
-//! by doubling, paid once, while a worker's cache first fills (a steady churn of inserts
-//! and removals keeps its size). The caller may [`rehash`](HashSlots::rehash) to any size
-//! that fits (to shrink, or to size the map once for what it will hold), or
-//! [`reserve`](HashSlots::reserve) room for a batch.
+//! The slot count is a power of two (2, 4, 8, 16, ...) or, from 24 on, one and a half
+//! times one (24, 48, 96, ...; see [`is_size`]). An insert that would fill more than 3/4 of the slots first grows them to
+//! the next size (at least 16): by 3/2 from a power of two, by 4/3 from the size between,
+//! so a map that only grows is 1/2 to 3/4 full (by 2 it would be 3/8 to 3/4). The caller
+//! may [`rehash`](HashSlots::rehash) to any size that fits (to shrink, or to size the map
+//! once for what it will hold).
 //!
 //! Expected probes of an insert (an unsuccessful search) at load `a` are
 //! `(1 + 1 / (1 − a)²) / 2` (Knuth, *The Art of Computer Programming* vol. 3, section 6.4):
@@ -91,11 +87,11 @@ impl<V: Copy + Default> HashSlots<V> {
     /// An empty map with `slots` slots (0, or a size of [`is_size`]).
     ///
     /// # Panics
-    /// When `slots` is not 0 and not a size of [`is_size`] (1, say, or 17).
+    /// When `slots` is not 0 and not a size of [`is_size`] (1, say, or 20).
     pub fn with_slots(slots: usize) -> Self {
         assert!(
             slots == 0 || is_size(slots),
-            "slot count {slots} is not 0, 2, 4, 8, or m·2^k with 8 <= m <= 15 of at least 16"
+            "slot count {slots} is not 0, a power of two of at least 2 or 3/2 of one of at least 16"
         );
         let vacant = Slot {
             key: EMPTY,
@@ -411,27 +407,22 @@ impl<V: Copy + Default> HashSlots<V> {
     }
 }
 
-/// Whether `n` is a slot count [`HashSlots`] takes: 2, 4 or 8, or, from 16 on, `m·2^k`
-/// with `8 <= m <= 15` (16, 18, 20, ..., 30, 32, 36, ..., 60, 64, 72, ...: eight sizes to
-/// each doubling).
+/// Whether `n` is a slot count [`HashSlots`] takes: a power of two of at least 2, or 3/2 of
+/// a power of two of at least 16 (24, 48, 96, ...).
 pub fn is_size(n: usize) -> bool {
-    match n {
-        2 | 4 | 8 => true,
-        0..16 => false,
-        _ => n & (eighth(n) - 1) == 0,
-    }
+    (n >= 2 && n.is_power_of_two()) || (n >= 24 && n % 3 == 0 && (n / 3).is_power_of_two())
 }
 
-/// For `n >= 16`, an eighth of the largest power of two at or below `n`: the step between
-/// sizes from there to the next power of two.
-fn eighth(n: usize) -> usize {
-    1 << (n.ilog2() - 3)
-}
-
-/// The size an insert grows `n` slots to: 16 from fewer than 16, then the next size of
-/// [`is_size`] (`m·2^k` → `(m + 1)·2^k`: by 9/8 to 16/15).
+/// The size an insert grows `n` slots to: 16 from fewer than 16, then 3/2 of a power of two
+/// and 4/3 of the size between (16 → 24 → 32 → 48 → ...).
 pub fn next_size(n: usize) -> usize {
-    if n < 16 { 16 } else { n + eighth(n) }
+    if n < 16 {
+        16
+    } else if n.is_power_of_two() {
+        n + n / 2
+    } else {
+        n / 3 * 4
+    }
 }
 
 /// The smallest size of [`is_size`] at or above `n` (2 for `n <= 2`).
@@ -439,19 +430,15 @@ pub fn next_size(n: usize) -> usize {
 /// # Panics
 /// When `n` is above the largest power of two of `usize` (no size is that large).
 pub fn size_at_least(n: usize) -> usize {
-    match n {
-        0..=2 => 2,
-        3..=4 => 4,
-        5..=8 => 8,
-        9..=16 => 16,
-        _ => {
-            // `n` rounded up to a multiple of the step of its octave: at most the next
-            // power of two, which is a size too.
-            let step = eighth(n);
-            n.checked_next_multiple_of(step)
-                .filter(|&m| m.checked_next_power_of_two().is_some())
-                .expect("no slot count is that large")
-        }
+    let p = n
+        .max(2)
+        .checked_next_power_of_two()
+        .expect("no slot count is that large");
+    let between = p / 4 * 3;
+    if between >= 24 && between >= n {
+        between
+    } else {
+        p
     }
 }
 
@@ -575,31 +562,23 @@ mod tests {
         }
     }
 
-    /// The size sequence, by hand: 16 from nothing, then steps of an eighth of the octave
-    /// (2 from 16 to 32, 4 from 32 to 64, ...); the sizes taken are 2, 4, 8 and `m·2^k`
-    /// with `8 <= m <= 15`, and `size_at_least` rounds up to the next of them.
+    /// The size sequence, by hand: 16 from nothing, then 3/2 and 4/3 in turn; the sizes
+    /// taken are powers of two and 3/2 of one (at least 24).
     #[test]
-    fn sizes_grow_by_an_eighth_of_their_octave() {
+    fn sizes_grow_by_three_halves_and_four_thirds_in_turn() {
         let mut n = 0;
         let mut seen = Vec::new();
         for _ in 0..8 {
             n = next_size(n);
             seen.push(n);
         }
-        assert_eq!(seen, [16, 18, 20, 22, 24, 26, 28, 30]);
-        let mut n = 30;
-        for _ in 0..10 {
-            n = next_size(n);
-        }
-        // 32, then 36 → ... → 60 (steps of 4), 64, then 72.
-        assert_eq!(n, 72);
+        assert_eq!(seen, [16, 24, 32, 48, 64, 96, 128, 192]);
         assert!(seen.iter().all(|&n| is_size(n)));
-        assert!(!is_size(0) && !is_size(1) && !is_size(12) && !is_size(17) && !is_size(34));
-        assert!(is_size(2) && is_size(8) && is_size(20) && is_size(36) && is_size(15 << 20));
-        assert!(!is_size((15 << 20) + (1 << 16)));
+        assert!(!is_size(0) && !is_size(1) && !is_size(12) && !is_size(20) && !is_size(40));
+        assert!(is_size(2) && is_size(8) && is_size(24) && is_size(3 << 20));
         assert_eq!(
-            [0, 2, 3, 9, 17, 24, 25, 33, 1_020, 1_536, 1_537, 8_192, 8_193].map(size_at_least),
-            [2, 2, 4, 16, 18, 24, 26, 36, 1_024, 1_536, 1_664, 8_192, 9_216]
+            [0, 2, 3, 17, 24, 25, 1_020, 1_536, 1_537, 8_192, 8_193].map(size_at_least),
+            [2, 2, 4, 24, 24, 32, 1_024, 1_536, 2_048, 8_192, 12_288]
         );
     }
 
@@ -662,9 +641,9 @@ mod tests {
     }
 
     /// `reserve` grows once to the size inserts one at a time would reach, by hand: 16
-    /// slots hold 5 entries; 7 more make 12, 3/4 of 16, so no growth; 8 more make 13, which
-    /// 18 slots take (13·4 <= 18·3); 20 more make 25, past 3/4 of every size up to 32 (25·4
-    /// = 100 > 32·3 = 96), so 36. The inserts after it do not grow.
+    /// slots hold 5 entries; 7 more make 12, 3/4 of 16, so no growth; 8 more make 13, past
+    /// 12, and 24 slots take 18: 24; 20 more make 25, past 18 and past 24 (3/4 of 32), so
+    /// 48. The inserts after it do not grow.
     #[test]
     fn reserve_grows_once_to_the_size_single_inserts_reach() {
         let mut t: HashSlots<u32> = HashSlots::with_slots(16);
@@ -674,42 +653,44 @@ mod tests {
         t.reserve(7);
         assert_eq!(t.slot_count(), 16);
         t.reserve(8);
-        assert_eq!(t.slot_count(), 18);
+        assert_eq!(t.slot_count(), 24);
         t.reserve(20);
-        assert_eq!(t.slot_count(), 36);
+        assert_eq!(t.slot_count(), 48);
         for k in 6..=25u64 {
             let home = t.home_slot(k);
             assert!(t.insert_new_at(k, home, 1));
-            assert_eq!(t.slot_count(), 36);
+            assert_eq!(t.slot_count(), 48);
         }
         assert_eq!(t.len(), 25);
         assert!((1..=25u64).all(|k| t.get(k).is_some()));
     }
 
-    /// Growth at 3/4, by hand: 16 slots take 12 entries; the 13th grows them to 18, which
-    /// take 13 (13·4 = 52 <= 18·3 = 54); the 14th to 20, which take 15; the 16th to 22,
-    /// which take 16; the 17th to 24; from no slots, the first entry makes 16.
+    /// Growth at 3/4: 16 slots take 12 entries, the 13th grows them to 24, which take 18,
+    /// the 19th to 32; from no slots, the first entry makes 16.
     #[test]
     fn an_insert_past_three_quarters_grows_the_slots() {
         let mut t: HashSlots<u32> = HashSlots::with_slots(16);
-        let mut sizes = Vec::new();
-        for k in 1..=18 {
+        for k in 1..=12 {
             t.insert_new(k, 0);
-            sizes.push(t.slot_count());
         }
-        assert_eq!(
-            sizes,
-            [16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 18, 20, 20, 22, 24, 24]
-        );
+        assert_eq!(t.slot_count(), 16);
+        t.insert_new(13, 0);
+        assert_eq!(t.slot_count(), 24);
+        for k in 14..=18 {
+            t.insert_new(k, 0);
+        }
+        assert_eq!(t.slot_count(), 24);
+        t.insert_new(19, 0);
+        assert_eq!(t.slot_count(), 32);
         let mut e: HashSlots<u32> = HashSlots::default();
         e.insert_new(1, 0);
         assert_eq!(e.slot_count(), 16);
-        assert!((1..=18).all(|k| t.get(k) == Some(0)));
+        assert!((1..=19).all(|k| t.get(k) == Some(0)));
     }
 
     #[test]
     #[should_panic(
-        expected = "is not 0, 2, 4, 8, or m·2^k with 8 <= m <= 15 of at least 16"
+        expected = "is not 0, a power of two of at least 2 or 3/2 of one of at least 16"
     )]
     fn a_slot_count_of_one_is_refused() {
         let _ = HashSlots::<u32>::with_slots(1);
@@ -717,9 +698,9 @@ mod tests {
 
     #[test]
     #[should_panic(
-        expected = "is not 0, 2, 4, 8, or m·2^k with 8 <= m <= 15 of at least 16"
+        expected = "is not 0, a power of two of at least 2 or 3/2 of one of at least 16"
     )]
-    fn a_slot_count_of_seventeen_is_refused() {
-        let _ = HashSlots::<u32>::with_slots(17);
+    fn a_slot_count_of_twenty_is_refused() {
+        let _ = HashSlots::<u32>::with_slots(20);
     }
 }

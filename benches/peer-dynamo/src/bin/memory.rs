@@ -164,8 +164,8 @@ fn main() {
         );
     }
 
-    // The lane maps grow in steps (of at most 9/8), so the bytes per block move with where
-    // a worker's count falls between two sizes: the same fleet at other chain lengths, from
+    // The lane maps grow in steps of 3/2 and 4/3, so the bytes per block move with where a
+    // worker's count falls between two sizes: the same fleet at other chain lengths, from
     // 96 to 192 blocks in steps of 4 (6,144 to 12,288 blocks per worker), and the most.
     println!(
         "\nOne holder per block, `RunIndex`, 64 workers, by blocks per worker (64 chains each)\n"
@@ -205,8 +205,8 @@ type Chain = (
     Vec<kv_index::ContentHash>,
 );
 
-/// A worker's lane slots after `n` inserts from none: 16, then the next size (by at most
-/// 9/8) while an insert would pass 3/4 full (`kvroute_index::slots`).
+/// A worker's lane slots after `n` inserts from none: 16, then 3/2 and 4/3 in turn while
+/// an insert would pass 3/4 full (`kvroute_index::slots`).
 fn lane_slots(n: usize) -> usize {
     let mut slots = 0;
     let mut held = 0;

@@ -2,8 +2,8 @@
 //! of 12-byte slots (the hash and the position packed into 32 bits).
 //!
 //! A [`HashSlots`] (linear probing, backward-shift deletion, so an engine's steady churn of
-//! stores and removals never degrades probes; it grows by at most 9/8 when it would pass
-//! 3/4 full, so it stays 2/3 to 3/4 full while it grows) that shrinks, with
+//! stores and removals never degrades probes; it grows by 3/2 and 4/3 in turn when it would
+//! pass 3/4 full, so it stays 1/2 to 3/4 full while it grows) that shrinks, with
 //! hysteresis, once it is below 1/8 full and larger than [`KEEP_SLOTS`].
 //!
 //! Why 3/4: linear probing's expected probes for an insert (an unsuccessful search) at
@@ -264,7 +264,7 @@ mod tests {
     }
 
     /// The map's own policy over `HashSlots` (whose probing is tested in `slots`), by hand:
-    /// it grows past 3/4 full (4,096 slots hold 3,072 entries; the next makes 4,608),
+    /// it grows past 3/4 full (4,096 slots hold 3,072 entries; the next makes 6,144),
     /// shrinks once below 1/8 to the least size of at least four times its entries (never
     /// below `KEEP_SLOTS`), `insert` replaces, and `trim` gives back what is spare.
     #[test]
@@ -275,16 +275,16 @@ mod tests {
         }
         assert_eq!(m.heap_bytes(), 4_096 * 12);
         m.insert(3_073, lane(0));
-        assert_eq!(m.heap_bytes(), 4_608 * 12);
+        assert_eq!(m.heap_bytes(), 6_144 * 12);
         // A second insert of a key replaces its lane; `insert_new` leaves it.
         m.insert(3_073, lane(9));
         assert!(!m.insert_new(3_073, lane(1)));
         assert_eq!(m.get(3_073), Some(lane(9)));
-        // Down to 1,023 entries: not below 1/8 of 4,608 (576), so no shrink.
+        // Down to 1,023 entries: not below 1/8 of 6,144 (768), so no shrink.
         for k in 1_024..=3_073u64 {
             assert_eq!(m.remove(k), Some(lane(if k == 3_073 { 9 } else { k })));
         }
-        assert_eq!((m.len(), m.heap_bytes()), (1_023, 4_608 * 12));
+        assert_eq!((m.len(), m.heap_bytes()), (1_023, 6_144 * 12));
         // `trim`: the least size of at least twice the entries (2,046 → 2,048).
         m.trim();
         assert_eq!(m.heap_bytes(), 2_048 * 12);
