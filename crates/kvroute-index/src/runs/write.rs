@@ -143,6 +143,25 @@ impl Lanes {
     }
 }
 
+/// A removal's work not yet applied: positions unmapped and not yet uncovered, `(run,
+/// from, to)`, and references of removed lanes not yet dropped, `(record, count)`.
+/// Dropping references late only delays the freeing of a record whose count reaches zero;
+/// a removal allocates no record, so none is reused before the drop.
+#[derive(Clone, Copy, Debug)]
+struct Unapplied {
+    pending: Option<(u32, u32, u32)>,
+    refs: (u32, u32),
+}
+
+impl Default for Unapplied {
+    fn default() -> Self {
+        Self {
+            pending: None,
+            refs: (NONE, 0),
+        }
+    }
+}
+
 /// Extra engine hashes of one worker at one position: `(run, offset)` as it was when the
 /// first extra one was stored (resolved through forwarding like a lane; the record holds a
 /// reference on the run), and how many. Kept per key *and* position: stores that break the
@@ -808,12 +827,7 @@ impl Writer {
         if l.copies.is_empty() && l.aliases.is_empty() {
             return self.remove_plain(s, hashes, out);
         }
-        // Positions unmapped and not yet uncovered: `(run, from, to)`.
-        let mut pending: Option<(u32, u32, u32)> = None;
-        // References of removed lanes not yet dropped: `(record, count)`. Dropping them
-        // late only delays the freeing of a record whose count reaches zero; nothing in
-        // this loop allocates a record, so none is reused before the drop.
-        let mut refs: (u32, u32) = (NONE, 0);
+        let mut u = Unapplied::default();
         for (i, eh) in hashes.iter().enumerate() {
             if let Some(next) = hashes.get(i + REMOVE_AHEAD) {
                 self.lanes[s].map.prefetch(next.0);
@@ -830,8 +844,8 @@ impl Writer {
                 out.copies_dropped += 1;
                 continue;
             }
-            // `unmap` inline, its reference counted in `refs`: the hash has no copies
-            // beyond this one (checked above).
+            // `unmap` inline, its reference counted in `u`: the hash has no copies beyond
+            // this one (checked above).
             let Some(lane) = self.lanes[s].map.take(eh.0) else {
                 out.unknown += 1;
                 continue;
@@ -841,36 +855,13 @@ impl Writer {
                 let key = self.runs[r as usize].key(o);
                 self.drop_alias(s, r, o, key)
             };
-            if refs.0 == lane.run {
-                refs.1 += 1;
-            } else {
-                if refs.1 > 0 {
-                    self.drop_refs(refs.0, refs.1);
-                }
-                refs = (lane.run, 1);
-            }
+            self.note_ref(&mut u, lane.run);
             out.removed += 1;
-            if aliased {
-                continue;
+            if !aliased {
+                self.note_position(s, &mut u, r, o);
             }
-            pending = match pending {
-                Some((pr, a, b)) if pr == r && o == b => Some((pr, a, b + 1)),
-                Some((pr, a, b)) if pr == r && o + 1 == a => Some((pr, o, b)),
-                other => {
-                    if let Some((pr, a, b)) = other {
-                        self.uncover(s, pr, a, b);
-                    }
-                    Some((r, o, o + 1))
-                }
-            };
         }
-        if refs.1 > 0 {
-            self.drop_refs(refs.0, refs.1);
-        }
-        if let Some((r, a, b)) = pending {
-            self.uncover(s, r, a, b);
-        }
-        self.lanes[s].map.shrink_if_sparse();
+        self.apply(s, u);
     }
 
     /// [`remove`](Self::remove) for a worker with no copies and no aliases (the common
@@ -879,10 +870,7 @@ impl Writer {
     fn remove_plain(&mut self, s: usize, hashes: &[EngineHash], out: &mut RemoveOutcome) {
         /// Lanes taken from the map per round before their positions are merged.
         const ROUND: usize = 64;
-        // Positions unmapped and not yet uncovered, `(run, from, to)`, and references of
-        // removed lanes not yet dropped, `(record, count)` (as in `remove`).
-        let mut pending: Option<(u32, u32, u32)> = None;
-        let mut refs: (u32, u32) = (NONE, 0);
+        let mut u = Unapplied::default();
         let mut taken = [Lane::default(); ROUND];
         for (c, chunk) in hashes.chunks(ROUND).enumerate() {
             // Unmap a round of hashes (the map alone is borrowed: a tight loop).
@@ -902,31 +890,51 @@ impl Writer {
             out.removed += got;
             // Then merge their positions into ranges and their references into counts.
             for &lane in &taken[..got] {
-                if refs.0 == lane.run {
-                    refs.1 += 1;
-                } else {
-                    if refs.1 > 0 {
-                        self.drop_refs(refs.0, refs.1);
-                    }
-                    refs = (lane.run, 1);
-                }
+                self.note_ref(&mut u, lane.run);
                 let (r, o) = self.forward(lane.run, lane.off);
-                match pending {
-                    Some((pr, a, b)) if pr == r && o == b => pending = Some((pr, a, b + 1)),
-                    Some((pr, a, b)) if pr == r && o + 1 == a => pending = Some((pr, o, b)),
-                    other => {
-                        if let Some((pr, a, b)) = other {
-                            self.uncover(s, pr, a, b);
-                        }
-                        pending = Some((r, o, o + 1));
-                    }
-                }
+                self.note_position(s, &mut u, r, o);
             }
         }
-        if refs.1 > 0 {
-            self.drop_refs(refs.0, refs.1);
+        self.apply(s, u);
+    }
+
+    /// Counts one reference of a removed lane to record `r` in `u`, dropping the counted
+    /// ones of another record first.
+    #[inline]
+    fn note_ref(&mut self, u: &mut Unapplied, r: u32) {
+        if u.refs.0 == r {
+            u.refs.1 += 1;
+        } else {
+            if u.refs.1 > 0 {
+                self.drop_refs(u.refs.0, u.refs.1);
+            }
+            u.refs = (r, 1);
         }
-        if let Some((r, a, b)) = pending {
+    }
+
+    /// Adds position `(r, o)` that worker `s` no longer holds to `u`'s range, uncovering
+    /// the range first when the position does not extend it (either way).
+    #[inline]
+    fn note_position(&mut self, s: usize, u: &mut Unapplied, r: u32, o: u32) {
+        u.pending = match u.pending {
+            Some((pr, a, b)) if pr == r && o == b => Some((pr, a, b + 1)),
+            Some((pr, a, b)) if pr == r && o + 1 == a => Some((pr, o, b)),
+            other => {
+                if let Some((pr, a, b)) = other {
+                    self.uncover(s, pr, a, b);
+                }
+                Some((r, o, o + 1))
+            }
+        };
+    }
+
+    /// Applies what `u` still holds at the end of a removal for worker `s`, then lets the
+    /// worker's lane map shrink if it is sparse.
+    fn apply(&mut self, s: usize, u: Unapplied) {
+        if u.refs.1 > 0 {
+            self.drop_refs(u.refs.0, u.refs.1);
+        }
+        if let Some((r, a, b)) = u.pending {
             self.uncover(s, r, a, b);
         }
         self.lanes[s].map.shrink_if_sparse();
