@@ -23,6 +23,9 @@
 //! store the worker is within the cap, the store reports as many evictions as engine hashes
 //! left it, and with those dropped from the model every match still equals the model's.
 //!
+//! Hand-built tests beside them: stretch removals in either order, and long stretches (300
+//! blocks) removed in events longer than one round of the removal's unmapping loop.
+//!
 //! Cases: `PROPTEST_CASES` (default 512 per property).
 
 mod index_common;
@@ -534,6 +537,85 @@ fn stretch_removals_in_either_order_match_the_model() {
             );
         }
         assert_eq!(index.stats().residencies, model.residencies());
+    }
+}
+
+/// Long stretches (300 blocks, stored as one event) removed in events of up to 300
+/// hashes, more than one round of the removal's unmapping loop (64 hashes) and its
+/// prefetch distance: ascending, descending, a pseudo-random order with repeats and
+/// unknown hashes, and a middle part; on a worker with neither copies nor aliases (the
+/// plain loop) and on one holding a copy of one block (the general loop). Each leaves
+/// exactly the blocks the model keeps.
+#[test]
+fn long_stretch_removals_across_rounds_match_the_model() {
+    const LEN: usize = 300;
+    let hasher = BlockHasher::new(BLOCK_SIZE, HashNamespace::DEFAULT);
+    let contents: Vec<u8> = (0..LEN).map(|i| (i % 3) as u8).collect();
+    let chain = index_common::path_hashes(&hasher, &contents);
+    let pairs: Vec<(EngineHash, SequenceHash)> = chain
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| (EngineHash(1_000 + i as u64), s))
+        .collect();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let shuffled: Vec<u64> = (0..LEN + 40)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Mostly known hashes (some twice), now and then an unknown one.
+            x % (LEN as u64 + 20)
+        })
+        .collect();
+    let removals: [Vec<u64>; 4] = [
+        (0..LEN as u64).collect(),
+        (0..LEN as u64).rev().collect(),
+        shuffled,
+        (64..200).collect(),
+    ];
+    let index = RunIndex::new(IndexConfig::new(4, BLOCK_SIZE)).expect("valid config");
+    let mut model = Model::new(4, BLOCK_SIZE, usize::MAX);
+    let mut out = index.new_overlaps();
+    for r in &removals {
+        for with_copy in [false, true] {
+            for w in [Slot(1), Slot(2)] {
+                index.clear(w).expect("slot");
+                model.clear(w).expect("slot");
+                assert_eq!(
+                    index.store_hashes(w, None, &pairs).expect("slot"),
+                    model.store_hashes(w, &pairs).expect("slot")
+                );
+            }
+            if with_copy {
+                // A second copy of block 70 sends worker 1's removals down the general loop.
+                let again = &pairs[..71];
+                assert_eq!(
+                    index.store_hashes(Slot(1), None, again).expect("slot"),
+                    model.store_hashes(Slot(1), again).expect("slot")
+                );
+            }
+            let hashes: Vec<EngineHash> = r.iter().map(|&i| EngineHash(1_000 + i)).collect();
+            assert_eq!(
+                index.remove(Slot(1), &hashes),
+                model.remove(Slot(1), &hashes),
+                "copy {with_copy}"
+            );
+            index.check_invariants().expect("writer consistent");
+            for n in [1, 63, 64, 65, 128, 199, 200, 201, LEN] {
+                index.match_prefix(&chain[..n], &mut out);
+                assert_eq!(
+                    out.as_slice(),
+                    model.overlaps(&chain[..n]).as_slice(),
+                    "copy {with_copy}, prefix {n}"
+                );
+            }
+            assert_eq!(index.stats().residencies, model.residencies());
+            assert_eq!(
+                index.worker_blocks(Slot(1)),
+                model.worker_blocks(Slot(1)),
+                "copy {with_copy}"
+            );
+        }
     }
 }
 
