@@ -493,6 +493,52 @@ fn the_cap_evicts_the_deepest_of_the_least_recently_stored() {
     assert_eq!(index.stats().evicted_blocks, 5);
 }
 
+/// Clears workers 1 and 2 on both sides and stores `pairs` on each again from the root.
+fn store_fresh(index: &RunIndex, model: &mut Model, pairs: &[(EngineHash, SequenceHash)]) {
+    for w in [Slot(1), Slot(2)] {
+        index.clear(w).expect("slot");
+        model.clear(w).expect("slot");
+        assert_eq!(
+            index.store_hashes(w, None, pairs).expect("slot"),
+            model.store_hashes(w, pairs).expect("slot")
+        );
+    }
+}
+
+/// Removes `hashes` from worker 1 on both sides, then checks the outcome, the writer's
+/// invariants, the overlaps of `chain`'s prefixes of each length in `lengths`, the
+/// residencies and worker 1's blocks against the model.
+fn remove_and_compare(
+    index: &RunIndex,
+    model: &mut Model,
+    hashes: &[EngineHash],
+    chain: &[SequenceHash],
+    lengths: impl IntoIterator<Item = usize>,
+    case: &str,
+) {
+    assert_eq!(
+        index.remove(Slot(1), hashes),
+        model.remove(Slot(1), hashes),
+        "{case}"
+    );
+    index.check_invariants().expect("writer consistent");
+    let mut out = index.new_overlaps();
+    for n in lengths {
+        index.match_prefix(&chain[..n], &mut out);
+        assert_eq!(
+            out.as_slice(),
+            model.overlaps(&chain[..n]).as_slice(),
+            "{case}, prefix {n}"
+        );
+    }
+    assert_eq!(index.stats().residencies, model.residencies(), "{case}");
+    assert_eq!(
+        index.worker_blocks(Slot(1)),
+        model.worker_blocks(Slot(1)),
+        "{case}"
+    );
+}
+
 /// Removals of stretches in one event (ascending, descending, and mixed with gaps and
 /// repeats) leave exactly the blocks the model keeps.
 #[test]
@@ -512,31 +558,17 @@ fn stretch_removals_in_either_order_match_the_model() {
         &[3, 4, 10, 9, 8, 17, 16, 99, 3],
         &[0, 1, 2, 19, 18],
     ];
-    let mut out = index.new_overlaps();
     for r in removals {
-        for w in [Slot(1), Slot(2)] {
-            index.clear(w).expect("slot");
-            model.clear(w).expect("slot");
-            assert_eq!(
-                index.store_hashes(w, None, &pairs).expect("slot"),
-                model.store_hashes(w, &pairs).expect("slot")
-            );
-        }
+        store_fresh(&index, &mut model, &pairs);
         let hashes: Vec<EngineHash> = r.iter().map(|&i| EngineHash(100 + i)).collect();
-        assert_eq!(
-            index.remove(Slot(1), &hashes),
-            model.remove(Slot(1), &hashes)
+        remove_and_compare(
+            &index,
+            &mut model,
+            &hashes,
+            &chain,
+            1..=20,
+            &format!("{r:?}"),
         );
-        index.check_invariants().expect("writer consistent");
-        for n in 1..=20 {
-            index.match_prefix(&chain[..n], &mut out);
-            assert_eq!(
-                out.as_slice(),
-                model.overlaps(&chain[..n]).as_slice(),
-                "{r:?}, {n}"
-            );
-        }
-        assert_eq!(index.stats().residencies, model.residencies());
     }
 }
 
@@ -575,17 +607,9 @@ fn long_stretch_removals_across_rounds_match_the_model() {
     ];
     let index = RunIndex::new(IndexConfig::new(4, BLOCK_SIZE)).expect("valid config");
     let mut model = Model::new(4, BLOCK_SIZE, usize::MAX);
-    let mut out = index.new_overlaps();
     for r in &removals {
         for with_copy in [false, true] {
-            for w in [Slot(1), Slot(2)] {
-                index.clear(w).expect("slot");
-                model.clear(w).expect("slot");
-                assert_eq!(
-                    index.store_hashes(w, None, &pairs).expect("slot"),
-                    model.store_hashes(w, &pairs).expect("slot")
-                );
-            }
+            store_fresh(&index, &mut model, &pairs);
             if with_copy {
                 // A second copy of block 70 sends worker 1's removals down the general loop.
                 let again = &pairs[..71];
@@ -595,25 +619,14 @@ fn long_stretch_removals_across_rounds_match_the_model() {
                 );
             }
             let hashes: Vec<EngineHash> = r.iter().map(|&i| EngineHash(1_000 + i)).collect();
-            assert_eq!(
-                index.remove(Slot(1), &hashes),
-                model.remove(Slot(1), &hashes),
-                "copy {with_copy}"
-            );
-            index.check_invariants().expect("writer consistent");
-            for n in [1, 63, 64, 65, 128, 199, 200, 201, LEN] {
-                index.match_prefix(&chain[..n], &mut out);
-                assert_eq!(
-                    out.as_slice(),
-                    model.overlaps(&chain[..n]).as_slice(),
-                    "copy {with_copy}, prefix {n}"
-                );
-            }
-            assert_eq!(index.stats().residencies, model.residencies());
-            assert_eq!(
-                index.worker_blocks(Slot(1)),
-                model.worker_blocks(Slot(1)),
-                "copy {with_copy}"
+            let lengths = [1, 63, 64, 65, 128, 199, 200, 201, LEN];
+            remove_and_compare(
+                &index,
+                &mut model,
+                &hashes,
+                &chain,
+                lengths,
+                &format!("copy {with_copy}"),
             );
         }
     }
