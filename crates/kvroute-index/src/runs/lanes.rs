@@ -145,7 +145,7 @@ impl LaneMap {
     /// entries as [`insert_new`](Self::insert_new) one at a time, with the room for all
     /// reserved at once (so a stretch that stops early may leave the table one growth
     /// step larger than its entries need) and each home slot computed once and
-    /// prefetched 16 entries ahead.
+    /// prefetched 32 entries ahead.
     pub(crate) fn insert_new_stretch(&mut self, blocks: &[(u64, u64)], first: Lane) -> usize {
         const AHEAD: usize = 32;
         let n = blocks.len();
