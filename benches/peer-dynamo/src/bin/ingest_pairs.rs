@@ -9,7 +9,10 @@
 //! printed, with their quartiles.
 //!
 //! Run from `benches/peer-dynamo`: `cargo run --release --bin ingest_pairs [ROUNDS]`
-//! (default 41 rounds, after 5 unrecorded ones).
+//! (default 41 rounds, after 5 unrecorded ones). With `--alone`, only `RunIndex` replays
+//! (no kv-index in the process; the least store and removal times over the rounds are
+//! printed), and with `--alone --cold` a 64 MiB sweep of memory runs before every round,
+//! so each round starts with the index's data out of the caches.
 
 use std::time::{Duration, Instant};
 
@@ -56,13 +59,46 @@ fn quartiles(v: &mut [f64]) -> [f64; 3] {
     [at(0.25), at(0.5), at(0.75)]
 }
 
+/// `--alone`: `RunIndex` replays the events `rounds` times (after 5 unrecorded), with a
+/// 64 MiB memory sweep before each round when `cold`; prints the least times.
+fn alone(rounds: usize, cold: bool, fleet: &ConversationFleet, load: &StoreWorkload) {
+    let runs = fleet.build_run_index();
+    let mut sweep = vec![1u64; 8 << 20];
+    let (mut store, mut remove) = (Duration::MAX, Duration::MAX);
+    for round in 0..rounds + 5 {
+        if cold {
+            for x in sweep.iter_mut() {
+                *x = x.wrapping_mul(3);
+            }
+            std::hint::black_box(&sweep);
+        }
+        let (s, r) = replay_runs(&runs, load);
+        if round >= 5 {
+            store = store.min(s);
+            remove = remove.min(r);
+        }
+    }
+    println!(
+        "RunIndex alone{}, {rounds} rounds: least store {:.3} ms, least remove {:.3} ms",
+        if cold { " (64 MiB sweep before each round)" } else { "" },
+        store.as_secs_f64() * 1e3,
+        remove.as_secs_f64() * 1e3
+    );
+}
+
 fn main() {
-    let rounds: usize = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    let rounds: usize = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
         .map(|a| a.parse().expect("ROUNDS is a count"))
         .unwrap_or(41);
     let fleet = ConversationFleet::new(STORE_WORKERS, FLEET_SEED);
     let load = StoreWorkload::new(&fleet, STORE_EVENTS, EVENTS_SEED);
+    if flag("--alone") {
+        return alone(rounds, flag("--cold"), &fleet, &load);
+    }
     let stores = chain::store_workload(&fleet, &load);
     let mut peer = ChainFleet::new(&fleet).build().expect("kv-index builds");
     let runs = fleet.build_run_index();
