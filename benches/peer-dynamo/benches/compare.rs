@@ -132,10 +132,18 @@ fn check_chain_overlaps(
 
 /// Checks the run-compressed index gives every worker the same overlap as the node index
 /// for the first [`CHECKED_QUERIES`] rotating queries and the cold one.
-fn check_run_overlaps(index: &PrefixIndex, runs: &RunIndex, fleet: &ConversationFleet, order: &[usize]) {
+fn check_run_overlaps(
+    index: &PrefixIndex,
+    runs: &RunIndex,
+    fleet: &ConversationFleet,
+    order: &[usize],
+) {
     let (mut a, mut b) = (index.new_overlaps(), runs.new_overlaps());
     let cold = fleet.cold_request(COLD_SEED);
-    let queries = order.iter().take(CHECKED_QUERIES).map(|&q| &fleet.requests[q]);
+    let queries = order
+        .iter()
+        .take(CHECKED_QUERIES)
+        .map(|&q| &fleet.requests[q]);
     for (i, q) in queries.chain([&cold]).enumerate() {
         index.match_prefix(q, &mut a);
         runs.match_prefix(q, &mut b);
@@ -526,8 +534,16 @@ fn ingest(c: &mut Criterion, rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) 
     );
     let runs_after = runs.stats();
     assert_eq!(
-        (runs_after.runs, runs_after.positions, runs_after.residencies),
-        (runs_before.runs, runs_before.positions, runs_before.residencies),
+        (
+            runs_after.runs,
+            runs_after.positions,
+            runs_after.residencies
+        ),
+        (
+            runs_before.runs,
+            runs_before.positions,
+            runs_before.residencies
+        ),
         "RunIndex drifted over the ingest rows"
     );
     let stats = chain_peer.index.stats();

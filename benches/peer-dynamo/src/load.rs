@@ -53,7 +53,15 @@ impl WorkerLoad {
 
     /// The load as kvroute's telemetry sample (the same sample its `route` bench uses).
     pub fn kvroute_sample(&self) -> LoadSample {
-        { let mut c = LoadSample::new(self.running, self.waiting, MAX_RUNNING, self.kv_usage); c.waiting_prefill_tokens = Some(self.prefill_tokens()); c.active_decode_tokens = Some(self.decode_tokens()); c.decode_tps = Some(DECODE_TPS); c.prefill_tps = Some(PREFILL_TPS); c.utilization = None; c }
+        {
+            let mut c = LoadSample::new(self.running, self.waiting, MAX_RUNNING, self.kv_usage);
+            c.waiting_prefill_tokens = Some(self.prefill_tokens());
+            c.active_decode_tokens = Some(self.decode_tokens());
+            c.decode_tps = Some(DECODE_TPS);
+            c.prefill_tps = Some(PREFILL_TPS);
+            c.utilization = None;
+            c
+        }
     }
 
     /// The load as the peer's projection: queued prefill tokens, decode KV in blocks

@@ -80,7 +80,11 @@ fn alone(rounds: usize, cold: bool, fleet: &ConversationFleet, load: &StoreWorkl
     }
     println!(
         "RunIndex alone{}, {rounds} rounds: least store {:.3} ms, least remove {:.3} ms",
-        if cold { " (64 MiB sweep before each round)" } else { "" },
+        if cold {
+            " (64 MiB sweep before each round)"
+        } else {
+            ""
+        },
         store.as_secs_f64() * 1e3,
         remove.as_secs_f64() * 1e3
     );
