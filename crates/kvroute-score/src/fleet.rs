@@ -191,15 +191,7 @@ impl Fleet {
 
     /// The fleet-wide aggregates.
     pub fn aggregates(&self) -> Aggregates {
-        self.agg.unwrap_or(Aggregates {
-            occupied: 0,
-            mean_load: 0.0,
-            max_load: f32::NEG_INFINITY,
-            min_load: f32::INFINITY,
-            deepest: 0.0,
-            worst_validity: Validity::Fresh,
-            occupancy_unknown: None,
-        })
+        self.agg.unwrap_or(EMPTY_AGGREGATES)
     }
 
     /// Whether slot `i` is a candidate: occupied, and not excluded by the router
@@ -330,7 +322,7 @@ impl Fleet {
     }
 
     fn finish(&mut self) {
-        let mut a = Fleet::new().aggregates();
+        let mut a = EMPTY_AGGREGATES;
         let mut sum = 0.0f64;
         for i in 0..self.len {
             if self.occupied[i] == 0.0 {
@@ -745,7 +737,7 @@ impl Fleet {
     /// `deepest` is left 0 for the caller.
     fn base_aggregates(&self, b: BaseAgg) -> Aggregates {
         let validity = |v: u8| VALIDITIES.into_iter().find(|x| *x as u8 == v);
-        let mut a = Fleet::new().aggregates();
+        let mut a = EMPTY_AGGREGATES;
         a.occupied = b.occupied;
         a.max_load = b.max;
         a.min_load = b.min;
@@ -757,6 +749,17 @@ impl Fleet {
         a
     }
 }
+
+/// The aggregates of a fleet with no occupied slot (before any fill).
+const EMPTY_AGGREGATES: Aggregates = Aggregates {
+    occupied: 0,
+    mean_load: 0.0,
+    max_load: f32::NEG_INFINITY,
+    min_load: f32::INFINITY,
+    deepest: 0.0,
+    worst_validity: Validity::Fresh,
+    occupancy_unknown: None,
+};
 
 /// A stale rank's own occupancy: `(running + waiting + reserved − ended) / max_running` of
 /// its last report (at least 0), rounded once to `f32` as the engine quotient is.
