@@ -9,11 +9,13 @@
 //! | `time` | [`Nanos`]: the caller's clock; kvroute never reads one |
 //! | `load` | [`LoadSample`]: one worker's load figures, engine-neutral, with the validation every producer shares ([`UpdateError`]) |
 //! | `rng` | [`SplitMix64`]: the one small seeded generator |
+//! | [`cpu`] | whether the run-time dispatched AVX2 copies of the hot paths may run ([`cpu::avx2_enabled`]) |
 //! | `bounds` | [`Bounds`] and [`OutOfRange`]: every bounded setting's range, written once, and the one out-of-range error |
 //!
-//! The crate does no I/O and allocates nothing.
+//! The crate does no I/O and allocates nothing (`cpu` reads one environment variable once).
 
 mod bounds;
+pub mod cpu;
 mod extra_keys;
 mod hash;
 pub mod load;

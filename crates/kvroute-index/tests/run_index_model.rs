@@ -302,6 +302,7 @@ impl Harness {
     fn check(&self, index: &RunIndex, model: &Model) -> Result<(), String> {
         index.check_invariants()?;
         let mut out = index.new_overlaps();
+        let mut baseline = index.new_overlaps();
         let mut queries: Vec<Vec<SequenceHash>> = self.base_queries.clone();
         for path in self.paths.values() {
             for c in 0..2u8 {
@@ -312,6 +313,18 @@ impl Harness {
         }
         for q in &queries {
             index.match_prefix(q, &mut out);
+            // The baseline copy of the walk (the dispatched one is the AVX2 copy on a CPU
+            // that has it) writes the same overlaps, deepest and tail.
+            index.match_prefix_baseline(q, &mut baseline);
+            if baseline.as_slice() != out.as_slice()
+                || baseline.deepest() != out.deepest()
+                || baseline.tail() != out.tail()
+            {
+                return Err(format!(
+                    "the baseline walk differs from the dispatched one on a {}-block query",
+                    q.len()
+                ));
+            }
             let want = model.overlaps(q);
             if out.as_slice() != want.as_slice() {
                 let first = (0..want.len()).find(|&i| out.as_slice()[i] != want[i]);

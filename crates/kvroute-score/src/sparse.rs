@@ -75,10 +75,11 @@ pub(crate) struct Order {
     slots: Vec<u32>,
     /// `κ` of each, in the same order.
     kappa: Vec<f32>,
-    /// The coefficients of each, in the same order, one lane per coefficient (`cap`, `q1`,
-    /// `room`, `spp`, `a`, `b`, `start`, `barrier`; module `coef`), padded to whole chunks
-    /// of eight with positions whose cost is +∞ (`start` +∞).
-    cols: [Vec<f32>; 8],
+    /// The coefficients of each, in the same order, eight positions per chunk: chunk `j`
+    /// holds, per coefficient (`cap`, `q1`, `room`, `spp`, `a`, `b`, `start`, `barrier`;
+    /// module `coef`), the values of positions `8j..8j + 8`. The last chunk is padded with
+    /// positions whose cost is +∞ (`start` +∞).
+    cols: Vec<[[f32; 8]; 8]>,
     /// Suffix minima along the order (entry `k`: over `slots[k..]`), one entry more (+∞).
     spp: Vec<f32>,
     a: Vec<f32>,
@@ -143,12 +144,17 @@ impl Order {
         });
         self.kappa.clear();
         self.kappa.extend(self.slots.iter().map(|&i| kap(i)));
-        let padded = self.slots.len().div_ceil(8) * 8;
-        for (c, col) in self.cols.iter_mut().enumerate() {
-            col.clear();
-            col.extend(self.slots.iter().map(|&i| Packed::of(f, i as usize).0[c]));
+        self.cols.clear();
+        for chunk in self.slots.chunks(8) {
             // Padding: +∞ start, zeros elsewhere (a cost of +∞, never eligible).
-            col.resize(padded, if c == START { f32::INFINITY } else { 0.0 });
+            let mut block = [[0.0f32; 8]; 8];
+            block[START] = [f32::INFINITY; 8];
+            for (j, &i) in chunk.iter().enumerate() {
+                for (c, v) in Packed::of(f, i as usize).0.into_iter().enumerate() {
+                    block[c][j] = v;
+                }
+            }
+            self.cols.push(block);
         }
         let n = self.slots.len();
         for (lane, src) in [
@@ -348,10 +354,8 @@ fn decide(
             return Outcome::Dense;
         }
         let end = (k + 8).min(n);
-        let cols: [f32x8; 8] = core::array::from_fn(|c| {
-            let lane: [f32; 8] = o.cols[c][k..k + 8].try_into().expect("whole chunks");
-            f32x8::load(lane)
-        });
+        let block = &o.cols[k / 8];
+        let cols: [f32x8; 8] = core::array::from_fn(|c| f32x8::load(block[c]));
         let slots = &o.slots[k..end];
         let mut ov = [0f32; 8];
         for (x, &i) in ov.iter_mut().zip(slots) {
@@ -369,22 +373,25 @@ fn decide(
                 }
             }
         }
-        // A tail slot costed again gives the same cost (harmless in the band).
+        // The least finite cost of the kept lanes (the others read +∞), then the lanes
+        // within the band's limit (usually a few). A tail slot costed again gives the same
+        // cost (harmless in the band).
         let costs = cv.to_array();
-        let mut bits = ok;
-        while bits != 0 {
-            let j = bits.trailing_zeros() as usize;
-            let c = costs[j];
+        let mut least = [f32::INFINITY; 8];
+        for (j, (l, &c)) in least.iter_mut().zip(&costs).enumerate() {
+            if ok >> j & 1 != 0 {
+                *l = c;
+            }
+        }
+        for &c in &least {
             m = if c < m { c } else { m };
-            bits &= bits - 1;
         }
         let limit = band_limit(m, rule.band);
-        while ok != 0 {
-            let j = ok.trailing_zeros() as usize;
-            if costs[j] <= limit {
-                s.seen.push((slots[j], costs[j]));
-            }
-            ok &= ok - 1;
+        let mut within = f32x8::load(least).le_mask(f32x8::splat(limit)).bits() & ok;
+        while within != 0 {
+            let j = within.trailing_zeros() as usize;
+            s.seen.push((slots[j], costs[j]));
+            within &= within - 1;
         }
         k = end;
     }

@@ -40,7 +40,43 @@ impl RunIndex {
     /// Lock-free: runs concurrently with writers and never waits for them; a block stored
     /// or removed during the match may or may not be seen. Resizes `out` to
     /// `worker_slots` if needed (only then does it allocate).
+    ///
+    /// Runs a copy compiled for AVX2, BMI1 and POPCNT where the CPU has them
+    /// ([`kvroute_core::cpu::avx2_enabled`]), the baseline copy otherwise; both write the
+    /// same overlaps.
+    #[inline]
     pub fn match_prefix(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        if kvroute_core::cpu::avx2_enabled() {
+            // SAFETY: `match_prefix_avx2`'s only precondition is that the CPU supports
+            // AVX2, BMI1 and POPCNT, which `avx2_enabled` just detected.
+            unsafe { self.match_prefix_avx2(hashes, out) };
+            return;
+        }
+        self.walk(hashes, out);
+    }
+
+    /// [`match_prefix`](Self::match_prefix) on the baseline copy, whatever the CPU has
+    /// (tests compare it with the dispatched one).
+    #[doc(hidden)]
+    pub fn match_prefix_baseline(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
+        self.walk(hashes, out);
+    }
+
+    /// The walk compiled for AVX2, BMI1 and POPCNT (the `alive` words' counts become
+    /// `popcnt`, their scans `tzcnt`, the entry fills 256-bit stores).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, BMI1 and POPCNT.
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    #[target_feature(enable = "avx2,bmi1,popcnt")]
+    unsafe fn match_prefix_avx2(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
+        self.walk(hashes, out);
+    }
+
+    /// The match itself, inlined into each copy.
+    #[inline(always)]
+    fn walk(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
         let slots = self.config.worker_slots;
         out.begin(slots);
         let n = hashes.len();
