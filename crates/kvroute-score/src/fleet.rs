@@ -528,17 +528,45 @@ impl Fleet {
 
         let ov = overlaps.as_slice();
         let m = ov.len().min(len);
+        // Lanes are padded to a multiple of 8: independent accumulators of the largest
+        // overlap lane (every lane is at least +0, so the maximum does not depend on the
+        // order it is taken in).
+        let mut deepest = [0f32; 8];
         if overlaps.deepest() <= i32::MAX as u32 {
             // Every overlap fits an `i32` (`deepest` is their maximum), where the conversion
             // is one instruction (`cvtdq2ps`) and gives the same `f32` as from the `u32`.
-            for ((o, b), k) in self.overlap[..m].iter_mut().zip(&ov[..m]).zip(mask) {
-                *o = f32::from_bits(((*b as i32) as f32).to_bits() & k);
+            // Eight at a time with the maximum taken as they are written.
+            let whole = m / 8 * 8;
+            let chunks = self.overlap[..whole]
+                .chunks_exact_mut(8)
+                .zip(ov[..whole].chunks_exact(8))
+                .zip(mask[..whole].chunks_exact(8));
+            for ((o, b), k) in chunks {
+                let mut x = [0f32; 8];
+                for ((x, &b), &k) in x.iter_mut().zip(b).zip(k) {
+                    *x = f32::from_bits(((b as i32) as f32).to_bits() & k);
+                }
+                o.copy_from_slice(&x);
+                for (d, &x) in deepest.iter_mut().zip(&x) {
+                    *d = if x > *d { x } else { *d };
+                }
+            }
+            for i in whole..m {
+                let x = f32::from_bits(((ov[i] as i32) as f32).to_bits() & mask[i]);
+                self.overlap[i] = x;
+                deepest[i % 8] = if x > deepest[i % 8] { x } else { deepest[i % 8] };
             }
         } else {
             for ((o, b), k) in self.overlap[..m].iter_mut().zip(&ov[..m]).zip(mask) {
                 *o = f32::from_bits((*b as f32).to_bits() & k);
             }
+            for chunk in self.overlap[..m].chunks(8) {
+                for (d, &x) in deepest.iter_mut().zip(chunk) {
+                    *d = if x > *d { x } else { *d };
+                }
+            }
         }
+        // The lanes past the overlaps read 0 (no change to the maximum).
         self.overlap[m..n].fill(0.0);
         let (tail, bound) = overlaps.tail();
         self.tail.clear();
@@ -550,13 +578,6 @@ impl Fleet {
         } else {
             bound as f32
         });
-        // Lanes are padded to a multiple of 8: independent accumulators.
-        let mut deepest = [0f32; 8];
-        for chunk in self.overlap[..n].chunks_exact(8) {
-            for (d, &x) in deepest.iter_mut().zip(chunk) {
-                *d = if x > *d { x } else { *d };
-            }
-        }
 
         // Slots holding reservations (few): fold them in as the per-slot formula does, and
         // adjust the aggregates of the requests lane for them.
