@@ -204,8 +204,10 @@ fn record_with<const MOST: bool>(blocks: &mut [u32], w: usize, dropped: u64, dep
 }
 
 /// Writes `depth` into every entry of `word` (64 of them) but those whose bit is set in
-/// `keep` (at most 8 bits). Out of line, so that `record` stays small where it is inlined.
-#[inline(never)]
+/// `keep` (at most 8 bits). Reached only from [`record_most`] (the branch is compiled out of
+/// [`record`]), and inlined into it, so that the run index's AVX2 walk fills with 256-bit
+/// stores too.
+#[inline(always)]
 fn fill_keeping(word: &mut [u32], keep: u64, depth: u32) {
     let mut kept = [0u32; 8];
     let (mut left, mut k) = (keep, 0);
