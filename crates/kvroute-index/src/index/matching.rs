@@ -129,9 +129,27 @@ impl Overlaps {
 }
 
 impl Overlaps {
-    /// Starts a match over `worker_slots` slots: every entry reads 0.
-    pub(crate) fn begin(&mut self, worker_slots: usize) {
-        self.reset(worker_slots);
+    /// Starts a match that writes every entry below `worker_slots` itself: sized as
+    /// [`begin`](Self::begin) (new entries read 0), deepest and tail cleared, but the
+    /// entries a previous match wrote are left as they are until the caller overwrites them
+    /// (or calls [`zero_entries`](Self::zero_entries)).
+    pub(crate) fn begin_unzeroed(&mut self, worker_slots: usize) {
+        self.dirty = self.dirty.min(self.blocks.len());
+        if self.blocks.len() != worker_slots {
+            self.blocks.clear();
+            self.blocks.resize(worker_slots, 0);
+            self.dirty = 0;
+        }
+        self.deepest = 0;
+        self.tail_len = 0;
+        self.bound = None;
+    }
+
+    /// Sets every entry to 0 (after [`begin_unzeroed`](Self::begin_unzeroed), for a match
+    /// that writes none).
+    pub(crate) fn zero_entries(&mut self) {
+        self.blocks[..self.dirty].fill(0);
+        self.dirty = 0;
     }
 
     /// The per-slot entries, for a match to write.

@@ -78,14 +78,19 @@ impl RunIndex {
     #[inline(always)]
     fn walk(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
         let slots = self.config.worker_slots;
-        out.begin(slots);
+        // Entries are not zeroed up front: the walk below writes every slot's entry exactly
+        // once (each worker starts alive and is recorded when it drops out or at the end),
+        // so only a match that stops before the walk zeroes them.
+        out.begin_unzeroed(slots);
         let n = hashes.len();
         if n == 0 {
+            out.zero_entries();
             return;
         }
         let words = slots.div_ceil(64).min(MAX_WORDS);
         let guard = super::epoch::pin();
         let Some(mut view) = self.heads.find(hashes[0].0, &guard) else {
+            out.zero_entries();
             return;
         };
         let mut alive = [0u64; MAX_WORDS];
@@ -133,11 +138,11 @@ impl RunIndex {
             }
             let mut dropped_any = 0u64;
             for w in 0..words {
-                if d > 0 {
-                    let dropped = alive[w] & !kept[w];
-                    dropped_any |= dropped;
-                    record(blocks, w, dropped, d as u32);
-                }
+                // At depth 0 too: a worker without the first run's first block gets its
+                // 0 written here.
+                let dropped = alive[w] & !kept[w];
+                dropped_any |= dropped;
+                record(blocks, w, dropped, d as u32);
                 alive[w] = kept[w];
                 any |= kept[w];
             }

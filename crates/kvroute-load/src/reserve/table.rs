@@ -632,23 +632,41 @@ impl ReservationTable {
     pub fn reserved_nonzero(&self, generations: &[u64], out: &mut Vec<(Slot, Reserved)>) {
         out.clear();
         let n = self.inner.slots.len().min(generations.len());
-        // A plain range over groups: `step_by` with `enumerate` cost about 20 instructions
-        // per group of loop bookkeeping, more than the group's load.
-        for group in 0..n.div_ceil(GROUP_SLOTS) {
-            if self.inner.groups.live(group) == 0 {
+        // First the groups with a guard out, 64 groups per word of a bitset (one load and
+        // one `or` per group), then only those groups' slots: the loop over every group
+        // stays as small as the loads themselves.
+        let groups = n.div_ceil(GROUP_SLOTS);
+        for base in (0..groups).step_by(64) {
+            let mut live = 0u64;
+            for (b, group) in (base..groups.min(base + 64)).enumerate() {
+                live |= u64::from(self.inner.groups.live(group) != 0) << b;
+            }
+            while live != 0 {
+                let group = base + live.trailing_zeros() as usize;
+                live &= live - 1;
+                self.push_nonzero_of(group, n, generations, out);
+            }
+        }
+    }
+
+    /// [`reserved_nonzero`](Self::reserved_nonzero)'s scan of one group's slots (below `n`).
+    fn push_nonzero_of(
+        &self,
+        group: usize,
+        n: usize,
+        generations: &[u64],
+        out: &mut Vec<(Slot, Reserved)>,
+    ) {
+        let start = group * GROUP_SLOTS;
+        let end = n.min(start + GROUP_SLOTS);
+        let cells = &self.inner.slots[start..end];
+        for (i, (cell, &g)) in (start..end).zip(cells.iter().zip(&generations[start..end])) {
+            if g == VACANT || cell.tenancy.load(Ordering::Acquire) != g {
                 continue;
             }
-            let start = group * GROUP_SLOTS;
-            let end = n.min(start + GROUP_SLOTS);
-            let cells = &self.inner.slots[start..end];
-            for (i, (cell, &g)) in (start..end).zip(cells.iter().zip(&generations[start..end])) {
-                if g == VACANT || cell.tenancy.load(Ordering::Acquire) != g {
-                    continue;
-                }
-                let r = cell.totals();
-                if !r.is_zero() {
-                    out.push((Slot(i as u32), r));
-                }
+            let r = cell.totals();
+            if !r.is_zero() {
+                out.push((Slot(i as u32), r));
             }
         }
     }
