@@ -319,6 +319,7 @@ impl Harness {
             if baseline.as_slice() != out.as_slice()
                 || baseline.deepest() != out.deepest()
                 || baseline.tail() != out.tail()
+                || baseline.deepest_slot() != out.deepest_slot()
             {
                 return Err(format!(
                     "the baseline walk differs from the dispatched one on a {}-block query",
@@ -338,6 +339,17 @@ impl Harness {
             let deepest = want.iter().copied().max().unwrap_or(0);
             if out.deepest() != deepest {
                 return Err(format!("deepest {} vs model {deepest}", out.deepest()));
+            }
+            // A deepest slot, whenever anything matched, holding the model's deepest.
+            match out.deepest_slot() {
+                Some(s) if want.get(s.index()) == Some(&deepest) && deepest > 0 => {}
+                None if deepest == 0 => {}
+                other => {
+                    return Err(format!(
+                        "deepest slot {other:?} for deepest {deepest} (model {:?})",
+                        other.map(|s| want.get(s.index()))
+                    ));
+                }
             }
             // The tail: sorted distinct slots, at most TAIL_SLOTS, every other slot's model
             // overlap within the bound.

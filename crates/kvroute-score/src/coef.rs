@@ -239,6 +239,32 @@ impl crate::fleet::Fleet {
             cfg.tokens_per_request,
             snapshot_stale,
         );
+        self.refresh_coefficients(cfg);
+    }
+
+    /// [`fill_with`](Self::fill_with) from the fleet's own match buffer
+    /// ([`matched_mut`](Self::matched_mut): match into it first), with one difference: the
+    /// per-slot overlaps are not converted into the `overlap` lane. Every read of a slot's
+    /// overlap ([`overlap`](Self::overlap), the aggregates' `deepest`, the sparse
+    /// `projected_time` decision) takes it from the match buffer, and
+    /// [`Scorer::score_matched`](crate::Scorer::score_matched) converts the lane only when
+    /// it decides with a pass over every slot ([`convert_lane`](Self::convert_lane)), so a
+    /// sparse decision costs no per-slot overlap work. Any other scoring call on the fleet
+    /// sees the same values (it converts a copy first; slower, never different).
+    pub fn fill_with_matched(
+        &mut self,
+        snapshot: &kvroute_load::LoadSnapshot,
+        table: &kvroute_load::ReservationTable,
+        cfg: &crate::ScoreConfig,
+        snapshot_stale: bool,
+    ) {
+        self.fill_lanes_matched(snapshot, table, cfg.tokens_per_request, snapshot_stale);
+        self.refresh_coefficients(cfg);
+    }
+
+    /// The coefficients' update after a fill: all of them when the fill rebuilt the lanes
+    /// (or `cfg`'s defaults changed), otherwise the slots the fill touched.
+    fn refresh_coefficients(&mut self, cfg: &crate::ScoreConfig) {
         let key = key_of(cfg);
         if self.rebuilt || self.coef.key != Some(key) || self.coef.spp.len() != self.lane_len() {
             self.prepare_costs(cfg);

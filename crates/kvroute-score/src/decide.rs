@@ -104,7 +104,10 @@ pub struct Scorer {
     aux: Vec<f32>,
     sparse: crate::sparse::Scratch,
     /// Whether the last `enforce` decided sparsely (so `costs` was not written).
-    sparse_decided: bool,
+    pub(crate) sparse_decided: bool,
+    /// Set by `score_matched` when its sparse attempt left the fleet to the pass, so that
+    /// the `enforce` it runs next does not make the same attempt again; cleared there.
+    sparse_declined: bool,
 }
 
 struct Ctx<'a> {
@@ -146,6 +149,13 @@ impl Scorer {
         cfg: &ScoreConfig,
         tie: TieInput,
     ) -> Choice {
+        if fleet.lane_deferred {
+            // A fleet filled by `fill_with_matched` whose lane was not converted: decide on
+            // a converted copy (the same values; `score_matched` avoids the copy).
+            let mut converted = fleet.clone();
+            converted.convert_lane();
+            return self.score_with(path, &converted, req, cfg, tie);
+        }
         match path {
             SimdPath::Scalar => decide::<Scalar>(self, fleet, req, cfg, tie),
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
@@ -163,7 +173,83 @@ impl Scorer {
         cfg: &ScoreConfig,
         tie: TieInput,
     ) -> Choice {
-        decide::<Scalar>(self, fleet, req, cfg, tie)
+        self.score_with(SimdPath::Scalar, fleet, req, cfg, tie)
+    }
+
+    /// [`score`](Self::score) for a fleet filled with
+    /// [`Fleet::fill_with_matched`]: the same decision, without converting the fleet's
+    /// overlaps when the sparse `projected_time` decision decides (enforce, every occupied
+    /// slot fresh, the fleet in the sparse decision's shape); otherwise the overlap lane is
+    /// converted in place ([`Fleet::convert_lane`]) and the pass decides as `score` does.
+    /// On a fleet filled otherwise it is `score`. Never panics.
+    pub fn score_matched(
+        &mut self,
+        fleet: &mut Fleet,
+        req: ScoreRequest,
+        cfg: &ScoreConfig,
+        tie: TieInput,
+    ) -> Choice {
+        let path = SimdPath::active();
+        self.sparse_declined = false;
+        if fleet.lane_deferred {
+            if let Some(c) = self.try_sparse(path, fleet, req, cfg, tie) {
+                return c;
+            }
+            fleet.convert_lane();
+        }
+        self.score_with(path, fleet, req, cfg, tie)
+    }
+
+    /// The sparse decision alone, where `score_with(path, ..)` would make it (the
+    /// `projected_time` enforce policy with every occupied slot fresh, on a path that
+    /// decides sparsely), reading the overlaps through [`Fleet::overlap_at`]; `None` where
+    /// the pass would decide instead.
+    fn try_sparse(
+        &mut self,
+        path: SimdPath,
+        fleet: &Fleet,
+        req: ScoreRequest,
+        cfg: &ScoreConfig,
+        tie: TieInput,
+    ) -> Option<Choice> {
+        let enforce = matches!(
+            cfg.policy,
+            Policy::ProjectedTime {
+                mode: ProjectedMode::Enforce
+            }
+        );
+        if !enforce || path == SimdPath::Scalar {
+            return None;
+        }
+        let (p, rule) = inputs(fleet, req, cfg, tie);
+        let ctx = Ctx {
+            fleet,
+            cfg,
+            p,
+            rule,
+        };
+        // `enforce`'s order: the fleet-wide rule, then the scoped one, both dense.
+        if ctx.fallback_cause().is_some() {
+            return None;
+        }
+        self.sparse_decided = true;
+        match crate::sparse::enforce(
+            fleet,
+            &ctx.p,
+            &ctx.rule,
+            cfg.escape_margin_s,
+            &mut self.sparse,
+        ) {
+            crate::sparse::Outcome::Pick(p, c) => {
+                Some(ctx.scoped(ctx.choice(p, ctx.classify(p), c)))
+            }
+            crate::sparse::Outcome::NoneEligible => Some(none()),
+            crate::sparse::Outcome::Dense => {
+                self.sparse_decided = false;
+                self.sparse_declined = true;
+                None
+            }
+        }
     }
 }
 
@@ -315,6 +401,7 @@ impl Ctx<'_> {
 
     fn enforce<E: Engine>(&self, s: &mut Scorer) -> Choice {
         s.sparse_decided = false;
+        let declined = core::mem::take(&mut s.sparse_declined);
         if self.fleet_wide().is_some() {
             return self.model::<E>(s, CostKind::Projected);
         }
@@ -330,8 +417,8 @@ impl Ctx<'_> {
                 l.map_or(Escape::NoneEligible, Escape::Pick),
             )
         } else {
-            s.sparse_decided = E::SPARSE;
-            if E::SPARSE {
+            s.sparse_decided = E::SPARSE && !declined;
+            if s.sparse_decided {
                 match crate::sparse::enforce(
                     self.fleet,
                     &self.p,

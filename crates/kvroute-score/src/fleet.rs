@@ -154,6 +154,12 @@ pub struct Fleet {
     /// The sparse decision's order of the slots (module `sparse`), built with the
     /// coefficients.
     pub(crate) order: crate::sparse::Order,
+    /// The match buffer of [`fill_with_matched`](Self::fill_with_matched).
+    matched: Overlaps,
+    /// Whether the `overlap` lane is out of date because the last fill was
+    /// [`fill_with_matched`](Self::fill_with_matched) (the per-slot reads go to `matched`;
+    /// [`convert_lane`](Self::convert_lane) brings the lane up to date).
+    pub(crate) lane_deferred: bool,
 }
 
 impl Fleet {
@@ -201,9 +207,30 @@ impl Fleet {
         self.occupied.get(i).is_some_and(|&o| o > 0.0)
     }
 
-    /// Overlap of slot `i` (blocks; 0 for vacant or out of range).
+    /// Overlap of slot `i` (blocks; 0 for vacant or out of range), whether or not the
+    /// `overlap` lane was converted after [`fill_with_matched`](Self::fill_with_matched).
     pub fn overlap(&self, i: usize) -> f32 {
-        self.overlap.get(i).copied().unwrap_or(0.0)
+        if self.lane_deferred {
+            if i < self.len && self.mask.get(i).is_some_and(|&m| m != 0) {
+                self.matched.as_slice().get(i).map_or(0.0, |&b| b as f32)
+            } else {
+                0.0
+            }
+        } else {
+            self.overlap.get(i).copied().unwrap_or(0.0)
+        }
+    }
+
+    /// [`overlap`](Self::overlap) of an occupied slot `i < len` (the decisions' reads):
+    /// the lane's value, or the match buffer's converted the same way (`u32` to `f32`; the
+    /// lane's `i32` conversion gives the same value) while the lane is deferred.
+    #[inline(always)]
+    pub(crate) fn overlap_at(&self, i: usize) -> f32 {
+        if self.lane_deferred {
+            self.matched.as_slice().get(i).map_or(0.0, |&b| b as f32)
+        } else {
+            self.overlap[i]
+        }
     }
 
     /// Requests of slot `i` (requests; 0 for vacant or out of range).
@@ -282,6 +309,7 @@ impl Fleet {
         self.order.key = None;
         self.tail.clear();
         self.tail_bound = None;
+        self.lane_deferred = false;
     }
 
     /// Sizes the lanes for `slots` slots without clearing them (a fill writes every lane
@@ -434,11 +462,62 @@ impl Fleet {
             overlaps,
             tokens_per_request,
             snapshot_stale,
+            true,
         );
+    }
+
+    /// [`fill_lanes`](Self::fill_lanes) from the fleet's own match buffer
+    /// ([`matched_mut`](Self::matched_mut)), the `overlap` lane left for
+    /// [`convert_lane`](Self::convert_lane) (module docs of `decide`, `score_matched`).
+    pub(crate) fn fill_lanes_matched(
+        &mut self,
+        snapshot: &LoadSnapshot,
+        table: &ReservationTable,
+        tokens_per_request: u32,
+        snapshot_stale: bool,
+    ) {
+        let matched = core::mem::take(&mut self.matched);
+        self.fill_lanes_on(
+            SimdPath::active(),
+            snapshot,
+            table,
+            &matched,
+            tokens_per_request,
+            snapshot_stale,
+            false,
+        );
+        self.matched = matched;
+    }
+
+    /// Brings the `overlap` lane up to date with the match buffer after
+    /// [`fill_with_matched`](Self::fill_with_matched) (a no-op when it is): every slot's
+    /// overlap converted to `f32`, 0 for a vacant slot, as [`fill`](Self::fill) writes it.
+    pub fn convert_lane(&mut self) {
+        if !self.lane_deferred {
+            return;
+        }
+        let n = self.lane_len();
+        let m = self.matched.as_slice().len().min(self.len);
+        convert_overlaps(&mut self.overlap[..n], &self.matched, &self.mask[..n], m);
+        self.lane_deferred = false;
+    }
+
+    /// The buffer the fleet's overlaps are read from by
+    /// [`fill_with_matched`](Self::fill_with_matched): a match writes into it
+    /// (`RunIndex::match_prefix(hashes, fleet.matched_mut())`), then the fill reads it.
+    pub fn matched_mut(&mut self) -> &mut Overlaps {
+        &mut self.matched
+    }
+
+    /// The match buffer as the last [`fill_with_matched`](Self::fill_with_matched) read it
+    /// (per slot in blocks, with its tail).
+    pub fn matched(&self) -> &Overlaps {
+        &self.matched
     }
 
     /// [`fill_lanes`](Self::fill_lanes) on the copy for `path` (`Avx2` where available;
     /// any other path, or `Avx2` where the CPU lacks it, runs the baseline copy).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn fill_lanes_on(
         &mut self,
         path: SimdPath,
@@ -447,6 +526,7 @@ impl Fleet {
         overlaps: &Overlaps,
         tokens_per_request: u32,
         snapshot_stale: bool,
+        convert: bool,
     ) {
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
         if path == SimdPath::Avx2 && crate::avx2::available() {
@@ -459,6 +539,7 @@ impl Fleet {
                     overlaps,
                     tokens_per_request,
                     snapshot_stale,
+                    convert,
                 )
             };
             return;
@@ -470,6 +551,7 @@ impl Fleet {
             overlaps,
             tokens_per_request,
             snapshot_stale,
+            convert,
         );
     }
 
@@ -487,6 +569,7 @@ impl Fleet {
         overlaps: &Overlaps,
         tokens_per_request: u32,
         snapshot_stale: bool,
+        convert: bool,
     ) {
         self.fill_lanes_body(
             snapshot,
@@ -494,6 +577,7 @@ impl Fleet {
             overlaps,
             tokens_per_request,
             snapshot_stale,
+            convert,
         );
     }
 
@@ -506,6 +590,7 @@ impl Fleet {
         overlaps: &Overlaps,
         tokens_per_request: u32,
         snapshot_stale: bool,
+        convert: bool,
     ) {
         let len = snapshot.len();
         let key = BaseKey {
@@ -526,48 +611,17 @@ impl Fleet {
         let n = self.lane_len();
         let mask = &self.mask[..n];
 
-        let ov = overlaps.as_slice();
-        let m = ov.len().min(len);
-        // Lanes are padded to a multiple of 8: independent accumulators of the largest
-        // overlap lane (every lane is at least +0, so the maximum does not depend on the
-        // order it is taken in).
-        let mut deepest = [0f32; 8];
-        if overlaps.deepest() <= i32::MAX as u32 {
-            // Every overlap fits an `i32` (`deepest` is their maximum), where the conversion
-            // is one instruction (`cvtdq2ps`) and gives the same `f32` as from the `u32`.
-            // Eight at a time with the maximum taken as they are written.
-            let whole = m / 8 * 8;
-            let chunks = self.overlap[..whole]
-                .chunks_exact_mut(8)
-                .zip(ov[..whole].chunks_exact(8))
-                .zip(mask[..whole].chunks_exact(8));
-            for ((o, b), k) in chunks {
-                let mut x = [0f32; 8];
-                for ((x, &b), &k) in x.iter_mut().zip(b).zip(k) {
-                    *x = f32::from_bits(((b as i32) as f32).to_bits() & k);
-                }
-                o.copy_from_slice(&x);
-                for (d, &x) in deepest.iter_mut().zip(&x) {
-                    *d = if x > *d { x } else { *d };
-                }
-            }
-            for i in whole..m {
-                let x = f32::from_bits(((ov[i] as i32) as f32).to_bits() & mask[i]);
-                self.overlap[i] = x;
-                deepest[i % 8] = if x > deepest[i % 8] { x } else { deepest[i % 8] };
-            }
+        let m = overlaps.as_slice().len().min(len);
+        let deepest = if convert {
+            self.lane_deferred = false;
+            convert_overlaps(&mut self.overlap[..n], overlaps, mask, m)
         } else {
-            for ((o, b), k) in self.overlap[..m].iter_mut().zip(&ov[..m]).zip(mask) {
-                *o = f32::from_bits((*b as f32).to_bits() & k);
-            }
-            for chunk in self.overlap[..m].chunks(8) {
-                for (d, &x) in deepest.iter_mut().zip(chunk) {
-                    *d = if x > *d { x } else { *d };
-                }
-            }
-        }
-        // The lanes past the overlaps read 0 (no change to the maximum).
-        self.overlap[m..n].fill(0.0);
+            // The lane is converted by the first reader that needs all of it
+            // ([`convert_lane`](Self::convert_lane)); the deepest overlap is the same `f32`
+            // either way.
+            self.lane_deferred = true;
+            masked_deepest(overlaps, mask, m)
+        };
         let (tail, bound) = overlaps.tail();
         self.tail.clear();
         self.tail.extend(tail.iter().filter(|&&i| (i as usize) < m));
@@ -631,9 +685,7 @@ impl Fleet {
             agg.max = max;
         }
         let mut a = self.base_aggregates(agg);
-        a.deepest = deepest
-            .into_iter()
-            .fold(0.0, |d, x| if x > d { x } else { d });
+        a.deepest = deepest;
         self.agg = Some(a);
     }
 
@@ -853,6 +905,109 @@ impl Fleet {
         }
         a
     }
+}
+
+/// Writes the `overlap` lane (`lane`, the padded length) from `overlaps`' first `m`
+/// entries, 0 for a slot whose `mask` is 0 and past `m`, and returns its maximum.
+#[inline(always)]
+fn convert_overlaps(lane: &mut [f32], overlaps: &Overlaps, mask: &[u32], m: usize) -> f32 {
+    let ov = overlaps.as_slice();
+    // Lanes are padded to a multiple of 8: independent accumulators of the largest
+    // overlap lane (every lane is at least +0, so the maximum does not depend on the
+    // order it is taken in).
+    let mut deepest = [0f32; 8];
+    if overlaps.deepest() <= i32::MAX as u32 {
+        // Every overlap fits an `i32` (`deepest` is their maximum), where the conversion is
+        // one instruction (`cvtdq2ps`) and gives the same `f32` as from the `u32`. Eight at
+        // a time with the maximum taken as they are written.
+        let whole = m / 8 * 8;
+        let chunks = lane[..whole]
+            .chunks_exact_mut(8)
+            .zip(ov[..whole].chunks_exact(8))
+            .zip(mask[..whole].chunks_exact(8));
+        for ((o, b), k) in chunks {
+            let mut x = [0f32; 8];
+            for ((x, &b), &k) in x.iter_mut().zip(b).zip(k) {
+                *x = f32::from_bits(((b as i32) as f32).to_bits() & k);
+            }
+            o.copy_from_slice(&x);
+            for (d, &x) in deepest.iter_mut().zip(&x) {
+                *d = if x > *d { x } else { *d };
+            }
+        }
+        for i in whole..m {
+            let x = f32::from_bits(((ov[i] as i32) as f32).to_bits() & mask[i]);
+            lane[i] = x;
+            deepest[i % 8] = if x > deepest[i % 8] {
+                x
+            } else {
+                deepest[i % 8]
+            };
+        }
+    } else {
+        for ((o, b), k) in lane[..m].iter_mut().zip(&ov[..m]).zip(mask) {
+            *o = f32::from_bits((*b as f32).to_bits() & k);
+        }
+        for chunk in lane[..m].chunks(8) {
+            for (d, &x) in deepest.iter_mut().zip(chunk) {
+                *d = if x > *d { x } else { *d };
+            }
+        }
+    }
+    // The lanes past the overlaps read 0 (no change to the maximum).
+    lane[m..].fill(0.0);
+    deepest
+        .into_iter()
+        .fold(0.0, |d, x| if x > d { x } else { d })
+}
+
+/// The largest overlap among the first `m` entries of `overlaps` whose `mask` is set, as
+/// `f32` (what [`convert_overlaps`] returns, without writing the lane). An occupied
+/// [`Overlaps::deepest_slot`] holds the largest of all; otherwise, since every slot outside
+/// the match's tail holds at most its bound, when an occupied tail slot holds more the
+/// tail alone decides; otherwise one pass over the entries.
+#[inline(always)]
+fn masked_deepest(overlaps: &Overlaps, mask: &[u32], m: usize) -> f32 {
+    if overlaps.deepest() == 0 {
+        return 0.0;
+    }
+    let ov = &overlaps.as_slice()[..m];
+    // A known holder of the deepest overlap that is occupied: nothing holds more.
+    if let Some(w) = overlaps.deepest_slot() {
+        if w.index() < m && mask[w.index()] != 0 && ov[w.index()] == overlaps.deepest() {
+            return overlaps.deepest() as f32;
+        }
+    }
+    let (tail, bound) = overlaps.tail();
+    let mut most = 0u32;
+    for &i in tail {
+        let i = i as usize;
+        if i < m && mask[i] != 0 && ov[i] > most {
+            most = ov[i];
+        }
+    }
+    if most <= bound {
+        // Eight independent maxima (one vector register where the copy has AVX2).
+        let mut lanes = [0u32; 8];
+        let whole = m / 8 * 8;
+        for (o, k) in ov[..whole]
+            .chunks_exact(8)
+            .zip(mask[..whole].chunks_exact(8))
+        {
+            for ((l, &o), &k) in lanes.iter_mut().zip(o).zip(k) {
+                let o = o & k;
+                *l = if o > *l { o } else { *l };
+            }
+        }
+        for (&o, &k) in ov[whole..].iter().zip(&mask[whole..]) {
+            let o = o & k;
+            most = if o > most { o } else { most };
+        }
+        most = lanes
+            .into_iter()
+            .fold(most, |a, b| if b > a { b } else { a });
+    }
+    most as f32
 }
 
 /// The aggregates of a fleet with no occupied slot (before any fill).
@@ -1164,7 +1319,7 @@ mod tests {
             // Each copy of the fill (baseline and, where the CPU has it, AVX2) alone.
             for path in [SimdPath::Portable, SimdPath::Avx2] {
                 let mut own = Fleet::from_slots(&vec![Some(SlotFigures::idle()); cap + 1]);
-                own.fill_lanes_on(path, &snap, &table, &overlaps, tpr, false);
+                own.fill_lanes_on(path, &snap, &table, &overlaps, tpr, false, true);
                 assert_same(&own, &reference, &format!("{path} seed {seed} cap {cap}"));
             }
         }
@@ -1181,6 +1336,8 @@ mod tests {
         let mut kept = Fleet::new();
         kept.fill_with(&snap, &table, &overlaps, &cfg, false);
         assert_coefficients_fresh(&kept, &cfg, "first fill_with");
+        // The same fills from the fleet's own match buffer, its lane left unconverted.
+        let mut matched = Fleet::new();
         for round in 0..3 {
             let keep = guards.len() / 2;
             guards.truncate(keep);
@@ -1216,6 +1373,15 @@ mod tests {
             );
             kept.fill_with(&snap, &table, &overlaps, &cfg, false);
             assert_same(&kept, &reference, &format!("fill_with, round {round}"));
+            check_matched_fill(
+                &mut matched,
+                &kept,
+                &reference,
+                &snap,
+                &table,
+                &overlaps,
+                &cfg,
+            );
             assert!(kept.coef.key.is_some());
             assert_coefficients_fresh(&kept, &cfg, &format!("seed {seed} cap {cap} round {round}"));
         }
@@ -1337,6 +1503,166 @@ mod tests {
                 guards.push(table.reserve(slot, SlotGeneration(1), work, now).unwrap());
             }
         }
+    }
+
+    /// `fill_with_matched` from `overlaps` against the eager fill `kept` of the same
+    /// inputs and the per-slot `reference`: the same overlaps per slot and the same
+    /// aggregates before the lane is converted, the same decisions whichever way the
+    /// fleet is scored (`score_matched`, `score` on the unconverted fleet, `score` on the
+    /// eager one), and the same lanes once converted.
+    fn check_matched_fill(
+        matched: &mut Fleet,
+        kept: &Fleet,
+        reference: &Fleet,
+        snap: &LoadSnapshot,
+        table: &ReservationTable,
+        overlaps: &Overlaps,
+        cfg: &crate::ScoreConfig,
+    ) {
+        *matched.matched_mut() = overlaps.clone();
+        matched.fill_with_matched(snap, table, cfg, false);
+        assert!(matched.lane_deferred || reference.len == 0);
+        for i in 0..reference.len + 2 {
+            assert_eq!(
+                matched.overlap(i).to_bits(),
+                reference.overlap(i).to_bits(),
+                "slot {i}"
+            );
+        }
+        assert_eq!(
+            format!("{:?}", matched.aggregates()),
+            format!("{:?}", reference.aggregates())
+        );
+        let req = crate::ScoreRequest {
+            prompt_tokens: 2_048,
+            block_size: 16,
+            expected_output_tokens: 100,
+        };
+        for policy in [crate::Policy::default(), crate::Policy::LeastLoad] {
+            let cfg = crate::ScoreConfig {
+                policy,
+                ..*cfg
+            };
+            for cursor in [0, 7] {
+                let tie = crate::TieInput {
+                    cursor,
+                    random: None,
+                };
+                let want = format!("{:?}", crate::Scorer::new().score(kept, req, &cfg, tie));
+                let unconverted =
+                    format!("{:?}", crate::Scorer::new().score(matched, req, &cfg, tie));
+                assert_eq!(
+                    unconverted, want,
+                    "score on the unconverted fleet, {policy:?}"
+                );
+                let mut copy = matched.clone();
+                let got = crate::Scorer::new().score_matched(&mut copy, req, &cfg, tie);
+                assert_eq!(format!("{got:?}"), want, "score_matched, {policy:?}");
+            }
+        }
+        matched.convert_lane();
+        assert!(!matched.lane_deferred);
+        assert_same(matched, reference, "converted lane");
+    }
+
+    /// A fresh fleet of `cap` single-rank engines with full figures (so the sparse
+    /// `projected_time` decision applies), a few slots holding reservations, and overlaps
+    /// with a few deep holders (`deep`) over a shared prefix of 8 blocks.
+    fn fresh_fleet(seed: u64, cap: usize) -> (Fleet, Fleet, Vec<Reservation>) {
+        let mut r = NearTieRng::new(seed);
+        let (mut publisher, reader) = LoadPublisher::new(LoadConfig::new(cap)).unwrap();
+        let table = ReservationTable::new(cap, ReservationTable::DEFAULT_TTL).unwrap();
+        let now = Nanos::from_secs(100);
+        let mut guards = Vec::new();
+        for i in 0..cap {
+            let (slot, w) = (Slot(i as u32), WorkerId::new(i as u64, 0));
+            publisher.add_worker(slot, w, SlotGeneration(1)).unwrap();
+            table.add_worker(slot, SlotGeneration(1), now).unwrap();
+            let mut c = LoadSample::new(
+                pick(&mut r, 7) as u32,
+                pick(&mut r, 3) as u32,
+                64,
+                pick(&mut r, 10) as f32 / 20.0,
+            );
+            c.waiting_prefill_tokens = Some(c.waiting * 1_000);
+            c.active_decode_tokens = Some(c.running * 2_300);
+            c.decode_tps = Some(1_000.0);
+            c.prefill_tps = Some(8_000.0);
+            publisher.apply_sample(w, c, now).unwrap();
+            if pick(&mut r, 40) == 0 {
+                let work = Work {
+                    prefill_tokens: 700,
+                    decode_tokens: 100,
+                };
+                guards.push(table.reserve(slot, SlotGeneration(1), work, now).unwrap());
+            }
+        }
+        publisher.publish(now).unwrap();
+        let deep: Vec<u32> = (0..3).map(|_| pick(&mut r, cap as u64) as u32).collect();
+        let overlaps = Overlaps::from_blocks(
+            (0..cap as u32)
+                .map(|i| {
+                    if deep.contains(&i) {
+                        120
+                    } else if i % 5 == 0 {
+                        0
+                    } else {
+                        8
+                    }
+                })
+                .collect(),
+        );
+        let snap = reader.load();
+        let cfg = crate::ScoreConfig::default();
+        let mut eager = Fleet::new();
+        eager.fill_with(&snap, &table, &overlaps, &cfg, false);
+        let mut matched = Fleet::new();
+        *matched.matched_mut() = overlaps;
+        matched.fill_with_matched(&snap, &table, &cfg, false);
+        (eager, matched, guards)
+    }
+
+    /// `score_matched` on a fleet filled from its match buffer decides sparsely, without
+    /// converting the lane, and makes the eager fleet's decision; the lane converted later
+    /// equals the eager fill's.
+    #[test]
+    fn matched_fill_decides_sparsely_as_the_eager_fill() {
+        let req = crate::ScoreRequest {
+            prompt_tokens: 2_048,
+            block_size: 16,
+            expected_output_tokens: 100,
+        };
+        let mut sparse_decisions = 0;
+        for seed in 0..40 {
+            let cap = [64, 100, 512][seed as usize % 3];
+            let (eager, mut matched, _guards) = fresh_fleet(seed, cap);
+            let cfg = crate::ScoreConfig::default();
+            for cursor in [0, 3, 11] {
+                let tie = crate::TieInput {
+                    cursor,
+                    random: None,
+                };
+                let want = crate::Scorer::new().score(&eager, req, &cfg, tie);
+                let mut scorer = crate::Scorer::new();
+                let got = scorer.score_matched(&mut matched, req, &cfg, tie);
+                assert_eq!(format!("{got:?}"), format!("{want:?}"), "seed {seed}");
+                if matched.lane_deferred {
+                    sparse_decisions += 1;
+                    assert!(scorer.sparse_decided);
+                }
+            }
+            assert_eq!(
+                format!("{:?}", matched.aggregates()),
+                format!("{:?}", eager.aggregates())
+            );
+            matched.convert_lane();
+            assert_same(&matched, &eager, &format!("seed {seed}"));
+        }
+        // Most of these fleets are in the sparse decision's shape: the path is exercised.
+        assert!(
+            sparse_decisions >= 60,
+            "{sparse_decisions} sparse decisions"
+        );
     }
 
     #[test]

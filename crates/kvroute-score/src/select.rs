@@ -688,7 +688,7 @@ fn finish<V: Vector>(
 // `!(x < y)` is not `x >= y` for a NaN key, which the rule keeps (it never excludes).
 #[allow(clippy::neg_cmp_op_on_partial_ord)]
 pub(crate) fn pick_in_list(f: &Fleet, rule: &TieRule, band: &mut Vec<u32>) -> Option<usize> {
-    let ovl = |i: u32| f.overlap[i as usize];
+    let ovl = |i: u32| f.overlap_at(i as usize);
     let req = |i: u32| f.requests[i as usize];
     if let Some(r) = rule.random {
         if rule.overlap {

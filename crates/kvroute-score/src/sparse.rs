@@ -243,7 +243,7 @@ pub(crate) struct Scratch {
 fn projected(p: &Params, f: &Fleet, i: usize) -> f32 {
     let line = Packed::of(f, i).0;
     let k = line.map(f32x8::splat);
-    cost8(p, &k, f32x8::splat(f.overlap[i])).to_array()[0]
+    cost8(p, &k, f32x8::splat(f.overlap_at(i))).to_array()[0]
 }
 
 #[inline(always)]
@@ -359,7 +359,7 @@ fn decide(
         let slots = &o.slots[k..end];
         let mut ov = [0f32; 8];
         for (x, &i) in ov.iter_mut().zip(slots) {
-            *x = f.overlap[i as usize];
+            *x = f.overlap_at(i as usize);
         }
         let cv = cost8(p, &cols, f32x8::load(ov));
         // Lanes past the order's end are padding (cost +∞, never finite).

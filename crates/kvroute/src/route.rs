@@ -94,7 +94,6 @@ impl Router {
     ) -> Result<Decision, RouteError> {
         let Scratch {
             hashes: hash_buf,
-            overlaps,
             fleet,
             scorer,
         } = s;
@@ -140,8 +139,10 @@ impl Router {
                 h
             }
         };
-        self.index.match_prefix(hashes, overlaps);
-        self.ingest.mask_untrusted(overlaps);
+        // Matched into the fleet's own buffer, which its fill reads without converting
+        // every slot's overlap (`Fleet::fill_with_matched`).
+        self.index.match_prefix(hashes, fleet.matched_mut());
+        self.ingest.mask_untrusted(fleet.matched_mut());
 
         // One value for the whole decision, borrowed (no lock, no reference count).
         let cfg = self.score.guard();
@@ -165,12 +166,12 @@ impl Router {
             // whatever the snapshot said when it was published.
             let stale = snap.seq() != 0
                 && req.now.saturating_since(snap.published_at()) > self.max_load_age;
-            fleet.fill_with(&snap, &self.table, overlaps, &cfg, stale);
+            fleet.fill_with_matched(&snap, &self.table, &cfg, stale);
             let tie = TieInput {
                 cursor: cursor.wrapping_add(attempt),
                 random,
             };
-            let choice = scorer.score(fleet, sreq, &cfg, tie);
+            let choice = scorer.score_matched(fleet, sreq, &cfg, tie);
             let Some(picked) = choice.slot else {
                 return Err(if snap.seq() == 0 {
                     RouteError::NotPublished
@@ -198,7 +199,7 @@ impl Router {
             let i = slot.index();
             let reported = u64::from(snap.running()[i]) + u64::from(snap.waiting()[i]);
             let read = fleet.reserved_at(i);
-            let overlap = overlaps.get(slot);
+            let overlap = fleet.matched().get(slot);
             let cached = (u64::from(overlap) * bs as u64).min(u64::from(req.prompt_tokens));
             let claim = Claim {
                 slot,
@@ -221,7 +222,7 @@ impl Router {
                 worker: cf.slot.and_then(|s| snap.tenant(s)).map(|t| t.0),
                 reason: cf.reason,
                 cost: cf.cost,
-                overlap_blocks: cf.slot.map_or(0, |s| overlaps.get(s)),
+                overlap_blocks: cf.slot.map_or(0, |s| fleet.matched().get(s)),
                 // The scorer costed its own pick, not admission's.
                 dispatched_cost: match redirect {
                     None => cf.dispatched_cost,

@@ -28,14 +28,12 @@
 use core::cell::RefCell;
 
 use kvroute_core::SequenceHash;
-use kvroute_index::index::Overlaps;
 use kvroute_score::{Fleet, Scorer};
 
 /// Buffers of one decision in flight.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     pub hashes: Vec<SequenceHash>,
-    pub overlaps: Overlaps,
     pub fleet: Fleet,
     pub scorer: Scorer,
 }

@@ -35,6 +35,8 @@ pub struct Overlaps {
     tail: [u32; TAIL_SLOTS],
     tail_len: usize,
     bound: Option<u32>,
+    /// A slot whose entry is `deepest`, when known.
+    deepest_slot: Option<u32>,
 }
 
 /// The most slots a match lists in an [`Overlaps`] tail.
@@ -50,6 +52,7 @@ impl Overlaps {
             tail: [0; TAIL_SLOTS],
             tail_len: 0,
             bound: None,
+            deepest_slot: None,
         }
     }
 
@@ -57,6 +60,7 @@ impl Overlaps {
     /// that compute overlaps elsewhere). `deepest` is their maximum.
     pub fn from_blocks(blocks: Vec<u32>) -> Self {
         let deepest = blocks.iter().copied().max().unwrap_or(0);
+        let deepest_slot = first_at(&blocks, deepest);
         let dirty = blocks.len();
         Self {
             blocks,
@@ -65,7 +69,18 @@ impl Overlaps {
             tail: [0; TAIL_SLOTS],
             tail_len: 0,
             bound: None,
+            deepest_slot,
         }
+    }
+
+    /// A slot whose overlap is [`deepest`](Self::deepest), when the overlaps know one
+    /// (after a `RunIndex` match, [`from_blocks`](Self::from_blocks) or
+    /// [`zero_where`](Self::zero_where)); `None` when `deepest` is 0 or no slot is known
+    /// (a node-index match). Lets a reader find the deepest overlap among some slots
+    /// without reading every entry.
+    #[inline]
+    pub fn deepest_slot(&self) -> Option<Slot> {
+        self.deepest_slot.map(Slot)
     }
 
     /// Overlap of `slot` in blocks (0 for a slot outside the array).
@@ -111,6 +126,7 @@ impl Overlaps {
         }
         // Entries only went down: the tail still holds.
         self.deepest = deepest;
+        self.deepest_slot = first_at(&self.blocks, deepest);
     }
 
     fn reset(&mut self, worker_slots: usize) {
@@ -125,7 +141,16 @@ impl Overlaps {
         self.deepest = 0;
         self.tail_len = 0;
         self.bound = None;
+        self.deepest_slot = None;
     }
+}
+
+/// The first slot whose entry is `deepest`, unless `deepest` is 0.
+fn first_at(blocks: &[u32], deepest: u32) -> Option<u32> {
+    if deepest == 0 {
+        return None;
+    }
+    blocks.iter().position(|&b| b == deepest).map(|i| i as u32)
 }
 
 impl Overlaps {
@@ -143,6 +168,13 @@ impl Overlaps {
         self.deepest = 0;
         self.tail_len = 0;
         self.bound = None;
+        self.deepest_slot = None;
+    }
+
+    /// Records `slot` (below the entries' length; the caller checked) as one whose entry
+    /// is the deepest.
+    pub(crate) fn set_deepest_slot(&mut self, slot: u32) {
+        self.deepest_slot = Some(slot);
     }
 
     /// Sets every entry to 0 (after [`begin_unzeroed`](Self::begin_unzeroed), for a match

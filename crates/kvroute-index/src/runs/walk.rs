@@ -102,6 +102,10 @@ impl RunIndex {
         let blocks = out.entries_mut();
         let mut d = 0usize;
         let mut deepest = 0usize;
+        // A slot whose overlap is `deepest` (once `deepest > 0`): the partial holder that
+        // set it, or a worker still matching when the walk's depth set it (its overlap is
+        // at least that depth, and anything deeper raises `deepest` again).
+        let mut witness = 0u32;
         // The deepest overlap given to a worker that dropped out, and whether the tail (the
         // workers still alive once at most `TAIL_SLOTS` are) is recorded.
         let mut dropped_max = 0usize;
@@ -131,7 +135,10 @@ impl RunIndex {
                 } else {
                     let o = d + c as usize;
                     blocks[s as usize] = o as u32;
-                    deepest = deepest.max(o);
+                    if o > deepest {
+                        deepest = o;
+                        witness = s;
+                    }
                     dropped_max = dropped_max.max(o);
                     alive[wi] &= !bit;
                 }
@@ -178,7 +185,13 @@ impl RunIndex {
                 }
             }
             d += m;
-            deepest = deepest.max(d);
+            if d > deepest {
+                deepest = d;
+                // `any != 0`: some word has a worker left.
+                if let Some(w) = alive[..words].iter().position(|&a| a != 0) {
+                    witness = (w * 64) as u32 + alive[w].trailing_zeros();
+                }
+            }
             let next = if d < n && m > 0 {
                 self.heads.find(hashes[d].0, &guard)
             } else {
@@ -198,5 +211,8 @@ impl RunIndex {
             out.set_tail(&tail_slots[..tail_len], bound);
         }
         out.finish(deepest as u32, words * 64);
+        if deepest > 0 {
+            out.set_deepest_slot(witness);
+        }
     }
 }
