@@ -221,6 +221,14 @@ impl Fleet {
         }
     }
 
+    /// The match buffer's entries (blocks per slot) while the `overlap` lane is not
+    /// converted, else `None`: an occupied slot's overlap is its entry as `f32` (0 past
+    /// the entries).
+    #[inline(always)]
+    pub(crate) fn deferred_overlaps(&self) -> Option<&[u32]> {
+        self.lane_deferred.then(|| self.matched.as_slice())
+    }
+
     /// [`overlap`](Self::overlap) of an occupied slot `i < len` (the decisions' reads):
     /// the lane's value, or the match buffer's converted the same way (`u32` to `f32`; the
     /// lane's `i32` conversion gives the same value) while the lane is deferred.

@@ -326,7 +326,7 @@ pub(crate) fn finite<V: Vector>(x: V) -> V {
 }
 
 #[inline(always)]
-fn hmin<V: Vector>(x: V) -> f32 {
+pub(crate) fn hmin<V: Vector>(x: V) -> f32 {
     x.to_array()
         .into_iter()
         .fold(f32::INFINITY, |m, e| if e < m { e } else { m })

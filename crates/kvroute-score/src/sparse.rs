@@ -54,7 +54,7 @@ use crate::fleet::Fleet;
 use wide::f32x8;
 
 use crate::lane::{Lane, Vector};
-use crate::select::{TieRule, band_limit, finite, pick_in_list};
+use crate::select::{TieRule, band_limit, finite, hmin, pick_in_list};
 
 /// Fleets below this many lanes are decided by the dense pass (no order is built).
 pub(crate) const MIN_LANES: usize = 64;
@@ -341,6 +341,8 @@ fn decide(
     let lifted = p.mean_load + 1.0;
     let n = o.slots.len();
     let budget = walk_budget(n);
+    // The match buffer's entries while the fleet's overlap lane is not converted.
+    let raw = f.deferred_overlaps();
     let mut k = 0;
     while k < n {
         let limit = band_limit(m, rule.band);
@@ -358,13 +360,26 @@ fn decide(
         let cols: [f32x8; 8] = core::array::from_fn(|c| f32x8::load(block[c]));
         let slots = &o.slots[k..end];
         let mut ov = [0f32; 8];
-        for (x, &i) in ov.iter_mut().zip(slots) {
-            *x = f.overlap_at(i as usize);
+        match raw {
+            Some(raw) => {
+                for (x, &i) in ov.iter_mut().zip(slots) {
+                    *x = raw.get(i as usize).map_or(0.0, |&b| b as f32);
+                }
+            }
+            None => {
+                for (x, &i) in ov.iter_mut().zip(slots) {
+                    *x = f.overlap_at(i as usize);
+                }
+            }
         }
         let cv = cost8(p, &cols, f32x8::load(ov));
         // Lanes past the order's end are padding (cost +∞, never finite).
-        let mut ok = finite(cv).bits();
-        if any_held {
+        let fin = finite(cv);
+        let mut ok = fin.bits();
+        // The kept lanes' costs, +∞ elsewhere: their least, then the lanes within the
+        // band's limit (usually a few). A tail slot costed again gives the same cost
+        // (harmless in the band).
+        let least = if any_held {
             // A slot holding a reservation has other coefficients now than the order's
             // (it was costed above).
             for (j, &i) in slots.iter().enumerate() {
@@ -372,22 +387,22 @@ fn decide(
                     ok &= !(1 << j);
                 }
             }
-        }
-        // The least finite cost of the kept lanes (the others read +∞), then the lanes
-        // within the band's limit (usually a few). A tail slot costed again gives the same
-        // cost (harmless in the band).
-        let costs = cv.to_array();
-        let mut least = [f32::INFINITY; 8];
-        for (j, (l, &c)) in least.iter_mut().zip(&costs).enumerate() {
-            if ok >> j & 1 != 0 {
-                *l = c;
+            let costs = cv.to_array();
+            let mut least = [f32::INFINITY; 8];
+            for (j, (l, &c)) in least.iter_mut().zip(&costs).enumerate() {
+                if ok >> j & 1 != 0 {
+                    *l = c;
+                }
             }
-        }
-        for &c in &least {
-            m = if c < m { c } else { m };
-        }
+            f32x8::load(least)
+        } else {
+            fin.select(cv, f32x8::splat(f32::INFINITY))
+        };
+        let lm = hmin(least);
+        m = if lm < m { lm } else { m };
+        let costs = cv.to_array();
         let limit = band_limit(m, rule.band);
-        let mut within = f32x8::load(least).le_mask(f32x8::splat(limit)).bits() & ok;
+        let mut within = least.le_mask(f32x8::splat(limit)).bits() & ok;
         while within != 0 {
             let j = within.trailing_zeros() as usize;
             s.seen.push((slots[j], costs[j]));
