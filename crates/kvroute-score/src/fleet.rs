@@ -1547,10 +1547,7 @@ mod tests {
             expected_output_tokens: 100,
         };
         for policy in [crate::Policy::default(), crate::Policy::LeastLoad] {
-            let cfg = crate::ScoreConfig {
-                policy,
-                ..*cfg
-            };
+            let cfg = crate::ScoreConfig { policy, ..*cfg };
             for cursor in [0, 7] {
                 let tie = crate::TieInput {
                     cursor,
