@@ -536,31 +536,23 @@ impl Fleet {
         snapshot_stale: bool,
         convert: bool,
     ) {
-        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-        if path == SimdPath::Avx2 && crate::avx2::available() {
-            // SAFETY: `fill_lanes_avx2`'s only precondition is that the CPU supports AVX2,
-            // BMI1 and POPCNT, which `available` just detected.
-            unsafe {
-                self.fill_lanes_avx2(
-                    snapshot,
-                    table,
-                    overlaps,
-                    tokens_per_request,
-                    snapshot_stale,
-                    convert,
-                )
-            };
-            return;
-        }
-        let _ = path;
-        self.fill_lanes_body(
+        let input = FillInput {
             snapshot,
             table,
             overlaps,
             tokens_per_request,
             snapshot_stale,
             convert,
-        );
+        };
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        if path == SimdPath::Avx2 && crate::avx2::available() {
+            // SAFETY: `fill_lanes_avx2`'s only precondition is that the CPU supports AVX2,
+            // BMI1 and POPCNT, which `available` just detected.
+            unsafe { self.fill_lanes_avx2(input) };
+            return;
+        }
+        let _ = path;
+        self.fill_lanes_body(input);
     }
 
     /// The fill compiled for AVX2, BMI1 and POPCNT (eight overlaps converted per
@@ -570,36 +562,21 @@ impl Fleet {
     /// The CPU must support AVX2, BMI1 and POPCNT.
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
     #[target_feature(enable = "avx2,bmi1,popcnt")]
-    unsafe fn fill_lanes_avx2(
-        &mut self,
-        snapshot: &LoadSnapshot,
-        table: &ReservationTable,
-        overlaps: &Overlaps,
-        tokens_per_request: u32,
-        snapshot_stale: bool,
-        convert: bool,
-    ) {
-        self.fill_lanes_body(
+    unsafe fn fill_lanes_avx2(&mut self, input: FillInput<'_>) {
+        self.fill_lanes_body(input);
+    }
+
+    /// The fill itself, inlined into each copy.
+    #[inline(always)]
+    fn fill_lanes_body(&mut self, input: FillInput<'_>) {
+        let FillInput {
             snapshot,
             table,
             overlaps,
             tokens_per_request,
             snapshot_stale,
             convert,
-        );
-    }
-
-    /// The fill itself, inlined into each copy.
-    #[inline(always)]
-    fn fill_lanes_body(
-        &mut self,
-        snapshot: &LoadSnapshot,
-        table: &ReservationTable,
-        overlaps: &Overlaps,
-        tokens_per_request: u32,
-        snapshot_stale: bool,
-        convert: bool,
-    ) {
+        } = input;
         let len = snapshot.len();
         let key = BaseKey {
             stamp: snapshot.stamp(),
@@ -913,6 +890,19 @@ impl Fleet {
         }
         a
     }
+}
+
+/// What one fill reads: the snapshot and the reservation table, the overlaps, the tokens a
+/// request is assumed to generate, whether the snapshot is too old to trust, and whether
+/// the overlap lane is converted now (else left for [`Fleet::convert_lane`]).
+#[derive(Clone, Copy)]
+struct FillInput<'a> {
+    snapshot: &'a LoadSnapshot,
+    table: &'a ReservationTable,
+    overlaps: &'a Overlaps,
+    tokens_per_request: u32,
+    snapshot_stale: bool,
+    convert: bool,
 }
 
 /// Writes the `overlap` lane (`lane`, the padded length) from `overlaps`' first `m`
@@ -1478,6 +1468,12 @@ mod tests {
             .collect();
         let none = Overlaps::from_blocks(vec![0; cap]);
         kept.fill_with(&snap, &table, &none, &cfg, false);
+        // The same fills from the fleet's own match buffer (the router's): decided by
+        // `score_matched`, sparsely without converting the overlap lane where it can.
+        let mut matched = Fleet::new();
+        *matched.matched_mut() = none.clone();
+        matched.fill_with_matched(&snap, &table, &cfg, false);
+        let mut unconverted = 0;
         guards.clear();
         for round in 0..12 {
             let overlaps = Overlaps::from_blocks(
@@ -1486,6 +1482,13 @@ mod tests {
                     .collect(),
             );
             kept.fill_with(&snap, &table, &overlaps, &cfg, false);
+            *matched.matched_mut() = overlaps.clone();
+            matched.fill_with_matched(&snap, &table, &cfg, false);
+            assert_eq!(
+                format!("{:?}", matched.aggregates()),
+                format!("{:?}", kept.aggregates()),
+                "round {round}"
+            );
             for cursor in 0..4 {
                 let req = crate::ScoreRequest {
                     prompt_tokens: pick(&mut r, 4_000) as u32,
@@ -1499,6 +1502,18 @@ mod tests {
                 let got = scorer.score(&kept, req, &cfg, tie);
                 let want = scorer.score_reference(&kept, req, &cfg, tie);
                 assert!(got.same_as(&want), "round {round}: {got:?} vs {want:?}");
+                // Refilled per decision (the router fills per attempt), so that each one
+                // starts from the unconverted lane.
+                matched.fill_with_matched(&snap, &table, &cfg, false);
+                let on_buffer = scorer.score_matched(&mut matched, req, &cfg, tie);
+                assert!(on_buffer.same_as(&want), "round {round}: {on_buffer:?}");
+                if matched.lane_deferred {
+                    assert!(scorer.sparse_decided);
+                    unconverted += 1;
+                }
+                for i in 0..cap + 1 {
+                    assert_eq!(matched.overlap(i).to_bits(), kept.overlap(i).to_bits());
+                }
             }
             // More reservations each round, and some released.
             guards.truncate(guards.len() * 3 / 4);
@@ -1511,6 +1526,14 @@ mod tests {
                 guards.push(table.reserve(slot, SlotGeneration(1), work, now).unwrap());
             }
         }
+        // The unconverted lane served most decisions (the sparse path is exercised), and
+        // converted afterwards it is the eager fill's.
+        assert!(
+            unconverted >= 24,
+            "{unconverted} of 48 decisions without the lane"
+        );
+        matched.convert_lane();
+        assert_same(&matched, &kept, "converted lane");
     }
 
     /// `fill_with_matched` from `overlaps` against the eager fill `kept` of the same
@@ -1568,106 +1591,6 @@ mod tests {
         matched.convert_lane();
         assert!(!matched.lane_deferred);
         assert_same(matched, reference, "converted lane");
-    }
-
-    /// A fresh fleet of `cap` single-rank engines with full figures (so the sparse
-    /// `projected_time` decision applies), a few slots holding reservations, and overlaps
-    /// with a few deep holders (`deep`) over a shared prefix of 8 blocks.
-    fn fresh_fleet(seed: u64, cap: usize) -> (Fleet, Fleet, Vec<Reservation>) {
-        let mut r = NearTieRng::new(seed);
-        let (mut publisher, reader) = LoadPublisher::new(LoadConfig::new(cap)).unwrap();
-        let table = ReservationTable::new(cap, ReservationTable::DEFAULT_TTL).unwrap();
-        let now = Nanos::from_secs(100);
-        let mut guards = Vec::new();
-        for i in 0..cap {
-            let (slot, w) = (Slot(i as u32), WorkerId::new(i as u64, 0));
-            publisher.add_worker(slot, w, SlotGeneration(1)).unwrap();
-            table.add_worker(slot, SlotGeneration(1), now).unwrap();
-            let mut c = LoadSample::new(
-                pick(&mut r, 7) as u32,
-                pick(&mut r, 3) as u32,
-                64,
-                pick(&mut r, 10) as f32 / 20.0,
-            );
-            c.waiting_prefill_tokens = Some(c.waiting * 1_000);
-            c.active_decode_tokens = Some(c.running * 2_300);
-            c.decode_tps = Some(1_000.0);
-            c.prefill_tps = Some(8_000.0);
-            publisher.apply_sample(w, c, now).unwrap();
-            if pick(&mut r, 40) == 0 {
-                let work = Work {
-                    prefill_tokens: 700,
-                    decode_tokens: 100,
-                };
-                guards.push(table.reserve(slot, SlotGeneration(1), work, now).unwrap());
-            }
-        }
-        publisher.publish(now).unwrap();
-        let deep: Vec<u32> = (0..3).map(|_| pick(&mut r, cap as u64) as u32).collect();
-        let overlaps = Overlaps::from_blocks(
-            (0..cap as u32)
-                .map(|i| {
-                    if deep.contains(&i) {
-                        120
-                    } else if i % 5 == 0 {
-                        0
-                    } else {
-                        8
-                    }
-                })
-                .collect(),
-        );
-        let snap = reader.load();
-        let cfg = crate::ScoreConfig::default();
-        let mut eager = Fleet::new();
-        eager.fill_with(&snap, &table, &overlaps, &cfg, false);
-        let mut matched = Fleet::new();
-        *matched.matched_mut() = overlaps;
-        matched.fill_with_matched(&snap, &table, &cfg, false);
-        (eager, matched, guards)
-    }
-
-    /// `score_matched` on a fleet filled from its match buffer decides sparsely, without
-    /// converting the lane, and makes the eager fleet's decision; the lane converted later
-    /// equals the eager fill's.
-    #[test]
-    fn matched_fill_decides_sparsely_as_the_eager_fill() {
-        let req = crate::ScoreRequest {
-            prompt_tokens: 2_048,
-            block_size: 16,
-            expected_output_tokens: 100,
-        };
-        let mut sparse_decisions = 0;
-        for seed in 0..40 {
-            let cap = [64, 100, 512][seed as usize % 3];
-            let (eager, mut matched, _guards) = fresh_fleet(seed, cap);
-            let cfg = crate::ScoreConfig::default();
-            for cursor in [0, 3, 11] {
-                let tie = crate::TieInput {
-                    cursor,
-                    random: None,
-                };
-                let want = crate::Scorer::new().score(&eager, req, &cfg, tie);
-                let mut scorer = crate::Scorer::new();
-                let got = scorer.score_matched(&mut matched, req, &cfg, tie);
-                assert_eq!(format!("{got:?}"), format!("{want:?}"), "seed {seed}");
-                if matched.lane_deferred {
-                    sparse_decisions += 1;
-                    assert!(scorer.sparse_decided);
-                }
-            }
-            assert_eq!(
-                format!("{:?}", matched.aggregates()),
-                format!("{:?}", eager.aggregates())
-            );
-            matched.convert_lane();
-            assert_same(&matched, &eager, &format!("seed {seed}"));
-        }
-        // Most of these fleets are in the sparse decision's shape: the path is exercised.
-        assert!(
-            sparse_decisions >= 60,
-            "{sparse_decisions} sparse decisions"
-        );
     }
 
     #[test]
