@@ -698,7 +698,7 @@ pub(crate) fn pick_in_list(f: &Fleet, rule: &TieRule, band: &mut Vec<u32>) -> Op
                     deepest = ovl(i);
                 }
             }
-            band.retain(|&i| !(ovl(i) < deepest));
+            keep_where(band, |i| !(ovl(i) < deepest));
         }
         let k = r % (band.len() as u64).max(1);
         return band.get(k as usize).map(|&i| i as usize);
@@ -710,7 +710,7 @@ pub(crate) fn pick_in_list(f: &Fleet, rule: &TieRule, band: &mut Vec<u32>) -> Op
                 min_req = req(i);
             }
         }
-        band.retain(|&i| !(req(i) > min_req));
+        keep_where(band, |i| !(req(i) > min_req));
     }
     if rule.overlap {
         let mut max_ovl = f32::NEG_INFINITY;
@@ -719,12 +719,27 @@ pub(crate) fn pick_in_list(f: &Fleet, rule: &TieRule, band: &mut Vec<u32>) -> Op
                 max_ovl = ovl(i);
             }
         }
-        band.retain(|&i| !(ovl(i) < max_ovl));
+        keep_where(band, |i| !(ovl(i) < max_ovl));
     }
     if band.is_empty() {
         return None;
     }
     Some(band[rule.cursor as usize % band.len()] as usize)
+}
+
+/// Keeps the entries of `band` for which `keep` holds, in order (a plain compaction: the
+/// band is a few entries, where `Vec::retain`'s set-up costs more than the loop).
+#[inline(always)]
+fn keep_where(band: &mut Vec<u32>, keep: impl Fn(u32) -> bool) {
+    let mut n = 0;
+    for j in 0..band.len() {
+        let i = band[j];
+        if keep(i) {
+            band[n] = i;
+            n += 1;
+        }
+    }
+    band.truncate(n);
 }
 
 /// Steps 3 and 4 of the rule (module docs) on the band `bits` (one bit per slot, `u64`
