@@ -154,8 +154,8 @@ fn first_at(blocks: &[u32], deepest: u32) -> Option<u32> {
 }
 
 impl Overlaps {
-    /// Starts a match that writes every entry below `worker_slots` itself: sized as
-    /// [`begin`](Self::begin) (new entries read 0), deepest and tail cleared, but the
+    /// Starts a match that writes every entry below `worker_slots` itself: sized to
+    /// `worker_slots` (new entries read 0), deepest, tail and deepest slot cleared, but the
     /// entries a previous match wrote are left as they are until the caller overwrites them
     /// (or calls [`zero_entries`](Self::zero_entries)).
     pub(crate) fn begin_unzeroed(&mut self, worker_slots: usize) {
