@@ -167,18 +167,44 @@ fn all_finished_window_ends_at_the_last_finish() {
 #[test]
 fn engine_metrics_from_samples() {
     let m = compute("kv_aware", &hand_run());
-    // Mean running: engine 0 (2+4+4+2)/4 = 3, engine 1 (0+1+2+1)/4 = 1.
-    assert!(close(m.mean_running[0], 3.0));
-    assert!(close(m.mean_running[1], 1.0));
-    assert!(close(m.imbalance.unwrap(), 3.0));
-    // Mean of means 2, population deviation 1 → CV 0.5.
-    assert!(close(m.running_cv.unwrap(), 0.5));
+    // Mean running over the measuring window (first routed arrival 1.0 to the run's end
+    // 8.0, a routed request unfinished): samples t1..t3, the pinned request's t0 left
+    // out. Engine 0 (4+4+2)/3 = 10/3, engine 1 (1+2+1)/3 = 4/3.
+    assert!(close(m.mean_running[0], 10.0 / 3.0));
+    assert!(close(m.mean_running[1], 4.0 / 3.0));
+    assert!(close(m.imbalance.unwrap(), 2.5));
+    // Mean of means 7/3, population deviation 1 → CV 3/7.
+    assert!(close(m.running_cv.unwrap(), 3.0 / 7.0));
     assert_eq!(m.max_queue, 6);
     assert_eq!(m.max_queue_engine, Some(1));
     // Engines running anything: t0 1, t1 2, t2 2, t3 2 → peak 2; routed arrivals span
     // 1.0..=3.0, so the mean is over t1..t3 = 2.
     assert_eq!(m.busy_engines_peak, 2);
     assert!(close(m.busy_engines_mean, 2.0));
+}
+
+#[test]
+fn engine_means_cover_the_window_of_the_routed_load() {
+    // Every request routed and finished: the window is 1.0 (first routed arrival) to 6.0
+    // (the last routed finish); the t = 0 sample is before it. Moving the last sample past
+    // the window (t = 7) leaves it out too: engine 0 (4+4)/2 = 4, engine 1 (1+2)/2 = 1.5.
+    let mut run = hand_run();
+    run.requests.pop();
+    for s in &mut run.samples {
+        if s.t_s == 3.0 {
+            s.t_s = 7.0;
+        }
+    }
+    let m = compute("x", &run);
+    assert!(close(m.mean_running[0], 4.0));
+    assert!(close(m.mean_running[1], 1.5));
+    assert!(close(m.imbalance.unwrap(), 4.0 / 1.5));
+    // Nothing routed: every sample counts, engine 0 (2+4+4+2)/4 = 3, engine 1 1.
+    let mut run = hand_run();
+    run.requests.retain(|r| r.pinned);
+    let m = compute("x", &run);
+    assert!(close(m.mean_running[0], 3.0));
+    assert!(close(m.mean_running[1], 1.0));
 }
 
 #[test]
@@ -191,7 +217,7 @@ fn idle_engine_makes_imbalance_infinite() {
     }
     let m = compute("x", &run);
     assert_eq!(m.imbalance, None);
-    // Means 3 and 0: mean 1.5, deviation 1.5 → CV 1.
+    // Means 10/3 and 0: mean 5/3, deviation 5/3 → CV 1.
     assert!(close(m.running_cv.unwrap(), 1.0));
     assert!(close(m.busy_engines_mean, 1.0));
 }

@@ -138,9 +138,11 @@ fn owner_canary_trajectories_grow_their_prefix() {
 fn zipf_prefixes_follow_the_zipf_law() {
     let w = zipf::build(11);
     assert_eq!(w.fleet.engines, 2);
-    assert_eq!(w.requests.len(), 500);
+    assert_eq!(w.load_start_s, zipf::LOAD_START_S);
+    let routed: Vec<_> = w.requests.iter().filter(|r| r.pinned.is_none()).collect();
+    assert_eq!(routed.len(), 500);
     let mut counts: HashMap<Vec<u32>, u32> = HashMap::new();
-    for r in &w.requests {
+    for r in &routed {
         let t = tokens(r);
         assert!((2_048 + 32..=2_048 + 128).contains(&t.len()));
         *counts.entry(t[..2_048].to_vec()).or_default() += 1;
@@ -155,9 +157,54 @@ fn zipf_prefixes_follow_the_zipf_law() {
         (top - expect).abs() < 4.0 * sd,
         "top {top}, expected {expect:.1}"
     );
-    // 16 requests/s: 500 gaps sum to 31.25 s ± 1.4 s.
-    let last = w.requests.last().unwrap().arrival_s;
+    // 16 requests/s from the load's start: 500 gaps sum to 31.25 s ± 1.4 s.
+    assert!(routed[0].arrival_s > zipf::LOAD_START_S);
+    let last = routed.last().unwrap().arrival_s - zipf::LOAD_START_S;
     assert!((last - 31.25).abs() < 6.0, "{last}");
+}
+
+#[test]
+fn zipf_prefixes_warm_up_places_an_earlier_run_evenly() {
+    let w = zipf::build(11);
+    let warm: Vec<_> = w.requests.iter().filter(|r| r.pinned.is_some()).collect();
+    // The warm-up comes first, ids 0.., request j at j ms, each a bare 2,048-token prefix
+    // with 1 output token, every (prefix, engine) pair at most once.
+    let mut pairs = HashSet::new();
+    let mut on_engine = [HashSet::new(), HashSet::new()];
+    for (j, r) in warm.iter().enumerate() {
+        assert_eq!(w.requests[j].id, j as u64);
+        assert_eq!(r.id, j as u64);
+        assert!((r.arrival_s - j as f64 * 1e-3).abs() < 1e-12);
+        assert_eq!(r.output_tokens, 1);
+        let t = tokens(r);
+        assert_eq!(t.len(), 2_048);
+        let e = r.pinned.unwrap();
+        assert!(pairs.insert((t.clone(), e)), "pair repeated");
+        on_engine[e as usize].insert(t);
+    }
+    // 500 draws, 250 per engine: at most 128 distinct prefixes on each engine and at
+    // least ceil(250 / 128) = 2 (pigeonhole, far more in practice).
+    for set in &on_engine {
+        assert!((2..=128).contains(&set.len()), "{}", set.len());
+    }
+    // The most popular prefix of the routed load (rank 1, P ≈ 0.147 a draw) is on both
+    // engines: missing from one engine's 250 draws has probability (1 − 0.147)^250 < 1e-17.
+    let mut counts: HashMap<Vec<u32>, u32> = HashMap::new();
+    for r in w.requests.iter().filter(|r| r.pinned.is_none()) {
+        *counts.entry(tokens(r)[..2_048].to_vec()).or_default() += 1;
+    }
+    let top = counts.iter().max_by_key(|&(_, &c)| c).unwrap().0;
+    assert!(on_engine.iter().all(|set| set.contains(top)));
+    // Every warm-up prefix is one of the load's 128: the prefixes are the first
+    // 128 × 2,048 ids of the scenario token space, in rank order.
+    let base = kvroute_sim::workload::synth::SCENARIO_TOKEN_BASE;
+    for set in &on_engine {
+        for t in set {
+            let off = t[0] - base;
+            assert!(off % 2_048 == 0 && off / 2_048 < 128, "offset {off}");
+            assert!(t.iter().enumerate().all(|(i, &x)| x == t[0] + i as u32));
+        }
+    }
 }
 
 #[test]
@@ -241,10 +288,48 @@ fn truncate_cuts_orphaned_follow_ups_transitively() {
 }
 
 #[test]
+fn truncate_keeps_every_pinned_request_and_counts_routed_ones() {
+    // List order: 10 (pinned), 0, 11 (pinned), 1, 2. Keeping 1 routed request keeps 10, 0
+    // and 11; keeping 3 keeps everything (3 routed, the pinned ones not counted).
+    let pinned = |id| SimRequest {
+        pinned: Some(0),
+        ..req(id, None)
+    };
+    let w = Workload {
+        name: "w".into(),
+        description: String::new(),
+        requests: vec![
+            pinned(10),
+            req(0, None),
+            pinned(11),
+            req(1, None),
+            req(2, None),
+        ],
+        fleet: FleetSpec {
+            engines: 1,
+            engine: Default::default(),
+            channels: Default::default(),
+        },
+        faults: Vec::new(),
+        load_start_s: 0.0,
+    };
+    let t = truncate(w.clone(), 1);
+    assert_eq!(
+        t.requests.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [10, 0, 11]
+    );
+    assert_eq!(t.name, "w[..1]");
+    assert_eq!(truncate(w.clone(), 3), w);
+}
+
+#[test]
 fn demo_is_hot_owner_plus_a_zipf_slice() {
     let d = scenarios::demo(1);
     assert_eq!(d.len(), 2);
     assert_eq!(d[0], hot_owner::build(1));
     assert_eq!(d[1].name, "zipf-prefixes[..200]");
-    assert_eq!(d[1].requests[..], zipf::build(1).requests[..200]);
+    let z = zipf::build(1);
+    let warm = z.requests.iter().filter(|r| r.pinned.is_some()).count();
+    assert!(warm > 0);
+    assert_eq!(d[1].requests[..], z.requests[..warm + 200]);
 }

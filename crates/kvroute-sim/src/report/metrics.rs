@@ -90,7 +90,10 @@ pub struct Metrics {
     /// `Σ max(0, predicted − cached) / Σ prompt` over the same requests (0..=1): the
     /// router's phantom hits (stale index after a wipe or lost events).
     pub phantom_rate: f64,
-    /// Mean running requests per engine over all samples (index = engine).
+    /// Mean running requests per engine over the samples of the measuring window (index =
+    /// engine): a scenario's setup before its first routed arrival (a pinned starting
+    /// load, a warm-up) is left out; the pinned requests still running inside the window
+    /// count. All samples when nothing was routed.
     pub mean_running: Vec<f64>,
     /// Busiest over idlest engine's mean running; `None` when the idlest ran nothing on
     /// average (infinite) or there are no samples.
@@ -207,7 +210,12 @@ pub fn compute(policy: &str, run: &RunResult) -> Metrics {
         })
         .collect();
 
-    let eng = engine_metrics(run, engines, first_arrival, last_arrival);
+    let eng = engine_metrics(
+        run,
+        engines,
+        (first_arrival, window_end),
+        (first_arrival, last_arrival),
+    );
     Metrics {
         policy: policy.to_string(),
         workload: run.workload.clone(),
@@ -267,7 +275,21 @@ struct EngineMetrics {
     busy_mean: f64,
 }
 
-fn engine_metrics(run: &RunResult, engines: usize, from_s: f64, to_s: f64) -> EngineMetrics {
+/// Engine figures from `run`'s samples: the per-engine means (and so the imbalance and the
+/// CV) over the samples in `window` (all samples when it is empty or not finite, as when
+/// nothing was routed), the busy-engine mean over `arrivals` (first to last routed
+/// arrival), the queue peak and the busy peak over every sample.
+fn engine_metrics(
+    run: &RunResult,
+    engines: usize,
+    window: (f64, f64),
+    arrivals: (f64, f64),
+) -> EngineMetrics {
+    let (from_s, to_s) = arrivals;
+    let in_mean = |t: f64| {
+        !(window.0.is_finite() && window.1.is_finite() && window.0 <= window.1)
+            || (t >= window.0 && t <= window.1)
+    };
     let mut sum = vec![0u64; engines];
     let mut count = vec![0u64; engines];
     let mut max_queue = 0u32;
@@ -276,7 +298,7 @@ fn engine_metrics(run: &RunResult, engines: usize, from_s: f64, to_s: f64) -> En
     let mut busy: BTreeMap<u64, (f64, u32)> = BTreeMap::new();
     for s in &run.samples {
         let e = s.engine as usize;
-        if e < engines {
+        if e < engines && in_mean(s.t_s) {
             sum[e] += u64::from(s.running);
             count[e] += 1;
         }

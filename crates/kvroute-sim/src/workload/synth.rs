@@ -206,10 +206,7 @@ impl ZipfLoad {
     /// If `prefixes == 0`, `zipf_s` is not finite, or a range is empty.
     pub fn requests(&self, seed: u64) -> Vec<SimRequest> {
         let mut rng = rng(seed);
-        let mut tokens = TokenSpace::default();
-        let prefixes: Vec<Vec<u32>> = (0..self.prefixes)
-            .map(|_| tokens.fresh(self.prefix_tokens))
-            .collect();
+        let (mut tokens, prefixes) = self.prefix_set();
         let zipf = Zipf::new(self.prefixes, self.zipf_s);
         let (suffix, output) = (self.suffix_tokens, self.output_tokens);
         let mut t = 0.0;
@@ -225,14 +222,67 @@ impl ZipfLoad {
     }
 }
 
-/// The workload cut to its first `n` requests (in list order) plus nothing else: follow-ups
-/// whose parent was cut are cut too (transitively), so every kept follow-up still has its
-/// parent. The name gets a `[..n]` suffix.
+impl ZipfLoad {
+    /// The load's prefixes by rank (rank 0 most popular), each `prefix_tokens` fresh
+    /// tokens, and the token space after them: the same prefixes for every seed.
+    fn prefix_set(&self) -> (TokenSpace, Vec<Vec<u32>>) {
+        let mut tokens = TokenSpace::default();
+        let prefixes = (0..self.prefixes)
+            .map(|_| tokens.fresh(self.prefix_tokens))
+            .collect();
+        (tokens, prefixes)
+    }
+
+    /// A warm-up that leaves the engines' caches as an earlier run of this load spread
+    /// evenly would: `earlier` prefixes drawn from the load's Zipf law (with a random source
+    /// of their own, `rng(seed ^ WARM_UP_SALT)`), draw `i` on engine `i mod engines`, and
+    /// one pinned request per distinct (prefix, engine) pair, in draw order: prompt the
+    /// prefix alone, 1 output token, ids `0..`, request `j` arriving at `j` ms. A popular
+    /// prefix so ends up cached on every engine, a rare one on one or none.
+    ///
+    /// # Panics
+    /// If `engines == 0`, or as [`ZipfLoad::requests`].
+    pub fn warm_up(&self, seed: u64, earlier: u32, engines: u32) -> Vec<SimRequest> {
+        assert!(engines > 0, "a warm-up needs an engine");
+        let mut rng = rng(seed ^ WARM_UP_SALT);
+        let (_, prefixes) = self.prefix_set();
+        let zipf = Zipf::new(self.prefixes, self.zipf_s);
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for i in 0..earlier {
+            let k = zipf.sample(&mut rng);
+            let engine = i % engines;
+            if seen.insert((k, engine)) {
+                let j = out.len() as u64;
+                let mut r = request(j, j as f64 * 1e-3, Arc::from(&prefixes[k][..]), 1);
+                r.pinned = Some(engine);
+                out.push(r);
+            }
+        }
+        out
+    }
+}
+
+/// Mixed into a seed for [`ZipfLoad::warm_up`]'s draws, so that they differ from the
+/// load's own (an arbitrary odd constant).
+pub const WARM_UP_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The workload cut to its first `n` routed requests (in list order), its pinned requests
+/// (a scenario's setup: a starting load, a warm-up) all kept: follow-ups whose parent was
+/// cut are cut too (transitively), so every kept follow-up still has its parent. The name
+/// gets a `[..n]` suffix.
 pub fn truncate(mut w: Workload, n: usize) -> Workload {
-    if w.requests.len() <= n {
+    if w.requests.iter().filter(|r| r.pinned.is_none()).count() <= n {
         return w;
     }
-    w.requests.truncate(n);
+    let mut routed = 0usize;
+    w.requests.retain(|r| {
+        if r.pinned.is_some() {
+            return true;
+        }
+        routed += 1;
+        routed <= n
+    });
     // Parents may appear after children in the list; iterate until nothing more is cut.
     loop {
         let kept: HashSet<u64> = w.requests.iter().map(|r| r.id).collect();

@@ -47,8 +47,10 @@ const OWNER_CANARY_REPRODUCES: &str = "Owner pressure without occupancy: two eng
     idle; 76 growing-prefix trajectories x 3 turns x 1,000 output tokens (~16.1 M prompt tokens). \
     Affinity keeps a 100:0 generation share; occupancy pressure splits it.";
 const ZIPF_PREFIXES_REPRODUCES: &str = "Pure affinity on a Zipf workload: two engines, 128 \
-    prefixes of 2,048 tokens drawn with Zipf s = 0.9, Poisson 16 requests/s, 500 requests. Pure \
-    affinity unbalances the engines; a load term restores balance at almost the same hit rate.";
+    prefixes of 2,048 tokens drawn with Zipf s = 0.9, Poisson 16 requests/s, 500 requests from \
+    12 s, on caches warmed by an earlier run spread evenly (pinned; the popular prefixes on both \
+    engines). Sending each prefix to the first engine holding it unbalances the engines; a load \
+    term restores balance at the same hit rate.";
 const BURST_SIBLINGS_REPRODUCES: &str = "Identical requests at once: 64 identical 4,096-token \
     requests arrive at once on 8 idle engines, before any engine has reported storing the prompt \
     (best-of-N, agent fan-out). Reservations must spread them.";
@@ -141,11 +143,11 @@ pub fn find(name: &str) -> Option<&'static Scenario> {
     SCENARIOS.iter().find(|s| s.name == name)
 }
 
-/// Requests of `zipf-prefixes` the default demo keeps.
+/// Routed requests of `zipf-prefixes` the default demo keeps (with its whole warm-up).
 pub const DEMO_SLICE: usize = 200;
 
-/// The default demo's workloads for `seed`: `hot-owner-51` and the first
-/// [`DEMO_SLICE`] requests of `zipf-prefixes`.
+/// The default demo's workloads for `seed`: `hot-owner-51` and `zipf-prefixes` cut to its
+/// first [`DEMO_SLICE`] routed requests (its warm-up kept).
 pub fn demo(seed: u64) -> Vec<Workload> {
     vec![
         hot_owner::build(seed),
