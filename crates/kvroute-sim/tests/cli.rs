@@ -364,7 +364,7 @@ fn sweep_on_one_engine_is_all_ties() {
     let cells = v["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 3);
     let metrics = v["metrics"].as_array().unwrap().len();
-    assert_eq!(metrics, 9);
+    assert_eq!(metrics, 11);
     for (p, policy) in cells.iter().enumerate() {
         let scales = policy.as_array().unwrap();
         assert_eq!(scales.len(), 2);
@@ -385,7 +385,7 @@ fn sweep_on_one_engine_is_all_ties() {
         .iter()
         .position(|m| m == "gen_share_min_pct");
     assert_eq!(cells[0][0][share.unwrap()]["mean"], 100.0);
-    assert_eq!(std::fs::read_dir(&svg).unwrap().count(), 9);
+    assert_eq!(std::fs::read_dir(&svg).unwrap().count(), 11);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

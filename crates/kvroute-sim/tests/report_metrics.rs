@@ -208,6 +208,43 @@ fn engine_means_cover_the_window_of_the_routed_load() {
 }
 
 #[test]
+fn imbalance_while_waiting_covers_the_instants_with_a_queue() {
+    // Window t1..t3 (first routed arrival 1.0, a request unfinished): every instant has a
+    // waiting request (engine 0 waits 3, 5, 1), so the figures equal the whole window's.
+    let m = compute("x", &hand_run());
+    assert!(close(m.waiting_share, 1.0));
+    assert!(close(m.imbalance_waiting.unwrap(), 2.5));
+    // Nothing waits at t1: the instants t2, t3 remain, engine 0 (4+2)/2 = 3, engine 1
+    // (2+1)/2 = 1.5 → 2.0, over 2 of the window's 3 instants.
+    let mut run = hand_run();
+    for s in &mut run.samples {
+        if s.t_s == 1.0 {
+            s.waiting = 0;
+        }
+    }
+    let m = compute("x", &run);
+    assert!(close(m.waiting_share, 2.0 / 3.0));
+    assert!(close(m.imbalance_waiting.unwrap(), 2.0));
+    // The whole-window imbalance is unchanged (10/3 over 4/3).
+    assert!(close(m.imbalance.unwrap(), 2.5));
+    // Engine 1 idle at t2 and t3 while engine 0 queues: infinite.
+    for s in &mut run.samples {
+        if s.engine == 1 && s.t_s >= 2.0 {
+            s.running = 0;
+        }
+    }
+    assert_eq!(compute("x", &run).imbalance_waiting, None);
+    // No request ever waits: share 0 and, by definition, 1.
+    let mut run = hand_run();
+    for s in &mut run.samples {
+        s.waiting = 0;
+    }
+    let m = compute("x", &run);
+    assert_eq!(m.waiting_share, 0.0);
+    assert_eq!(m.imbalance_waiting, Some(1.0));
+}
+
+#[test]
 fn idle_engine_makes_imbalance_infinite() {
     let mut run = hand_run();
     for s in &mut run.samples {

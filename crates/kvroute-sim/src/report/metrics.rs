@@ -101,6 +101,15 @@ pub struct Metrics {
     /// Coefficient of variation of the per-engine mean running (population standard
     /// deviation over the mean); `None` when the mean is 0.
     pub running_cv: Option<f64>,
+    /// Share of the measuring window's sample instants at which at least one engine had a
+    /// waiting request (0..=1; 0 without samples).
+    pub waiting_share: f64,
+    /// [`imbalance`](Self::imbalance) over only the window's sample instants at which some
+    /// engine had a waiting request (busiest over idlest engine's mean running there):
+    /// whether the fleet was uneven while requests queued. `Some(1.0)` when no request
+    /// ever waited (the condition never held; [`waiting_share`](Self::waiting_share) 0);
+    /// `None` when the idlest engine ran nothing at those instants (infinite).
+    pub imbalance_waiting: Option<f64>,
     /// Most waiting requests on one engine at one sample.
     pub max_queue: u32,
     /// The engine where [`max_queue`](Self::max_queue) was first seen.
@@ -229,6 +238,8 @@ pub fn compute(policy: &str, run: &RunResult) -> Metrics {
         phantom_rate: ratio(phantom, prompt),
         imbalance: eng.imbalance,
         running_cv: eng.cv,
+        waiting_share: eng.waiting_share,
+        imbalance_waiting: eng.imbalance_waiting,
         mean_running: eng.mean_running,
         max_queue: eng.max_queue,
         max_queue_engine: eng.max_queue_engine,
@@ -268,6 +279,8 @@ fn ratio(a: u64, b: u64) -> f64 {
 struct EngineMetrics {
     mean_running: Vec<f64>,
     imbalance: Option<f64>,
+    waiting_share: f64,
+    imbalance_waiting: Option<f64>,
     cv: Option<f64>,
     max_queue: u32,
     max_queue_engine: Option<u32>,
@@ -329,6 +342,39 @@ fn engine_metrics(
             (mean > 0.0).then(|| var.sqrt() / mean),
         )
     };
+    // Instants of the window at which some engine had a waiting request, and the
+    // per-engine running summed over them.
+    let mut waited: BTreeMap<u64, bool> = BTreeMap::new();
+    for s in run.samples.iter().filter(|s| in_mean(s.t_s)) {
+        *waited.entry(s.t_s.to_bits()).or_insert(false) |= s.waiting > 0;
+    }
+    let mut sum_w = vec![0u64; engines];
+    let mut count_w = vec![0u64; engines];
+    for s in &run.samples {
+        let e = s.engine as usize;
+        if e < engines && waited.get(&s.t_s.to_bits()) == Some(&true) {
+            sum_w[e] += u64::from(s.running);
+            count_w[e] += 1;
+        }
+    }
+    let waiting_instants = waited.values().filter(|&&w| w).count();
+    let waiting_share = if waited.is_empty() {
+        0.0
+    } else {
+        waiting_instants as f64 / waited.len() as f64
+    };
+    let imbalance_waiting = if waiting_instants == 0 {
+        Some(1.0)
+    } else {
+        let means: Vec<f64> = sum_w
+            .iter()
+            .zip(&count_w)
+            .map(|(&s, &c)| if c == 0 { 0.0 } else { s as f64 / c as f64 })
+            .collect();
+        let hi = means.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let lo = means.iter().copied().fold(f64::INFINITY, f64::min);
+        (lo > 0.0).then(|| hi / lo)
+    };
     let busy_peak = busy.values().map(|&(_, b)| b).max().unwrap_or(0);
     let in_window: Vec<u32> = busy
         .values()
@@ -343,6 +389,8 @@ fn engine_metrics(
     EngineMetrics {
         mean_running,
         imbalance,
+        waiting_share,
+        imbalance_waiting,
         cv,
         max_queue,
         max_queue_engine,

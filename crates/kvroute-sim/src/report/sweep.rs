@@ -18,7 +18,7 @@ use crate::report::Metrics;
 use crate::report::stats::{self, Interval};
 
 /// The metrics a sweep summarises, in table order.
-pub const SWEEP_METRICS: [SweepMetric; 9] = [
+pub const SWEEP_METRICS: [SweepMetric; 11] = [
     SweepMetric::OutputTokensPerS,
     SweepMetric::TtftP50,
     SweepMetric::TtftP95,
@@ -28,6 +28,8 @@ pub const SWEEP_METRICS: [SweepMetric; 9] = [
     SweepMetric::HitPercent,
     SweepMetric::Imbalance,
     SweepMetric::LowestGenerationShare,
+    SweepMetric::WaitingPercent,
+    SweepMetric::ImbalanceWaiting,
 ];
 
 /// One metric of a run, as the sweep reads it from [`Metrics`].
@@ -53,6 +55,12 @@ pub enum SweepMetric {
     Imbalance,
     /// Smallest per-engine share of the generated tokens (percent); higher is better.
     LowestGenerationShare,
+    /// Share of the sample instants with a waiting request on some engine
+    /// ([`Metrics::waiting_share`], percent); lower is better.
+    WaitingPercent,
+    /// Imbalance over the instants with a waiting request ([`Metrics::imbalance_waiting`]:
+    /// 1 when none waited, infinite when an engine ran nothing then); lower is better.
+    ImbalanceWaiting,
 }
 
 impl SweepMetric {
@@ -68,6 +76,8 @@ impl SweepMetric {
             Self::HitPercent => "hit_pct",
             Self::Imbalance => "imbalance",
             Self::LowestGenerationShare => "gen_share_min_pct",
+            Self::WaitingPercent => "waiting_pct",
+            Self::ImbalanceWaiting => "imbalance_waiting",
         }
     }
 
@@ -83,6 +93,8 @@ impl SweepMetric {
             Self::HitPercent => "hit %",
             Self::Imbalance => "imbalance",
             Self::LowestGenerationShare => "gen min %",
+            Self::WaitingPercent => "wait %",
+            Self::ImbalanceWaiting => "imb wait",
         }
     }
 
@@ -98,7 +110,7 @@ impl SweepMetric {
     pub fn decimals(self) -> usize {
         match self {
             Self::OutputTokensPerS => 0,
-            Self::HitPercent | Self::LowestGenerationShare => 1,
+            Self::HitPercent | Self::LowestGenerationShare | Self::WaitingPercent => 1,
             _ => 2,
         }
     }
@@ -117,6 +129,8 @@ impl SweepMetric {
             Self::HitPercent => 100.0 * m.hit_rate,
             Self::Imbalance => m.imbalance.unwrap_or(f64::INFINITY),
             Self::LowestGenerationShare => 100.0 * m.generation_share_min,
+            Self::WaitingPercent => 100.0 * m.waiting_share,
+            Self::ImbalanceWaiting => m.imbalance_waiting.unwrap_or(f64::INFINITY),
         }
     }
 }

@@ -18,7 +18,9 @@ marks against the reference (paired t-test on the per-seed differences, 5 % two-
 better / worse (significant), tied (not), best (the best mean, significantly better than the \
 reference; on the reference: better than every other policy), n/a (a value missing or \
 infinite); imbalance: busiest/idlest mean running (inf: an engine ran nothing); gen min: the \
-smallest per-engine share of generated tokens";
+smallest per-engine share of generated tokens; wait %: share of the sample instants with a \
+request waiting on some engine; imb wait: the imbalance over those instants only (1 when no \
+request waited)";
 
 /// One cell's text: `mean ±half-width mark` (`inf` / `-` for an infinite or missing mean,
 /// no `±` without an interval).
