@@ -104,6 +104,9 @@ fn row_cells_are_the_metrics() {
         "50.0",
         "0.0",
         "4.00",
+        // Engine 1 has a waiting request at t = 1, 2, 3 (of the window's t = 0..3): the
+        // imbalance over those instants is 4 too.
+        "4.00",
         "0.60",
         "4",
         "2.0 (2)",

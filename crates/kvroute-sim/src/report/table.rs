@@ -5,7 +5,7 @@ use std::fmt::Write;
 use crate::report::metrics::Metrics;
 
 /// Column headers, in order (units in the legend printed under the table).
-pub const COLUMNS: [&str; 16] = [
+pub const COLUMNS: [&str; 17] = [
     "policy",
     "done",
     "out tok/s",
@@ -17,6 +17,7 @@ pub const COLUMNS: [&str; 16] = [
     "hit %",
     "phantom %",
     "imbal",
+    "imb wait",
     "CV",
     "max q",
     "busy",
@@ -27,7 +28,8 @@ pub const COLUMNS: [&str; 16] = [
 /// The legend printed under every table.
 pub const LEGEND: &str = "done: finished/routed requests; TTFT, E2E: seconds (nearest-rank \
 percentiles); hit: cached/prompt tokens; phantom: predicted but not cached; imbal: busiest/idlest \
-mean running (inf: some engine never ran anything); CV: of per-engine mean running; max q: most waiting on one engine; busy: mean \
+mean running (inf: some engine never ran anything); imb wait: the same over the instants \
+with a request waiting on some engine (1.00: none waited); CV: of per-engine mean running; max q: most waiting on one engine; busy: mean \
 engines running anything while requests arrive (peak); gen: generation share per engine; \
 rejected: admission rejections (+N refused: requests the chosen engine could never serve, a \
 prompt beyond its context or KV capacity); decisions by reason count every routing decision, so a request \
@@ -56,6 +58,8 @@ pub fn row(m: &Metrics) -> Vec<String> {
             None if m.mean_running.iter().any(|&r| r > 0.0) => "inf".to_string(),
             None => "-".to_string(),
         },
+        m.imbalance_waiting
+            .map_or_else(|| "inf".to_string(), |v| format!("{v:.2}")),
         m.running_cv
             .map_or_else(|| "-".to_string(), |v| format!("{v:.2}")),
         m.max_queue.to_string(),
