@@ -259,20 +259,12 @@ fn req(id: u64, parent: Option<u64>) -> SimRequest {
     }
 }
 
-#[test]
-fn truncate_cuts_orphaned_follow_ups_transitively() {
-    // List order: 0, 3 (child of 2), 1, 4 (child of 3), 2. Keeping the first 4 drops 2, so
-    // 3 and then 4 lose their parents.
-    let w = Workload {
+/// A workload called `w` of `requests` on one default engine, no faults.
+fn one_engine_workload(requests: Vec<SimRequest>) -> Workload {
+    Workload {
         name: "w".into(),
         description: String::new(),
-        requests: vec![
-            req(0, None),
-            req(3, Some(2)),
-            req(1, None),
-            req(4, Some(3)),
-            req(2, None),
-        ],
+        requests,
         fleet: FleetSpec {
             engines: 1,
             engine: Default::default(),
@@ -280,7 +272,20 @@ fn truncate_cuts_orphaned_follow_ups_transitively() {
         },
         faults: Vec::new(),
         load_start_s: 0.0,
-    };
+    }
+}
+
+#[test]
+fn truncate_cuts_orphaned_follow_ups_transitively() {
+    // List order: 0, 3 (child of 2), 1, 4 (child of 3), 2. Keeping the first 4 drops 2, so
+    // 3 and then 4 lose their parents.
+    let w = one_engine_workload(vec![
+        req(0, None),
+        req(3, Some(2)),
+        req(1, None),
+        req(4, Some(3)),
+        req(2, None),
+    ]);
     let t = truncate(w.clone(), 4);
     assert_eq!(t.requests.iter().map(|r| r.id).collect::<Vec<_>>(), [0, 1]);
     assert_eq!(t.name, "w[..4]");
@@ -295,24 +300,13 @@ fn truncate_keeps_every_pinned_request_and_counts_routed_ones() {
         pinned: Some(0),
         ..req(id, None)
     };
-    let w = Workload {
-        name: "w".into(),
-        description: String::new(),
-        requests: vec![
-            pinned(10),
-            req(0, None),
-            pinned(11),
-            req(1, None),
-            req(2, None),
-        ],
-        fleet: FleetSpec {
-            engines: 1,
-            engine: Default::default(),
-            channels: Default::default(),
-        },
-        faults: Vec::new(),
-        load_start_s: 0.0,
-    };
+    let w = one_engine_workload(vec![
+        pinned(10),
+        req(0, None),
+        pinned(11),
+        req(1, None),
+        req(2, None),
+    ]);
     let t = truncate(w.clone(), 1);
     assert_eq!(
         t.requests.iter().map(|r| r.id).collect::<Vec<_>>(),
