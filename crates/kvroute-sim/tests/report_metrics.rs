@@ -195,10 +195,18 @@ fn engine_means_cover_the_window_of_the_routed_load() {
             s.t_s = 7.0;
         }
     }
+    // A queue of 50 at t = 0, before the window (a setup's), is not the window's peak:
+    // that is engine 0's 5 at t = 2 (engine 1's 6 was at t = 3, moved out).
+    for s in &mut run.samples {
+        if s.t_s == 0.0 && s.engine == 0 {
+            s.waiting = 50;
+        }
+    }
     let m = compute("x", &run);
     assert!(close(m.mean_running[0], 4.0));
     assert!(close(m.mean_running[1], 1.5));
     assert!(close(m.imbalance.unwrap(), 4.0 / 1.5));
+    assert_eq!((m.max_queue, m.max_queue_engine), (5, Some(0)));
     // Nothing routed: every sample counts, engine 0 (2+4+4+2)/4 = 3, engine 1 1.
     let mut run = hand_run();
     run.requests.retain(|r| r.pinned);

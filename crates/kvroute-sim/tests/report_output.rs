@@ -90,8 +90,8 @@ fn row_cells_are_the_metrics() {
     let cells = table::row(&w.runs[0].metrics);
     // 3 requests × 10 tokens over 0 → 3 s (last finish) = 10 tok/s; TTFT {0.1, 0.2, 0.3};
     // E2E all 1 s; hit 50/100; engine 0 mean running 4, engine 1 1 → imbalance 4, CV of
-    // {4, 1} = 1.5 / 2.5 = 0.6; most waiting 4 (engine 1 at t = 4); both engines busy at
-    // every sample; engine 0 served requests 0 and 2 (20 tokens), engine 1 request 1 (10).
+    // {4, 1} = 1.5 / 2.5 = 0.6; most waiting 3 (engine 1 at t = 3, the window's last
+    // sample: the last finish is at 3 s); both engines busy at every sample; engine 0 served requests 0 and 2 (20 tokens), engine 1 request 1 (10).
     let want = [
         "least_load",
         "3/3",
@@ -108,7 +108,7 @@ fn row_cells_are_the_metrics() {
         // imbalance over those instants is 4 too.
         "4.00",
         "0.60",
-        "4",
+        "3",
         "2.0 (2)",
         "33.3/66.7",
         "0",

@@ -110,11 +110,13 @@ pub struct Metrics {
     /// ever waited (the condition never held; [`waiting_share`](Self::waiting_share) 0);
     /// `None` when the idlest engine ran nothing at those instants (infinite).
     pub imbalance_waiting: Option<f64>,
-    /// Most waiting requests on one engine at one sample.
+    /// Most waiting requests on one engine at one sample of the measuring window (the
+    /// samples [`mean_running`](Self::mean_running) reads).
     pub max_queue: u32,
     /// The engine where [`max_queue`](Self::max_queue) was first seen.
     pub max_queue_engine: Option<u32>,
-    /// Most engines with at least one running request at one sample instant.
+    /// Most engines with at least one running request at one sample instant of the
+    /// measuring window.
     pub busy_engines_peak: u32,
     /// Mean number of engines with at least one running request over the sample instants
     /// from the first to the last routed arrival (the time load is offered); 0 without
@@ -288,10 +290,10 @@ struct EngineMetrics {
     busy_mean: f64,
 }
 
-/// Engine figures from `run`'s samples: the per-engine means (and so the imbalance and the
-/// CV) over the samples in `window` (all samples when it is empty or not finite, as when
-/// nothing was routed), the busy-engine mean over `arrivals` (first to last routed
-/// arrival), the queue peak and the busy peak over every sample.
+/// Engine figures from `run`'s samples in `window` (all samples when it is empty or not
+/// finite, as when nothing was routed): the per-engine means (and so the imbalance and the
+/// CV), the figures while requests wait, the queue peak and the busy peak; the busy-engine
+/// mean over the instants in `arrivals` (first to last routed arrival).
 fn engine_metrics(
     run: &RunResult,
     engines: usize,
@@ -309,9 +311,9 @@ fn engine_metrics(
     let mut max_queue_engine = None;
     // Busy engines per sample instant (samples are in time order).
     let mut busy: BTreeMap<u64, (f64, u32)> = BTreeMap::new();
-    for s in &run.samples {
+    for s in run.samples.iter().filter(|s| in_mean(s.t_s)) {
         let e = s.engine as usize;
-        if e < engines && in_mean(s.t_s) {
+        if e < engines {
             sum[e] += u64::from(s.running);
             count[e] += 1;
         }
