@@ -290,6 +290,22 @@ struct EngineMetrics {
     busy_mean: f64,
 }
 
+/// Per-engine means of `sum` over `count` (0 where an engine has no sample).
+fn means(sum: &[u64], count: &[u64]) -> Vec<f64> {
+    sum.iter()
+        .zip(count)
+        .map(|(&s, &c)| if c == 0 { 0.0 } else { s as f64 / c as f64 })
+        .collect()
+}
+
+/// The largest of `means` over the smallest; `None` when the smallest is 0 (infinite) or
+/// there is none.
+fn busiest_over_idlest(means: &[f64]) -> Option<f64> {
+    let hi = means.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let lo = means.iter().copied().fold(f64::INFINITY, f64::min);
+    (lo > 0.0 && lo.is_finite()).then(|| hi / lo)
+}
+
 /// Engine figures from `run`'s samples in `window` (all samples when it is empty or not
 /// finite, as when nothing was routed): the per-engine means (and so the imbalance and the
 /// CV), the figures while requests wait, the queue peak and the busy peak; the busy-engine
@@ -324,23 +340,14 @@ fn engine_metrics(
         let slot = busy.entry(s.t_s.to_bits()).or_insert((s.t_s, 0));
         slot.1 += u32::from(s.running > 0);
     }
-    let mean_running: Vec<f64> = sum
-        .iter()
-        .zip(&count)
-        .map(|(&s, &c)| if c == 0 { 0.0 } else { s as f64 / c as f64 })
-        .collect();
+    let mean_running = means(&sum, &count);
     let (imbalance, cv) = if run.samples.is_empty() || engines == 0 {
         (None, None)
     } else {
-        let hi = mean_running
-            .iter()
-            .copied()
-            .fold(f64::NEG_INFINITY, f64::max);
-        let lo = mean_running.iter().copied().fold(f64::INFINITY, f64::min);
         let mean = mean_running.iter().sum::<f64>() / engines as f64;
         let var = mean_running.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / engines as f64;
         (
-            (lo > 0.0).then(|| hi / lo),
+            busiest_over_idlest(&mean_running),
             (mean > 0.0).then(|| var.sqrt() / mean),
         )
     };
@@ -368,14 +375,7 @@ fn engine_metrics(
     let imbalance_waiting = if waiting_instants == 0 {
         Some(1.0)
     } else {
-        let means: Vec<f64> = sum_w
-            .iter()
-            .zip(&count_w)
-            .map(|(&s, &c)| if c == 0 { 0.0 } else { s as f64 / c as f64 })
-            .collect();
-        let hi = means.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let lo = means.iter().copied().fold(f64::INFINITY, f64::min);
-        (lo > 0.0).then(|| hi / lo)
+        busiest_over_idlest(&means(&sum_w, &count_w))
     };
     let busy_peak = busy.values().map(|&(_, b)| b).max().unwrap_or(0);
     let in_window: Vec<u32> = busy
