@@ -17,6 +17,7 @@
 //! Every atomic, lock and thread comes from `kvroute_core::sync`, so the lock-free protocols are
 //! modelled by loom under `RUSTFLAGS="--cfg kvroute_loom"` (models in `src/loom_models`).
 
+mod drain;
 mod lanes;
 #[cfg(test)]
 mod loom_models;

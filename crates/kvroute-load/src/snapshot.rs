@@ -95,7 +95,10 @@ pub struct SlotLoad {
     pub max_running: u32,
     /// KV usage, `0.0..=1.0`.
     pub kv_usage: f32,
-    /// Waiting uncached prefill tokens (tokens).
+    /// Waiting uncached prefill tokens (tokens): the report's, less what the engine has
+    /// prefilled between the report's observation and the publication at its prefill
+    /// throughput, within what its scheduler cap lets start (module `drain` of this crate:
+    /// the rule and why).
     pub waiting_prefill_tokens: u32,
     /// Active decode tokens (tokens).
     pub active_decode_tokens: u32,
@@ -222,7 +225,12 @@ impl LoadSnapshot {
     pub fn max_running(&self) -> &[u32] {
         &self.max_running
     }
-    /// Waiting uncached prefill tokens per slot (tokens; 0 when not reported).
+    /// Waiting uncached prefill tokens per slot (tokens; 0 when not reported), aged to
+    /// [`published_at`](Self::published_at): the report's figure less what the engine has
+    /// prefilled since [`observed_at`](Self::observed_at) at its prefill throughput, within
+    /// what its scheduler cap lets start (`Q − min(drainable, age·π)`, `drainable` all of
+    /// `Q` with nothing waiting, `Q·min(1, (M − r)/w)` with `w` waiting under a known cap
+    /// `M`, else 0); as reported where no prefill throughput is known.
     pub fn waiting_prefill_tokens(&self) -> &[u32] {
         &self.waiting_prefill_tokens
     }

@@ -168,6 +168,35 @@ fn registration_errors() {
     assert_eq!(p.remove_worker(a), Ok((Slot(0), SlotGeneration(1))));
 }
 
+/// A later publication publishes the queued prefill the engine still has by its report:
+/// 10,000 tokens observed at 10 s on a rank with room (5 running of 16, 2 waiting), at
+/// 9,000 tokens/s: published at 10 s, 10,000; at 10.5 s, 10,000 − 4,500 = 5,500; at 12 s
+/// (18,000 possible), 0. The requests, decode tokens and observation time stay as reported.
+/// Without a prefill throughput (none reported, none configured) the report stands.
+#[test]
+fn a_later_publication_ages_the_queued_prefill() {
+    let (mut p, r) = publisher(4);
+    let (w, v) = (WorkerId::new(7, 0), WorkerId::new(8, 0));
+    p.add_worker(Slot(1), w, SlotGeneration(1)).unwrap();
+    p.add_worker(Slot(2), v, SlotGeneration(1)).unwrap();
+    let mut s = sample(5, 2, 16);
+    s.waiting_prefill_tokens = Some(10_000);
+    p.apply_sample(w, s, Nanos(10 * S)).unwrap();
+    s.prefill_tps = None;
+    p.apply_sample(v, s, Nanos(10 * S)).unwrap();
+    let mut at = |t: u64| {
+        p.publish(Nanos(t)).unwrap();
+        let l = r.load();
+        assert_eq!((l.running()[1], l.waiting()[1]), (5, 2));
+        assert_eq!(l.active_decode_tokens()[1], 2000);
+        assert_eq!(l.observed_at()[1], Nanos(10 * S));
+        (l.waiting_prefill_tokens()[1], l.waiting_prefill_tokens()[2])
+    };
+    assert_eq!(at(10 * S), (10_000, 10_000));
+    assert_eq!(at(10 * S + S / 2), (5_500, 10_000));
+    assert_eq!(at(12 * S), (0, 10_000));
+}
+
 #[test]
 fn figures_reach_the_lanes_of_their_slot() {
     let (mut p, r) = publisher(4);
