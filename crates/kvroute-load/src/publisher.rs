@@ -868,16 +868,7 @@ impl LoadPublisher {
             snap.engines.clear();
             snap.engines.extend_from_slice(engines);
             for (i, st) in slots.iter().enumerate() {
-                write_slot(
-                    snap,
-                    i,
-                    st,
-                    own[i],
-                    engine_of[i],
-                    engines,
-                    engine_configs,
-                    now,
-                );
+                write_slot(snap, i, st, own[i], engine_of[i], engines, engine_configs);
             }
         });
         Ok(staged.publish())
@@ -903,7 +894,6 @@ fn write_slot(
     engine: u32,
     engines: &[EngineLoad],
     configs: &HashMap<u64, EngineConfig>,
-    now: Nanos,
 ) {
     let Some((worker, generation)) = st.tenant else {
         snap.running[i] = 0;
@@ -946,9 +936,9 @@ fn write_slot(
     snap.waiting[i] = s.waiting;
     snap.max_running[i] = s.max_running;
     // Aged to the publication (module `drain`): what the engine has prefilled since.
-    let age = st
-        .good
-        .map_or(Nanos::ZERO, |g| now.saturating_since(g.observed_at));
+    let age = st.good.map_or(Nanos::ZERO, |g| {
+        snap.published_at.saturating_since(g.observed_at)
+    });
     snap.waiting_prefill_tokens[i] = crate::drain::queued_at(&s, prefill, age);
     snap.active_decode_tokens[i] = s.active_decode_tokens.unwrap_or(0);
     snap.kv_usage[i] = s.kv_usage;
