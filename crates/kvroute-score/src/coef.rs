@@ -1,13 +1,13 @@
 //! Per-slot coefficients of the two costs a `projected_time` decision computes, folded once
 //! per publication: every part of [`CostKind::Projected`] and [`CostKind::LeastLoad`]
 //! (module `cost`) that depends only on a slot's lanes and the configured defaults, not on
-//! the request or the fleet's mean load.
+//! the request or the fleet's mean batch.
 //!
 //! With `spp = 1/π`, `a`, `b`, `q1 = q + 1`, the cap `M = max(q/occ, 1)`, `room = occ < 1`
 //! and the typical output `T`, the projected cost is
 //! `((start + n·(U·spp)) + out·(b + (2n − 1)·a)) + barrier`, where
 //! * `n = room ? max(min(M, mean + 1), q1) : M` is the only part that depends on the fleet
-//!   (its mean load), and `U` (the uncached prompt) and `out` the only parts that depend on
+//!   (its mean batch), and `U` (the uncached prompt) and `out` the only parts that depend on
 //!   the request;
 //! * `start = queued·spp + wait` does not: with room, `n >= q1` makes the slot wait
 //!   `(q1 − n)⁺·T·(b/n + a)` exactly +0 or −0 whatever `n` is, as long as `b/n + a` is
@@ -197,7 +197,7 @@ impl crate::fleet::Fleet {
     /// Precomputes the per-slot cost coefficients of `projected_time` and `least_load`
     /// for `cfg`'s defaults (`default_prefill_tps`, `default_decode_tps`, `kv_barrier_s`,
     /// `tokens_per_request`, `least_load_tps`), so that the SIMD passes compute per slot
-    /// only what the request and the fleet's mean load change. The decisions are the same
+    /// only what the request and the fleet's mean batch change. The decisions are the same
     /// with or without them (bit for bit, the scalar reference never uses them); a
     /// decision under other defaults, or after the lanes changed, computes from the lanes.
     /// [`fill_with`](Self::fill_with) keeps them current between publications. One pass

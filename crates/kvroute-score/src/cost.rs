@@ -25,10 +25,17 @@
 //! 1. **Batch.** The request runs in a batch of `n` sequences. When the batch is full
 //!    (`occ >= 1`) that is the cap `M = q/occ` (`occ = q/M`; at least 1). While it has room
 //!    it is what the worker holds with the request, `q + 1`, lifted to the fleet's mean
-//!    load: `n = max(q + 1, min(M, mean + 1))`, `mean` the mean `requests` of the occupied
-//!    slots (without a known cap, no upper bound). A worker below the mean is the cheaper one, so the next decisions send it work
-//!    until it holds about the mean: by the time the request's prefill (seconds for a long
-//!    prompt) and decode run, the batch they share has grown to the fleet's. Without the
+//!    batch: `n = max(q + 1, min(M, mean + 1))`, `mean` the mean over the occupied slots
+//!    of each one's `requests` counted at most at its cap, `min(q, max(q/occ, 1))`, and in
+//!    full where its occupancy is unknown (`Aggregates::mean_batch`; without a known cap,
+//!    no upper bound to the lift). A worker below the mean is the cheaper one, so the next
+//!    decisions send it work until it holds about the mean: by the time the request's
+//!    prefill (seconds for a long prompt) and decode run, the batch they share has grown to
+//!    the fleet's. The mean is of batches, not of requests: a worker far past its cap (a
+//!    hot owner with a long waiting queue) runs no more than its cap, and counting its
+//!    queue lifted every other worker's batch, so that a worker with room looked as dear as
+//!    a full one and new work kept joining the queues of the full ones (`docs/RESULTS.md`,
+//!    "The batch lift to the mean batch"). Without the
 //!    lift, under overload every full worker is costed at `M` and a worker with room at its
 //!    current `q + 1`, so the workers busy with a few long prefills (few requests, a long
 //!    prefill queue) look cheapest for every further long prompt and pile up prefill work
@@ -90,8 +97,8 @@
 //! low load; the step model leaves out the context term (each step also reads every
 //! sequence's KV) and the prefill chunks a step carries while the engine has prefill
 //! queued, which at overload make a step many times longer than `s(n)`; the lift takes the
-//! fleet's mean, which one hot worker far above the cap raises for every worker with
-//! room (their costs then rise together, and the one with less queued wins); the outputs of
+//! fleet's mean batch, which does not see how far behind a worker's queue is (a worker at
+//! its cap with a long wait counts as much as one just full); the outputs of
 //! the running requests are unknown and taken as this request's `O`; the prefill queue is
 //! the engine's report, which counts a waiting request's whole prompt (its prefix hit is
 //! known only at admission); the active context tokens (`decode`) are left out: what they
@@ -139,6 +146,9 @@ pub(crate) enum CostKind {
 pub(crate) struct Params {
     pub prompt: f32,
     pub block_size: f32,
+    /// The fleet's mean (requests): `load_aware`'s mean `requests`
+    /// ([`crate::Aggregates::mean_load`]); `projected_time`'s mean batch, each worker
+    /// counted at most at its cap ([`crate::Aggregates::mean_batch`]).
     pub mean_load: f32,
     pub beta: f32,
     pub least_load_tps: f32,

@@ -595,7 +595,12 @@ pub(crate) fn inputs(
     let p = Params {
         prompt: req.prompt_tokens as f32,
         block_size: req.block_size.max(1) as f32,
-        mean_load: agg.mean_load,
+        // `projected_time` lifts a batch with room to the fleet's mean batch (each worker
+        // counted at most at its cap); `load_aware` weighs requests against their mean.
+        mean_load: match cfg.policy {
+            Policy::ProjectedTime { .. } => agg.mean_batch,
+            _ => agg.mean_load,
+        },
         beta,
         least_load_tps: cfg.least_load_tps,
         default_prefill_tps: cfg.default_prefill_tps,

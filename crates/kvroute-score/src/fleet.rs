@@ -94,6 +94,13 @@ pub struct Aggregates {
     pub occupied: usize,
     /// Mean of `requests` over occupied slots (requests; 0 when none).
     pub mean_load: f32,
+    /// Mean batch over occupied slots (requests; 0 when none): each slot's `requests`
+    /// counted at most at its batch cap `requests / occupancy` (at least 1), as a slot can
+    /// run no more, and in full where its occupancy is unknown (0 or NaN in the lane); each
+    /// slot's figure rounded down to 1/1024 of a request, so that the sum is
+    /// exact and every fill path gets the same bits. `projected_time`'s batch lift reads it:
+    /// a worker far past its cap (a hot owner's queue) does not lift every other worker.
+    pub mean_batch: f32,
     /// Largest `requests` (requests; ignores NaN; −inf when none).
     pub max_load: f32,
     /// Smallest `requests` (requests; ignores NaN; +inf when none).
@@ -361,6 +368,7 @@ impl Fleet {
     fn finish(&mut self) {
         let mut a = EMPTY_AGGREGATES;
         let mut sum = 0.0f64;
+        let mut batch = 0u64;
         for i in 0..self.len {
             if self.occupied[i] == 0.0 {
                 continue;
@@ -368,6 +376,7 @@ impl Fleet {
             a.occupied += 1;
             let r = self.requests[i];
             sum += f64::from(r);
+            batch += batch_units(r, self.occ[i]);
             if r > a.max_load {
                 a.max_load = r;
             }
@@ -385,6 +394,7 @@ impl Fleet {
         }
         if a.occupied > 0 {
             a.mean_load = (sum / a.occupied as f64) as f32;
+            a.mean_batch = mean_of_units(batch, a.occupied);
         }
         self.agg = Some(a);
     }
@@ -636,6 +646,7 @@ impl Fleet {
             let r = *r;
             self.touched.push(slot.0);
             let before = self.requests[i];
+            let batch_before = batch_units(before, self.occ[i]);
             let after = (u64::from(running[i]) + u64::from(waiting[i]) + r.requests)
                 .saturating_sub(r.finished) as f32;
             self.requests[i] = after;
@@ -655,6 +666,8 @@ impl Fleet {
                 let num = (engine_requests[i] + r.requests).saturating_sub(r.finished);
                 self.occ[i] = (num as f64 / engine_max_running[i] as f64) as f32;
             }
+            // Exact: integers.
+            agg.batch = agg.batch.saturating_sub(batch_before) + batch_units(after, self.occ[i]);
         }
         if min_moved || max_moved {
             // A slot that was at the minimum rose, or one at the maximum fell: take both
@@ -861,9 +874,16 @@ impl Fleet {
                 unknown[j] = unknown[j].min(v | !um);
             }
         }
+        let mut batch = 0u64;
+        for i in 0..n {
+            if self.mask[i] != 0 {
+                batch += batch_units(self.requests[i], self.occ[i]);
+            }
+        }
         BaseAgg {
             occupied: count.iter().map(|&c| c as usize).sum(),
             sum: sum.iter().sum(),
+            batch,
             max: max
                 .into_iter()
                 .fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a }),
@@ -887,6 +907,7 @@ impl Fleet {
         a.occupancy_unknown = validity(b.unknown);
         if b.occupied > 0 {
             a.mean_load = (b.sum / b.occupied as f64) as f32;
+            a.mean_batch = mean_of_units(b.batch, b.occupied);
         }
         a
     }
@@ -1012,12 +1033,38 @@ fn masked_deepest(overlaps: &Overlaps, mask: &[u32], m: usize) -> f32 {
 const EMPTY_AGGREGATES: Aggregates = Aggregates {
     occupied: 0,
     mean_load: 0.0,
+    mean_batch: 0.0,
     max_load: f32::NEG_INFINITY,
     min_load: f32::INFINITY,
     deepest: 0.0,
     worst_validity: Validity::Fresh,
     occupancy_unknown: None,
 };
+
+/// Units of 1/1024 request in a slot's batch for [`Aggregates::mean_batch`]: `requests`
+/// at most its cap `requests / occupancy` (at least 1) where the occupancy is positive,
+/// else all of `requests` (occupancy unknown: 0 or NaN), rounded down to a unit (in `f64`;
+/// down, so that a slot's own share never exceeds its `requests`: a fleet of one slot is
+/// not lifted above itself; a NaN or negative `requests` counts 0; saturating at `u64::MAX / 2^16`, far above
+/// any fleet's).
+#[inline]
+fn batch_units(requests: f32, occupancy: f32) -> u64 {
+    let r = f64::from(requests);
+    let o = f64::from(occupancy);
+    let b = if o > 0.0 { r.min((r / o).max(1.0)) } else { r };
+    let u = (b * 1024.0).floor();
+    if u > 0.0 {
+        u.min((u64::MAX >> 16) as f64) as u64
+    } else {
+        0
+    }
+}
+
+/// The mean of `units` (1/1024 request each) over `occupied` slots (`occupied > 0`).
+#[inline]
+fn mean_of_units(units: u64, occupied: usize) -> f32 {
+    (units as f64 / 1024.0 / occupied as f64) as f32
+}
 
 /// A stale rank's own occupancy: `(running + waiting + reserved − ended) / max_running` of
 /// its last report (at least 0), rounded once to `f32` as the engine quotient is.
@@ -1054,6 +1101,8 @@ struct BaseAgg {
     occupied: usize,
     /// Sum of `requests` over occupied slots (exact in `f64`).
     sum: f64,
+    /// Sum of [`batch_units`] over occupied slots (exact).
+    batch: u64,
     /// Largest `requests` (−inf when none).
     max: f32,
     /// Smallest `requests` (+inf when none).
@@ -1172,6 +1221,7 @@ mod tests {
         );
         for (name, p, q) in [
             ("mean", x.mean_load, y.mean_load),
+            ("mean batch", x.mean_batch, y.mean_batch),
             ("max", x.max_load, y.max_load),
             ("min", x.min_load, y.min_load),
             ("deepest", x.deepest, y.deepest),
@@ -1600,5 +1650,41 @@ mod tests {
                 drop(random_fill(seed * 1_000 + cap as u64, cap));
             }
         }
+    }
+
+    /// The mean batch counts each slot at most at its cap `requests / occupancy`: a worker
+    /// of 38 slots holding 147 requests (occupancy 147/38) counts 38, two holding 10
+    /// (occupancy 10/38) count 10 each, one of unknown occupancy holding 5 counts 5, an idle
+    /// one 0: (38 + 10 + 10 + 5 + 0)/5 = 12.6 requests, against the mean load's
+    /// (147 + 10 + 10 + 5)/5 = 34.4. A worker of 4 slots holding 2 requests but with an
+    /// occupancy of 2 (its engine full on its other DP ranks) counts its cap max(2/2, 1) = 1.
+    #[test]
+    fn mean_batch_counts_each_worker_at_most_at_its_cap() {
+        let at = |requests: f32, occupancy: Option<f32>| {
+            Some(SlotFigures {
+                requests,
+                occupancy,
+                ..SlotFigures::idle()
+            })
+        };
+        let f = Fleet::from_slots(&[
+            at(147.0, Some(147.0 / 38.0)),
+            at(10.0, Some(10.0 / 38.0)),
+            at(10.0, Some(10.0 / 38.0)),
+            at(5.0, None),
+            at(0.0, Some(0.0)),
+            None,
+        ]);
+        let a = f.aggregates();
+        assert_eq!(a.occupied, 5);
+        assert!((a.mean_batch - 12.6).abs() < 1e-3, "{a:?}");
+        assert!((a.mean_load - 34.4).abs() < 1e-4, "{a:?}");
+        let g = Fleet::from_slots(&[at(2.0, Some(2.0)), at(3.0, Some(0.5))]);
+        // (1 + 3)/2: the second has room, all 3 count.
+        assert!(
+            (g.aggregates().mean_batch - 2.0).abs() < 1e-3,
+            "{:?}",
+            g.aggregates()
+        );
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! Projected seconds (`kvroute_score` module `cost`): `queued/π + wait + n·U/π +
 //! (2n − 1)·O/δ + barrier`, `q` requests, `U` uncached tokens, `O` expected output tokens,
-//! `n = q + 1` while occupancy is below 1 (lifted to the fleet's mean load + 1, at most the
+//! `n = q + 1` while occupancy is below 1 (lifted to the fleet's mean batch + 1, at most the
 //! cap, where the occupancy is not 0), else the cap `M = q/occupancy`, and then
 //! `wait = (q − M + 1)·T/δ` (0 while there is room), `T` the typical output
 //! (`tokens_per_request`, 512). No step base: processor sharing.
@@ -53,14 +53,17 @@ fn fig(overlap: f32, requests: f32, queued: f32, decode: f32, kv: f32) -> SlotFi
 /// 0.225 s: 76.921 s. Slot 50 has 2 running (n = 3, KV 0.05): 3 × 4,160/8,000 + 5 × 0.256 +
 /// 0.15·0.05/0.95 = 1.56 + 1.28 + 0.0079 = 2.8479 s. The 49 idle peers: 4,160/8,000 +
 /// 0.256 = 0.776 s (an idle worker's batch is 1: no cap to lift it to the fleet's mean;
-/// alone, slot 50's batch is the fleet's mean + 1 = 3 = q + 1). Each pick reserves one
-/// request, 4,160 prefill and 256 decode tokens: the picked peer queues 0.52 s and its batch
-/// lifts to the fleet's mean + 1 (mean over the 51 slots, at least 150/51 after the first
-/// pick: n >= 3.94, cost > 3.5 s), so 49 new hot-prefix requests go to the 49 idle peers,
-/// one each. Then the mean is 198/51 and n = 4.882 35 on every worker with room: a peer
-/// costs 0.52 + 4.882 35 × 0.52 + (2n − 1) × 0.256 = 0.52 + 2.538 82 + 2.243 76 = 5.302 58 s,
-/// the light worker (nothing queued) 2.538 82 + 2.243 76 + 0.007 89 = 4.790 47 s: the 50th
-/// goes to the light worker. None goes to the owner.
+/// alone, slot 50's batch is the fleet's mean batch + 1 = 3 = q + 1). The lift reads the
+/// fleet's mean batch, each worker counted at most at its cap: the owner's 147 count 38,
+/// slot 50's 2 count 2, an idle peer 0. Each pick reserves one request, 4,160 prefill and
+/// 256 decode tokens: the picked peer queues 0.52 s and holds q = 1, its batch
+/// n = max(2, mean batch + 1) >= 2 (the mean batch runs from 40/51 = 0.784 before the
+/// first pick to 88/51 = 1.725 before the 49th), and costs at least 0.52 + 2 × 0.52 +
+/// 3 × 0.256 = 2.328 s, above an idle peer's 0.776 s: 49 new hot-prefix requests go to the 49
+/// idle peers, one each. Then the mean batch is 89/51 = 1.745 10, a peer costs
+/// 0.52 + 2.745 10 × 0.52 + 4.490 20 × 0.256 = 0.52 + 1.427 45 + 1.149 49 = 3.096 94 s,
+/// and the light worker (q = 2, n = max(3, 2.745 10) = 3, nothing queued) its 2.847 89 s:
+/// the 50th goes to the light worker. None goes to the owner.
 #[test]
 fn hot_owner_among_51_workers_spills_to_the_idle_peers() {
     let with_occ = |f: SlotFigures| SlotFigures {
@@ -99,7 +102,7 @@ fn hot_owner_among_51_workers_spills_to_the_idle_peers() {
         let (want_slots, want) = if cursor < 49 {
             (1..50, 0.776)
         } else {
-            (50..51, 4.790_47)
+            (50..51, 2.847_89)
         };
         assert!(
             want_slots.contains(&s),
@@ -190,7 +193,8 @@ fn active_decode_occupancy_changes_the_winner() {
 /// cap (occupancy 1.25, so M = n = 32): it needs the 9th slot to free; the running requests
 /// are taken to generate the typical 512 tokens (`tokens_per_request`), so one frees every
 /// 0.512 s: 4.608 s; prefill 0; decode 63 × 0.1 = 6.3 s: 10.908 s. Slot 1 has room
-/// (31 running, occupancy 31/32, n = 32; the fleet's mean + 1 = 36.5 is above the cap)
+/// (31 running, occupancy 31/32, n = 32; the fleet's mean batch + 1, the owner counted at
+/// its cap, (32 + 31)/2 + 1 = 32.5, is above the cap)
 /// but must prefill: 32 × 1,600/8,000 + 6.3 = 12.7 s; the owner keeps it. Against an idle slot 1 (0.2 + 0.1 = 0.3 s) the owner loses.
 #[test]
 fn a_full_batch_waits_for_a_slot() {
@@ -281,7 +285,7 @@ fn bad_telemetry_falls_back_to_load_only() {
 
 /// The scoped rule: three slots, slot 2 not fresh and, by its last figures, the least
 /// loaded. Slots 0 and 1 run 4 requests each (n = 5); slot 2 ran 1, its batch lifted to the
-/// fleet's mean plus one (3 + 1: n = 4), none queued, none holding the 1,600-token prompt:
+/// fleet's mean batch plus one (3 + 1: n = 4; no occupancy known, each counted in full), none queued, none holding the 1,600-token prompt:
 /// projected 5 × 0.2 + 9 × 0.01 = 1.09 s for slots 0 and 1, 4 × 0.2 + 7 × 0.01 = 0.87 s for
 /// slot 2. One slot of three is under the 0.5 share.
 /// * Missing figures: slot 2 is costed no lower than just above the best fresh cost and

@@ -196,12 +196,12 @@ fn check_counterfactual(
     // Alone, the slot's cost is the one it had in the fleet; a slot that is not fresh was
     // costed there without its cache credit (the scoped telemetry rule), as a fresh slot
     // holding nothing is alone, and raised to just above the best fresh cost when below it.
-    // Where the slot's batch has room and the fleet's mean load is above its own, the
+    // Where the slot's batch has room and the fleet's mean batch is above its own load, the
     // projected batch is lifted to that mean (`src/cost.rs`), which a fleet of the slot
     // alone does not have: that case is checked by hand in `tests/projected_time.rs` and
     // `tests/shadow_gain.rs`, not here.
     let mut own_figures = figures[d.index()];
-    let mean = f.aggregates().mean_load;
+    let mean = f.aggregates().mean_batch;
     let lifted = own_figures.is_some_and(|fg| {
         let occ = fg.occupancy.unwrap_or(0.0);
         // Room (occupancy below 1, or NaN) and a mean above its own load (or NaN).

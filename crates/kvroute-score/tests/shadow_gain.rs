@@ -2,7 +2,8 @@
 //! seconds, and the dispatched worker's projected seconds under the same model, against
 //! figures worked out by hand from the formula in `src/cost.rs`:
 //! `projected = max(queued/π, wait) + n·uncached/π + (2n − 1)·out/δ + barrier` (processor
-//! sharing: no step base), `n` lifted to the fleet's mean load + 1 while the batch has room,
+//! sharing: no step base), `n` lifted to the fleet's mean batch + 1 while the batch has room (no occupancy known
+//! here: each worker's batch counted as its requests),
 //! `barrier = 0.15·k/(1 − k)`, `least_load = (queued + decode)/π + barrier`.
 
 mod common;
@@ -68,7 +69,7 @@ fn shadow_reports_the_counterfactual_and_the_gain_by_hand() {
 }
 
 /// Without the idle slot, `least_load` dispatches slot 0 (0.1375 s against 0.3 s), which
-/// is also enforce's choice. The fleet's mean load is now 1.5 requests, so slot 0's batch
+/// is also enforce's choice. The fleet's mean batch is now 1.5 requests, so slot 0's batch
 /// is lifted to the mean + 1 = 2.5 (module docs of `src/cost.rs`): 0.1 + 2.5 × 0.032 +
 /// 4 × 0.1 + 0.0375 = 0.6175 s (slot 2 keeps n = 3: 1.568 s). The dispatched cost is the
 /// counterfactual's and the gain is 0.

@@ -5,7 +5,7 @@
 //! enforce (default). Projected seconds (`kvroute_score`, module `cost`):
 //! `queued/π + wait + n·U/π + (2n − 1)·O/δ + barrier` (no step model configured:
 //! processor sharing), `U` uncached and `O` expected output tokens, `n = q + 1` for `q`
-//! requests while the batch has room, lifted to the fleet's mean load + 1 (at most the cap)
+//! requests while the batch has room, lifted to the fleet's mean batch + 1 (at most the cap)
 //! where the cap is known and the worker holds a request, else the cap.
 
 mod common;
@@ -54,12 +54,13 @@ fn route_picks_the_cache_owner_when_idle() {
 /// 3 × 0.52 + 5 × 0.256 + 0.0079 = 2.848 s. Workers 2–4 are idle: 0.52 + 0.256 = 0.776 s
 /// each (an idle worker's batch is 1). Each routed request reserves one request, 4,160
 /// prefill and 256 decode tokens on its worker, whose batch then has room and is lifted to
-/// the fleet's mean load + 1 (the owner's 147 requests count in the mean): after the first
-/// pick, mean 150/5 = 30, n = 31, 0.52 + 31 × 0.52 + 61 × 0.256 = 32.256 s there. So three
-/// requests go to the three idle peers, one each (`Spill`, 0.776 s); then the mean is
-/// 152/5 = 30.4 and n = 31.4 on every worker with room: a peer costs 0.52 + 16.328 +
-/// 61.8 × 0.256 = 32.669 s, worker 5 (nothing queued) 16.328 + 15.821 + 0.0079 = 32.157 s:
-/// the fourth goes to worker 5. None goes to the owner.
+/// the fleet's mean batch + 1, each worker counted at most at its cap (the owner's 147
+/// requests count 64, worker 5's 2 count 2): after the first pick, mean 67/5 = 13.4,
+/// n = 14.4, 0.52 + 14.4 × 0.52 + 27.8 × 0.256 = 15.125 s there. So three requests go to
+/// the three idle peers, one each (`Spill`, 0.776 s); then the mean batch is 69/5 = 13.8 and
+/// n = 14.8 on every worker with room: a peer costs 0.52 + 7.696 + 28.6 × 0.256 =
+/// 15.538 s, worker 5 (nothing queued) 7.696 + 7.3216 + 0.0079 = 15.0255 s: the fourth
+/// goes to worker 5. None goes to the owner.
 #[test]
 fn route_spills_off_an_overloaded_owner() {
     let (r, ws) = router(8, 5, |_| {});
@@ -99,7 +100,7 @@ fn route_spills_off_an_overloaded_owner() {
     let req = hot_request(&prefix, 20);
     let d = r.route(&RouteRequest::tokens(&req, 256, NOW)).unwrap();
     assert_eq!(d.worker, ws[4], "{d:?}");
-    assert!((d.cost - 32.1567).abs() < 1e-3, "{d:?}");
+    assert!((d.cost - 15.0255).abs() < 1e-3, "{d:?}");
     assert_eq!(r.reserved(ws[0]).unwrap().requests, 0, "owner got nothing");
     assert_eq!(r.stats().with_reason(Reason::Spill), 4);
 }
