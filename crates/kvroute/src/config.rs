@@ -17,6 +17,66 @@ pub const MAX_RESCORES: Bounds = Bounds::ints(0, 64, "");
 /// Valid [`AdmissionConfig::max_outstanding_requests`]: `1..=1_000_000` requests.
 pub const MAX_OUTSTANDING_REQUESTS: Bounds = Bounds::ints(1, 1_000_000, "requests");
 
+/// Valid [`PredictedConfig::ttl`]: 1 ms to 600 s (nanoseconds).
+pub const PREDICTED_TTL: Bounds = Bounds::ints(1_000_000, 600_000_000_000, "ns");
+/// Valid [`PredictedConfig::entries`]: 4 to 2^22 entries.
+pub const PREDICTED_ENTRIES: Bounds = Bounds::ints(4, 1 << 22, "entries");
+/// Valid [`PredictedConfig::min_tokens`]: 1 to 1,048,576 tokens.
+pub const PREDICTED_MIN_TOKENS: Bounds = Bounds::ints(1, 1 << 20, "tokens");
+
+/// Predicted residency: each decision credits its worker, for the next decisions, with the
+/// routed prompt's blocks until the worker's own KV events show them, its TTL passes or its
+/// slot changes tenant (the design: `kvroute`'s `predicted` module docs). A burst of
+/// requests sharing a prompt then sees the worker already computing the prefix, and the
+/// cost decides between joining it and recomputing elsewhere; without it every sibling
+/// routed before the first one's events arrive sees no holder. Credits never enter the
+/// index: [`Decision::overlap_blocks`](crate::Decision::overlap_blocks) stays exact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
+pub struct PredictedConfig {
+    /// How long a credit lasts after its decision (caller's clock, nanoseconds),
+    /// [`PREDICTED_TTL`](crate::bounds::PREDICTED_TTL). Default 10 s: a routed request
+    /// may wait seconds in an overloaded engine's queue before its prefill stores
+    /// anything, and a credit the index already covers is retired at the next lookup.
+    pub ttl: Nanos,
+    /// Table entries (rounded up to a power of two; each routed prompt takes about
+    /// `log2(blocks / min_blocks) + 1`, and a full bucket evicts its earliest expiry),
+    /// [`PREDICTED_ENTRIES`](crate::bounds::PREDICTED_ENTRIES). Default 16,384 (640 KiB).
+    pub entries: usize,
+    /// Shortest prefix credited (tokens, rounded up to whole blocks): shorter ones cost
+    /// little to recompute, [`PREDICTED_MIN_TOKENS`](crate::bounds::PREDICTED_MIN_TOKENS).
+    /// Default 256.
+    pub min_tokens: u32,
+}
+
+impl PredictedConfig {
+    /// Default TTL.
+    pub const DEFAULT_TTL: Nanos = Nanos::from_secs(10);
+    /// Default table entries.
+    pub const DEFAULT_ENTRIES: usize = 16_384;
+    /// Default shortest credited prefix (tokens).
+    pub const DEFAULT_MIN_TOKENS: u32 = 256;
+
+    fn validate(&self) -> Result<(), OutOfRange> {
+        PREDICTED_TTL.check_int("predicted.ttl", self.ttl.0)?;
+        PREDICTED_ENTRIES.check_usize("predicted.entries", self.entries)?;
+        PREDICTED_MIN_TOKENS.check_int("predicted.min_tokens", u64::from(self.min_tokens))?;
+        Ok(())
+    }
+}
+
+impl Default for PredictedConfig {
+    fn default() -> Self {
+        Self {
+            ttl: Self::DEFAULT_TTL,
+            entries: Self::DEFAULT_ENTRIES,
+            min_tokens: Self::DEFAULT_MIN_TOKENS,
+        }
+    }
+}
+
 /// Admission control coupled to the decision: an idle peer can still get a request that a
 /// gate in front of the decision would have rejected.
 ///
@@ -99,6 +159,11 @@ pub struct RouterConfig {
     /// Seed of the near-tie randomisation draws (used only when
     /// `score.near_tie_band > 0`); give each router replica its own. Default 0.
     pub near_tie_seed: u64,
+    /// Predicted residency of routed, not yet stored prompts; `None` (the default)
+    /// disables it. Off by default: on the simulator's matrix it changed nothing for
+    /// `projected_time` and made the hit-rate-driven policies pile a burst onto its first
+    /// workers (`docs/RESULTS.md`, "Predicted residency").
+    pub predicted: Option<PredictedConfig>,
 }
 
 impl RouterConfig {
@@ -124,6 +189,7 @@ impl RouterConfig {
             admission: None,
             breaker: Some(BreakerConfig::default()),
             near_tie_seed: 0,
+            predicted: None,
         }
     }
 
@@ -188,6 +254,9 @@ impl RouterConfig {
         }
         if let Some(b) = self.breaker {
             b.validate().map_err(range)?;
+        }
+        if let Some(p) = self.predicted {
+            p.validate().map_err(range)?;
         }
         self.score.validate().map_err(RouterConfigError::Score)
     }

@@ -60,8 +60,13 @@ pub struct Decision {
     pub slot: Slot,
     /// The tenancy the reservation was made under.
     pub generation: SlotGeneration,
-    /// Leading blocks of the prompt the worker holds (blocks).
+    /// Leading blocks of the prompt the worker holds, as the index knows it (blocks).
     pub overlap_blocks: u32,
+    /// Leading blocks the decision credited the worker with from predicted residency
+    /// (prompts routed there whose KV events have not arrived), when deeper than
+    /// `overlap_blocks`; 0 otherwise (blocks). The cost and the reserved prefill used
+    /// `max(overlap_blocks, predicted_blocks)`.
+    pub predicted_blocks: u32,
     /// The chosen worker's cost under the policy that decided (the policy's unit: seconds
     /// for `projected_time` and `least_load`, see `kvroute_score`'s policy docs).
     pub cost: f32,

@@ -111,6 +111,7 @@ pub mod ingest;
 mod loom_models;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+mod predicted;
 mod request;
 mod rescore;
 mod route;
@@ -121,13 +122,16 @@ mod tick;
 
 pub use breaker::{BreakerConfig, BreakerStats, Outcome};
 pub use carry::{CarryStats, MAX_CARRIED};
-pub use config::{AdmissionConfig, RouterConfig, RouterConfigError};
+pub use config::{AdmissionConfig, PredictedConfig, RouterConfig, RouterConfigError};
 
 /// The valid range of every bounded setting, as the validation checks it (and as
 /// [`OutOfRange`] reports it).
 pub mod bounds {
     pub use crate::breaker::{BREAKER_COOLDOWN, BREAKER_COUNT, BREAKER_FRACTION, BREAKER_RATE};
-    pub use crate::config::{MAX_OUTSTANDING_REQUESTS, MAX_RESCORES};
+    pub use crate::config::{
+        MAX_OUTSTANDING_REQUESTS, MAX_RESCORES, PREDICTED_ENTRIES, PREDICTED_MIN_TOKENS,
+        PREDICTED_TTL,
+    };
     pub use kvroute_index::index::{
         BLOCK_SIZE, EXPECTED_BLOCKS, MAX_BLOCKS_PER_WORKER, WORKER_SLOTS,
     };
@@ -142,6 +146,7 @@ pub use decision::{AdmissionRedirect, Decision, Shadow};
 pub use error::{EventError, RouteError, WorkerError};
 pub use extra_keys::{block_extra_keys, extra_keys_digest};
 pub use ingest::{Channel, IngestError, IngestReport, IngestStats, ReplayRequest};
+pub use predicted::PredictionStats;
 pub use request::{Prompt, RouteRequest};
 pub use router::Router;
 pub use stats::{DecisionCount, FallbackCounts, RejectionCounts, RouterStats, WorkerDecisions};

@@ -1,4 +1,5 @@
-//! The loom models of kvroute's own protocol: the re-score loop (`rescore.rs`). Run with
+//! The loom models of kvroute's own protocols: the re-score loop (`rescore.rs`) and the
+//! predicted-residency entry's sequence lock (`predicted.rs`, at the end). Run with
 //! `RUSTFLAGS="--cfg kvroute_loom"` (see `scripts/loom.sh`); built normally, each model runs
 //! once as a smoke test.
 //!
@@ -205,5 +206,62 @@ fn loom_without_rescores_identical_siblings_share_a_slot() {
         drop(decisions);
         assert_eq!(t.reserved(Slot(0)), Reserved::default());
         assert_eq!(t.stats().underflow_clamped, 0);
+    });
+}
+
+use crate::predicted::{Entry, Fields};
+
+/// An entry's fields with every value `t` (0: the empty entry).
+fn fields(t: u64) -> Fields {
+    Fields {
+        key: t,
+        depth: t as u32,
+        slot: t as u32,
+        generation: t,
+        expires: t,
+    }
+}
+
+/// A reader racing two writes of one prediction entry gets the entry empty, as the first
+/// write left it or as the second did, whole, or nothing (a write in progress): never the
+/// key of one write with the slot or expiry of another. Checked to fail with the reader's
+/// `Acquire` fence or the writer's `Release` fence removed (`predicted.rs`, `# Orderings`).
+#[test]
+fn loom_prediction_reader_never_sees_a_torn_entry() {
+    model(|| {
+        let e = Arc::new(Entry::default());
+        let writer = {
+            let e = e.clone();
+            thread::spawn(move || {
+                assert!(e.write(0, fields(1)));
+                assert!(e.write(2, fields(2)));
+            })
+        };
+        for _ in 0..2 {
+            if let Some((seq, f)) = e.read() {
+                let whole = [(0, fields(0)), (2, fields(1)), (4, fields(2))];
+                assert!(whole.contains(&(seq, f)), "torn read: seq {seq}, {f:?}");
+            }
+        }
+        writer.join().unwrap();
+        assert_eq!(e.read(), Some((4, fields(2))));
+    });
+}
+
+/// Two writers that read the same stable entry race to write it: exactly one writes, and
+/// the entry then holds that writer's fields whole.
+#[test]
+fn loom_racing_prediction_writers_one_wins() {
+    model(|| {
+        let e = Arc::new(Entry::default());
+        let spawn = |t| {
+            let e = e.clone();
+            thread::spawn(move || e.write(0, fields(t)))
+        };
+        let (a, b) = (spawn(1), spawn(2));
+        let (wa, wb) = (a.join().unwrap(), b.join().unwrap());
+        assert!(wa != wb, "exactly one writer wins");
+        let winner = if wa { 1 } else { 2 };
+        assert_eq!(e.read(), Some((2, fields(winner))));
     });
 }

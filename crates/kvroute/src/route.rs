@@ -143,6 +143,21 @@ impl Router {
         // every slot's overlap (`Fleet::fill_with_matched`).
         self.index.match_prefix(hashes, fleet.matched_mut());
         self.ingest.mask_untrusted(fleet.matched_mut());
+        // Predicted residency (`predicted.rs`): prompts routed to a worker whose events
+        // have not arrived. The index's own overlap of each raised slot is kept to report
+        // it (`Decision::overlap_blocks`); raises per lookup are bounded by `WAYS` per
+        // probed depth, and past the buffer only the report of a raised slot is lost.
+        let raised = self.predictions.as_ref().map(|p| {
+            let mut raised = Raised::default();
+            p.apply(
+                hashes,
+                req.now,
+                |slot| self.table.tenancy(slot),
+                fleet.matched_mut(),
+                |slot, before| raised.push(slot, before),
+            );
+            raised
+        });
 
         // One value for the whole decision, borrowed (no lock, no reference count).
         let cfg = self.score.guard();
@@ -257,9 +272,18 @@ impl Router {
                 return Err(RouteError::Contended { rescores: max });
             }
         };
-        let (choice, shadow, redirect, worker, overlap) = pick;
+        let (choice, shadow, redirect, worker, credited) = pick;
         if !checked {
             self.counters.unchecked();
+        }
+        let (overlap, predicted) = match raised.as_ref().and_then(|r| r.before(reservation.slot()))
+        {
+            Some(before) => (before, credited),
+            None => (credited, 0),
+        };
+        if let Some(p) = &self.predictions {
+            let (slot, generation) = (reservation.slot(), reservation.generation());
+            p.record(hashes, slot, generation, req.now, overlap);
         }
         self.counters.rescores(attempt);
         let (reason, cost) = match redirect {
@@ -280,6 +304,7 @@ impl Router {
             slot: reservation.slot(),
             generation: reservation.generation(),
             overlap_blocks: overlap,
+            predicted_blocks: predicted,
             cost,
             policy: cfg.policy,
             reason,
@@ -289,6 +314,42 @@ impl Router {
             rescores: attempt,
             reservation,
         })
+    }
+}
+
+/// The slots a prediction raised in one lookup, with their overlap before (the index's).
+struct Raised {
+    slots: [(u32, u32); RAISED],
+    len: usize,
+}
+
+impl Default for Raised {
+    fn default() -> Self {
+        Self {
+            slots: [(0, 0); RAISED],
+            len: 0,
+        }
+    }
+}
+
+/// Raises kept per lookup: `WAYS` per probed depth, for up to 24 depths (prompts of up to
+/// `min_blocks · 2^22` blocks).
+const RAISED: usize = crate::predicted::WAYS * 24;
+
+impl Raised {
+    fn push(&mut self, slot: kvroute_core::Slot, before: u32) {
+        if self.len < RAISED && self.before(slot).is_none() {
+            self.slots[self.len] = (slot.0, before);
+            self.len += 1;
+        }
+    }
+
+    /// The overlap of `slot` before its first raise, if a prediction raised it.
+    fn before(&self, slot: kvroute_core::Slot) -> Option<u32> {
+        self.slots[..self.len]
+            .iter()
+            .find(|&&(s, _)| s == slot.0)
+            .map(|&(_, b)| b)
     }
 }
 

@@ -68,6 +68,8 @@ pub struct Router {
     /// Per-worker breakers fed by request outcomes (`breaker.rs`).
     breakers: Breakers,
     pub(crate) ingest: crate::ingest::IngestState,
+    /// Predicted residency of routed prompts (`predicted.rs`); `None` when disabled.
+    pub(crate) predictions: Option<crate::predicted::Predictions>,
     /// Unique in the process: tags this router's per-thread scratch buffers (`scratch.rs`).
     pub(crate) id: u64,
 }
@@ -138,6 +140,10 @@ impl Router {
             counters: Counters::new(config.worker_slots),
             breakers: Breakers::new(config.worker_slots, config.breaker),
             ingest: crate::ingest::IngestState::new(config.worker_slots),
+            predictions: config.predicted.map(|p| {
+                let bs = u32::try_from(config.block_size).unwrap_or(u32::MAX);
+                crate::predicted::Predictions::new(p.entries, p.min_tokens.div_ceil(bs), p.ttl)
+            }),
             id: crate::scratch::next_router_id(),
         })
     }
@@ -588,6 +594,9 @@ impl Router {
         let mut st = self.counters.snapshot(self.table.stats(), tenants);
         st.carried = lock(&self.load).carry.stats();
         st.breaker = self.breakers.stats();
+        if let Some(p) = &self.predictions {
+            st.predictions = p.stats();
+        }
         st
     }
 

@@ -29,6 +29,7 @@ use kvroute_score::{FallbackCause, Policy, Reason};
 use crate::breaker::BreakerStats;
 use crate::carry::CarryStats;
 use crate::error::RouteError;
+use crate::predicted::PredictionStats;
 
 /// Bits of a per-worker counter holding the generation tag (the rest hold the count).
 const TAG_BITS: u32 = 24;
@@ -168,6 +169,9 @@ pub struct RouterStats {
     /// Request outcomes and the per-worker breaker
     /// ([`Router::finish`](crate::Router::finish)).
     pub breaker: BreakerStats,
+    /// Predicted residency ([`PredictedConfig`](crate::PredictedConfig)); zeros when it is
+    /// disabled.
+    pub predictions: PredictionStats,
 }
 
 impl RouterStats {
@@ -243,6 +247,7 @@ impl fmt::Display for RouterStats {
     /// carried into re-added workers: 0 re-additions, 0 reports, 0 requests, 0 prefill tokens, 0 decode tokens; 0 requests not carried
     /// carried work returned by the router: 0 requests, 0 prefill tokens, 0 decode tokens
     /// outcomes: completed 0, failed 0, cancelled 0, stale 0; breakers: opened 0, reopened 0, half-opened 0, closed 0, refused 0, open now 0
+    /// predictions: recorded 0, contended 0, credited 0, retired 0
     /// ```
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "decisions: {}", self.total_decisions())?;
@@ -313,6 +318,12 @@ impl fmt::Display for RouterStats {
             b.closed,
             b.open_refused,
             b.open_now
+        )?;
+        let p = &self.predictions;
+        writeln!(
+            f,
+            "predictions: recorded {}, contended {}, credited {}, retired {}",
+            p.recorded, p.contended, p.credited, p.retired
         )
     }
 }
@@ -517,6 +528,7 @@ impl Counters {
             // Filled in by the router, which keeps it under its load lock.
             carried: CarryStats::default(),
             breaker: BreakerStats::default(),
+            predictions: PredictionStats::default(),
         }
     }
 }

@@ -3,7 +3,8 @@
 //! written form, unknown keys refused.
 
 use kvroute::{
-    AdmissionConfig, EngineConfig, Nanos, Policy, ProjectedMode, RouterConfig, ScoreConfig,
+    AdmissionConfig, EngineConfig, Nanos, Policy, PredictedConfig, ProjectedMode, RouterConfig,
+    ScoreConfig,
 };
 
 #[test]
@@ -21,6 +22,9 @@ fn a_toml_router_config_sets_what_it_names_and_defaults_the_rest() {
         policy = "projected_time:shadow"
         tie_epsilon = 0.01
         router_replicas = 3
+
+        [predicted]
+        ttl = 2_000_000_000
     "#;
     let c: RouterConfig = toml::from_str(text).unwrap();
     let mut want = RouterConfig::new(64, 32);
@@ -32,7 +36,14 @@ fn a_toml_router_config_sets_what_it_names_and_defaults_the_rest() {
     };
     want.score.tie_epsilon = 0.01;
     want.score.router_replicas = 3;
+    let mut predicted = PredictedConfig::default();
+    predicted.ttl = Nanos::from_secs(2);
+    want.predicted = Some(predicted);
     assert_eq!(c, want);
+    assert_eq!(
+        c.predicted.map(|p| (p.entries, p.min_tokens)),
+        Some((16_384, 256))
+    );
     // Untouched settings keep their documented defaults.
     assert_eq!(c.snapshot_buffers, 4);
     assert_eq!(c.max_rescores, 8);

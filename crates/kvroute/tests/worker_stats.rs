@@ -107,7 +107,8 @@ fn decisions_are_counted_per_worker_and_tenancy() {
          tokens, 0 decode tokens; 0 requests not carried\n\
          carried work returned by the router: 0 requests, 0 prefill tokens, 0 decode tokens\n\
          outcomes: completed 0, failed 0, cancelled 0, stale 0; breakers: opened 0, reopened \
-         0, half-opened 0, closed 0, refused 0, open now 0\n"
+         0, half-opened 0, closed 0, refused 0, open now 0\n\
+         predictions: recorded 0, contended 0, credited 0, retired 0\n"
     );
 }
 

@@ -129,6 +129,46 @@ impl Overlaps {
         self.deepest_slot = first_at(&self.blocks, deepest);
     }
 
+    /// Raises the overlap of `slot` to `blocks` where it is below (a credit from outside
+    /// the index, such as a prefix a router has just sent to that worker), keeping
+    /// [`deepest`](Self::deepest), [`deepest_slot`](Self::deepest_slot) and the
+    /// [`tail`](Self::tail) true: a raised slot above the tail's bound joins the tail, and a
+    /// tail already full is dropped (its bound becomes `deepest`, which still holds).
+    /// Returns the overlap before. A slot outside the array is left alone (returns 0).
+    /// Never allocates.
+    pub fn raise(&mut self, slot: Slot, blocks: u32) -> u32 {
+        let i = slot.index();
+        let Some(&before) = self.blocks.get(i) else {
+            return 0;
+        };
+        if blocks <= before {
+            return before;
+        }
+        self.blocks[i] = blocks;
+        self.dirty = self.dirty.max(i + 1);
+        if let Some(bound) = self.bound
+            && blocks > bound.min(self.deepest)
+        {
+            let tail = &self.tail[..self.tail_len];
+            if let Err(at) = tail.binary_search(&slot.0) {
+                if self.tail_len < TAIL_SLOTS {
+                    self.tail.copy_within(at..self.tail_len, at + 1);
+                    self.tail[at] = slot.0;
+                    self.tail_len += 1;
+                } else {
+                    self.tail_len = 0;
+                    self.bound = None;
+                }
+            }
+        }
+        if blocks > self.deepest {
+            // Every other slot stays within the old bound, so within the new one.
+            self.deepest = blocks;
+            self.deepest_slot = Some(slot.0);
+        }
+        before
+    }
+
     fn reset(&mut self, worker_slots: usize) {
         self.dirty = self.dirty.min(self.blocks.len());
         if self.blocks.len() != worker_slots {
@@ -389,6 +429,31 @@ impl PrefixIndex {
 #[cfg(all(test, not(kvroute_loom)))]
 mod tests {
     use super::*;
+
+    /// A raise keeps the tail true: a slot raised above the bound joins the tail in slot
+    /// order; with the tail full, the tail is dropped and the bound becomes the new
+    /// deepest; `deepest` and `deepest_slot` follow the raise; a lower value changes nothing.
+    #[test]
+    fn raise_keeps_the_tail_and_the_deepest_true() {
+        let mut o = Overlaps::from_blocks(vec![9, 0, 2, 0, 0]);
+        o.set_tail(&[0], 2);
+        assert_eq!(o.raise(Slot(3), 5), 0);
+        assert_eq!(o.tail(), (&[0, 3][..], 2));
+        assert_eq!(o.raise(Slot(1), 2), 0, "at the bound: no tail entry needed");
+        assert_eq!(o.tail(), (&[0, 3][..], 2));
+        assert_eq!(o.raise(Slot(4), 12), 0);
+        assert_eq!((o.deepest(), o.deepest_slot()), (12, Some(Slot(4))));
+        assert_eq!(o.tail(), (&[0, 3, 4][..], 2));
+        assert_eq!(o.raise(Slot(0), 4), 9, "lower: unchanged");
+        assert_eq!(o.as_slice(), [9, 2, 2, 5, 12]);
+        assert_eq!(o.raise(Slot(7), 3), 0, "outside the array: ignored");
+
+        let full: Vec<u32> = (0..TAIL_SLOTS as u32).collect();
+        let mut o = Overlaps::from_blocks(vec![1; TAIL_SLOTS + 2]);
+        o.set_tail(&full, 1);
+        o.raise(Slot(TAIL_SLOTS as u32 + 1), 7);
+        assert_eq!(o.tail(), (&[][..], 7));
+    }
 
     #[test]
     fn from_blocks_then_reuse_for_a_match_clears_every_entry() {

@@ -46,6 +46,22 @@ pub struct Common {
     /// available cores.
     #[arg(long, global = true, value_name = "N", value_parser = parse_jobs)]
     pub jobs: Option<usize>,
+    /// Turns on the router's predicted residency (off by default, as in the router): each
+    /// decision credits its worker with the routed prompt for this long, or until the
+    /// worker's KV events show it (milliseconds, >= 1).
+    #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub predicted_ttl_ms: Option<u64>,
+}
+
+impl Common {
+    /// The predicted residency these flags ask for (`None`: off).
+    pub fn predicted(&self) -> Option<kvroute::PredictedConfig> {
+        self.predicted_ttl_ms.map(|ms| {
+            let mut p = kvroute::PredictedConfig::default();
+            p.ttl = kvroute::Nanos::from_millis(ms);
+            p
+        })
+    }
 }
 
 /// `--policies`' help: the default set and every accepted form.

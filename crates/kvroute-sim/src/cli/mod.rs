@@ -108,6 +108,7 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
     check_outputs(common)?;
     let started = std::time::Instant::now();
     let seed = common.seed;
+    let predicted = common.predicted();
     let threads = runner::threads(common.jobs, workloads.len() * policies.len());
     let runs: Vec<WorkloadRuns> = runner::run_all(
         workloads,
@@ -119,6 +120,7 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
                 seed,
                 progress: Some(progress),
                 prompt_hashes: Some(hashes),
+                predicted,
                 ..Default::default()
             };
             driver::run(w, p, &opts)

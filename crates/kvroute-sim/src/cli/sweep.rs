@@ -122,6 +122,7 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
     // the same for one seed at every rate scale. Each is computed by its first run.
     let hashes: Vec<OnceLock<PromptHashes>> = (0..nk).map(|_| OnceLock::new()).collect();
     let order = runner::dispatch_order(runs, |i| runner::dispatch_rank(policies[i / (ns * nk)]));
+    let predicted = common.predicted();
     let results = runner::run_in_order(&order, threads, common.quiet, |i, progress| {
         let (p, s, k) = (i / (ns * nk), (i / nk) % ns, i % nk);
         let w = src.workload(scales[s], seeds[k], args.arrival_jitter)?;
@@ -135,6 +136,7 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
             progress: Some(progress),
             // A workload whose prompts differ from the shared ones hashes its own.
             prompt_hashes: Some(h).filter(|h| h.fit(&w)),
+            predicted,
             ..Default::default()
         };
         let r = driver::run(&w, policies[p], &opts);

@@ -37,7 +37,7 @@ mod sim;
 
 use std::sync::Arc;
 
-use kvroute::{AdmissionConfig, BreakerConfig, Policy, ScoreConfig};
+use kvroute::{AdmissionConfig, BreakerConfig, Policy, PredictedConfig, ScoreConfig};
 
 use crate::engine::Catalog;
 
@@ -70,6 +70,9 @@ pub struct RunOptions<'a> {
     pub sweep_interval_s: f64,
     /// Scorer knobs (the policy field is replaced by the run's policy); `None`: defaults.
     pub score: Option<ScoreConfig>,
+    /// The router's predicted residency of routed, not yet stored prompts
+    /// (`RouterConfig::predicted`); `None` (the router's default) disables it.
+    pub predicted: Option<PredictedConfig>,
     /// Times (seconds) at which to record [`Probe`](crate::result::Probe)s of every
     /// engine's cache against the router's index.
     pub probes: Vec<f64>,
@@ -114,7 +117,8 @@ impl PromptHashes {
 
 impl Default for RunOptions<'_> {
     /// Seed 0, samples every second, no admission control, the default breaker, 1 s backoff, 3 retries, no
-    /// horizon, sweeps every 5 s, default scorer knobs, no probes, no progress callback.
+    /// horizon, sweeps every 5 s, default scorer knobs, no predicted residency, no probes,
+    /// no progress callback.
     fn default() -> Self {
         Self {
             seed: 0,
@@ -126,6 +130,7 @@ impl Default for RunOptions<'_> {
             horizon_s: None,
             sweep_interval_s: 5.0,
             score: None,
+            predicted: None,
             probes: Vec::new(),
             progress: None,
             prompt_hashes: None,

@@ -121,6 +121,7 @@ impl<'a> Sim<'a> {
         let mut rc = RouterConfig::new(engines_n, bs);
         rc.admission = opts.admission;
         rc.breaker = opts.breaker;
+        rc.predicted = opts.predicted;
         rc.near_tie_seed = opts.seed;
         rc.max_blocks_per_worker = rc
             .max_blocks_per_worker
