@@ -7,11 +7,17 @@
 //! Every worker reports fresh, varied load (so no fallback and no ties dominate); each
 //! iteration routes one 128-block (2,048-token) request and drops the decision, releasing
 //! its reservation, so the fleet is the same at every iteration.
+//!
+//! `route_predicted`: the same at 512 workers with predicted residency on
+//! (`RouterConfig::predicted`, default settings): each decision also probes the
+//! prediction table at the request's recorded depths and records its own prompt (the
+//! table fills and then evicts; time does not advance, so no entry expires).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use kvroute_bench::route::{request, router};
+use kvroute::PredictedConfig;
+use kvroute_bench::route::{request, router, router_with};
 use kvroute_bench::{COLD_SEED, ConversationFleet, FLEET_SEED, ORDER_SEED};
 
 const WORKER_COUNTS: [usize; 4] = [16, 128, 512, 1024];
@@ -44,6 +50,29 @@ fn route(c: &mut Criterion) {
             });
         });
     }
+    group.finish();
+
+    let mut group = c.benchmark_group("route_predicted");
+    let workers = 512;
+    let fleet = ConversationFleet::new(workers, FLEET_SEED);
+    let router = router_with(&fleet, |c| c.predicted = Some(PredictedConfig::default()));
+    let order = fleet.query_order(ORDER_SEED);
+    group.bench_function(BenchmarkId::new("warm", workers), |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            let q = &fleet.requests[order[i]];
+            i = if i + 1 == order.len() { 0 } else { i + 1 };
+            let req = request(black_box(q));
+            black_box(router.route(&req).expect("routes").slot)
+        });
+    });
+    let cold = fleet.cold_request(COLD_SEED);
+    group.bench_function(BenchmarkId::new("cold", workers), |b| {
+        b.iter(|| {
+            let req = request(black_box(&cold));
+            black_box(router.route(&req).expect("routes").slot)
+        });
+    });
     group.finish();
 }
 

@@ -35,8 +35,15 @@ pub fn load_sample(w: usize) -> LoadSample {
 /// # Panics
 /// If the router refuses the fleet (a bug in the shape, not a measured condition).
 pub fn router(fleet: &ConversationFleet) -> Router {
+    router_with(fleet, |_| {})
+}
+
+/// [`router`] with `tweak` applied to its configuration first (for example predicted
+/// residency on).
+pub fn router_with(fleet: &ConversationFleet, tweak: impl FnOnce(&mut RouterConfig)) -> Router {
     let mut cfg = RouterConfig::new(fleet.workers, BLOCK_SIZE);
     cfg.expected_blocks = fleet.distinct_blocks();
+    tweak(&mut cfg);
     let router = Router::new(cfg).expect("valid config");
     for w in 0..fleet.workers {
         let slot = router.add_worker(WorkerId::new(w as u64, 0)).expect("room");
