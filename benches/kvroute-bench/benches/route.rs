@@ -8,10 +8,11 @@
 //! iteration routes one 128-block (2,048-token) request and drops the decision, releasing
 //! its reservation, so the fleet is the same at every iteration.
 //!
-//! `route_predicted`: the same at 512 workers with predicted residency on
+//! `route_predicted`: the same workload at 512 workers with predicted residency on
 //! (`RouterConfig::predicted`, default settings): each decision also probes the
 //! prediction table at the request's recorded depths and records its own prompt (the
-//! table fills and then evicts; time does not advance, so no entry expires).
+//! table fills and then evicts; time does not advance, so no entry expires, and from its
+//! second iteration the cold request is credited where the first one went).
 
 use std::hint::black_box;
 

@@ -19,8 +19,8 @@ pub const MAX_OUTSTANDING_REQUESTS: Bounds = Bounds::ints(1, 1_000_000, "request
 
 /// Valid [`PredictedConfig::ttl`]: 1 ms to 600 s (nanoseconds).
 pub const PREDICTED_TTL: Bounds = Bounds::ints(1_000_000, 600_000_000_000, "ns");
-/// Valid [`PredictedConfig::entries`]: 4 to 2^22 entries.
-pub const PREDICTED_ENTRIES: Bounds = Bounds::ints(4, 1 << 22, "entries");
+/// Valid [`PredictedConfig::entries`]: 8 (one bucket) to 2^22 entries.
+pub const PREDICTED_ENTRIES: Bounds = Bounds::ints(8, 1 << 22, "entries");
 /// Valid [`PredictedConfig::min_tokens`]: 1 to 1,048,576 tokens.
 pub const PREDICTED_MIN_TOKENS: Bounds = Bounds::ints(1, 1 << 20, "tokens");
 
@@ -36,7 +36,8 @@ pub const PREDICTED_MIN_TOKENS: Bounds = Bounds::ints(1, 1 << 20, "tokens");
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct PredictedConfig {
-    /// How long a credit lasts after its decision (caller's clock, nanoseconds),
+    /// How long a credit lasts after the first decision that made it (caller's clock,
+    /// nanoseconds; siblings routed on the credit do not extend it),
     /// [`PREDICTED_TTL`](crate::bounds::PREDICTED_TTL). Default 10 s: a routed request
     /// may wait seconds in an overloaded engine's queue before its prefill stores
     /// anything, and a credit the index already covers is retired at the next lookup.

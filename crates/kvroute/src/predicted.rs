@@ -15,8 +15,11 @@
 //! stays what the index held, and the credit shows only in
 //! [`Decision::predicted_blocks`]. It ends at its TTL, when its slot changes tenant, or
 //! when the engine's own events arrive: a lookup that finds the index already holding the
-//! prediction's depth on that worker retires it, so that a later eviction is seen as the
-//! index sees it.
+//! prediction's depth on that worker retires it, so that an eviction after that lookup is
+//! seen as the index sees it. Limits: a store and an eviction with no lookup between them
+//! leave the credit live until its TTL; a request that fails or is cancelled before its
+//! prefill keeps its credit until then too (the TTL bounds both); an untrusted worker
+//! (`ingest`) gets no credit.
 //!
 //! # Layout
 //! A table of `entries` entries (a power of two) in buckets of [`WAYS`]. An entry keys a
@@ -52,7 +55,7 @@ use kvroute_core::sync::atomic::{AtomicU64, Ordering, fence};
 use kvroute_core::{Nanos, SequenceHash, Slot, SlotGeneration};
 use kvroute_index::index::Overlaps;
 
-/// Ways per bucket.
+/// Ways per bucket (also the table's least size).
 pub const WAYS: usize = 8;
 
 /// What a lookup did.
@@ -69,11 +72,13 @@ pub(crate) struct Lookup {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PredictionStats {
-    /// Entries written by decisions (a routed prompt writes one per recorded depth:
-    /// `min_blocks · 2^k` below its block count, and the count itself).
+    /// Entries written, or found already live, by decisions (a routed prompt records one
+    /// per recorded depth beyond its worker's index overlap: `min_blocks · 2^k` below its
+    /// block count, and the count itself).
     pub recorded: u64,
-    /// Entries a decision did not write because a concurrent writer held the entry (the
-    /// prediction is lost, never torn).
+    /// Entries a decision did not write because a concurrent writer held a way of the
+    /// bucket or changed the chosen way after it was read (the prediction is lost, never
+    /// torn).
     pub contended: u64,
     /// Raises of a worker's overlap by a prediction, in lookups (one per depth that
     /// raised it).
@@ -257,15 +262,22 @@ impl Predictions {
         skipped
     }
 
-    /// Writes `f` over the same prefix on the same slot, else an empty or expired way,
-    /// else the way that expires first.
+    /// Writes `f` into an empty or expired way, else the way that expires first; nothing
+    /// when a live entry of the same prefix on the same slot is there (its expiry stands:
+    /// a credit lasts its TTL from the first decision that made it, however many siblings
+    /// follow) or of the same slot under an older tenancy is overwritten. False (counted as
+    /// contended) when a way is held by a writer: that way could be this prediction's own,
+    /// and writing elsewhere would duplicate it and evict another worker's.
     fn write_into(&self, ways: &[Entry], f: Fields, now: Nanos) -> bool {
         let mut victim: Option<(usize, u64, u64)> = None;
         for (i, e) in ways.iter().enumerate() {
             let Some((seq, old)) = e.read() else {
-                continue;
+                return false;
             };
             if old.key == f.key && old.depth == f.depth && old.slot == f.slot {
+                if old.generation == f.generation && old.expires > now.0 {
+                    return true;
+                }
                 return e.write(seq, f);
             }
             let rank = if old.expires <= now.0 { 0 } else { old.expires };

@@ -152,7 +152,13 @@ impl Router {
             p.apply(
                 hashes,
                 req.now,
-                |slot| self.table.tenancy(slot),
+                // An untrusted worker gets no credit either (its cache is not believed).
+                |slot| {
+                    self.ingest
+                        .slot_trusted(slot)
+                        .then(|| self.table.tenancy(slot))
+                        .flatten()
+                },
                 fleet.matched_mut(),
                 |slot, before| raised.push(slot, before),
             );
@@ -333,7 +339,8 @@ impl Default for Raised {
 }
 
 /// Raises kept per lookup: `WAYS` per probed depth, for up to 24 depths (prompts of up to
-/// `min_blocks · 2^22` blocks).
+/// `min_blocks · 2^23` blocks; a longer one, with more raised slots than this, would report
+/// a raised slot's credit as its `overlap_blocks`).
 const RAISED: usize = crate::predicted::WAYS * 24;
 
 impl Raised {

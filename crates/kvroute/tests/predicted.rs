@@ -143,3 +143,28 @@ fn out_of_range_settings_are_refused() {
     let e = kvroute::Router::new(c).unwrap_err();
     assert!(e.to_string().contains("predicted.ttl"), "{e}");
 }
+
+/// A sibling routed on a credit does not extend it: with a 500 ms TTL, decisions at 0 and
+/// 300 ms leave a credit that ends at 500 ms. At 600 ms worker 1 holds two reservations
+/// (2,048 prefill tokens queued), the mean batch is 1.5 and its `n` 3: uncredited it costs
+/// 0.256 + 3 × 0.256 + 100 × 5 × 0.001 = 1.524 s against worker 2's 2.5 × 0.256 + 100 × 4
+/// × 0.001 = 1.04 s (credited it would be 0.756 s).
+#[test]
+fn siblings_do_not_extend_a_credit() {
+    let mut cfg = PredictedConfig::default();
+    cfg.ttl = Nanos::from_millis(500);
+    let (r, ws) = fleet(Some(cfg));
+    let prompt = tokens(3, PROMPT);
+    let at = |ms| RouteRequest::tokens(&prompt, OUT, NOW + Nanos::from_millis(ms));
+    let first = r.route(&at(0)).unwrap();
+    let second = r.route(&at(300)).unwrap();
+    assert_eq!((first.worker, second.worker), (ws[0], ws[0]));
+    assert_eq!(second.predicted_blocks, 128);
+    let third = r.route(&at(600)).unwrap();
+    assert_eq!(
+        (third.worker, third.predicted_blocks),
+        (ws[1], 0),
+        "{third}"
+    );
+    assert!(close(third.cost, 1.04), "{third}");
+}

@@ -210,6 +210,11 @@ impl IngestState {
         self.counters.forget_worker(worker);
     }
 
+    /// Whether `slot`'s residency is trusted (no replay pending, no block-size mismatch).
+    pub(crate) fn slot_trusted(&self, slot: kvroute_core::Slot) -> bool {
+        self.trust.untrusted() == 0 || self.trust.get(slot) == 0
+    }
+
     /// Zeroes the overlaps of untrusted workers (called by `route` after matching).
     pub(crate) fn mask_untrusted(&self, overlaps: &mut Overlaps) {
         self.trust.mask(overlaps);
