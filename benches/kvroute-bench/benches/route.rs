@@ -30,33 +30,24 @@ fn route(c: &mut Criterion) {
     let mut group = c.benchmark_group("route");
     for &workers in &WORKER_COUNTS {
         let fleet = ConversationFleet::new(workers, FLEET_SEED);
-        let router = router(&fleet);
-        let order = fleet.query_order(ORDER_SEED);
-
-        group.bench_function(BenchmarkId::new("warm", workers), |b| {
-            let mut i = 0usize;
-            b.iter(|| {
-                let q = &fleet.requests[order[i]];
-                i = if i + 1 == order.len() { 0 } else { i + 1 };
-                let req = request(black_box(q));
-                black_box(router.route(&req).expect("routes").slot)
-            });
-        });
-
-        let cold = fleet.cold_request(COLD_SEED);
-        group.bench_function(BenchmarkId::new("cold", workers), |b| {
-            b.iter(|| {
-                let req = request(black_box(&cold));
-                black_box(router.route(&req).expect("routes").slot)
-            });
-        });
+        warm_and_cold(&mut group, &fleet, &router(&fleet));
     }
     group.finish();
 
     let mut group = c.benchmark_group("route_predicted");
-    let workers = 512;
-    let fleet = ConversationFleet::new(workers, FLEET_SEED);
-    let router = router_with(&fleet, |c| c.predicted = Some(PredictedConfig::default()));
+    let fleet = ConversationFleet::new(512, FLEET_SEED);
+    let predicted = router_with(&fleet, |c| c.predicted = Some(PredictedConfig::default()));
+    warm_and_cold(&mut group, &fleet, &predicted);
+    group.finish();
+}
+
+/// The `warm` and `cold` decisions of `fleet` through `router`, named by its worker count.
+fn warm_and_cold(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    fleet: &ConversationFleet,
+    router: &kvroute::Router,
+) {
+    let workers = fleet.workers;
     let order = fleet.query_order(ORDER_SEED);
     group.bench_function(BenchmarkId::new("warm", workers), |b| {
         let mut i = 0usize;
@@ -74,7 +65,6 @@ fn route(c: &mut Criterion) {
             black_box(router.route(&req).expect("routes").slot)
         });
     });
-    group.finish();
 }
 
 criterion_group!(benches, route);
