@@ -22,7 +22,8 @@ pub struct Shadow {
     pub reason: Reason,
     /// Its cost under the model (seconds; NaN when none).
     pub cost: f32,
-    /// Leading blocks of the prompt it holds (blocks; 0 when none).
+    /// Leading blocks of the prompt it holds (blocks; 0 when none), any predicted-residency
+    /// credit included (unlike [`Decision::overlap_blocks`], the index's alone).
     pub overlap_blocks: u32,
     /// The dispatched worker's cost under the same model (seconds; NaN when admission
     /// redirected the decision, whose worker the scorer did not cost; may be non-finite

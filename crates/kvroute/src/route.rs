@@ -145,8 +145,8 @@ impl Router {
         self.ingest.mask_untrusted(fleet.matched_mut());
         // Predicted residency (`predicted.rs`): prompts routed to a worker whose events
         // have not arrived. The index's own overlap of each raised slot is kept to report
-        // it (`Decision::overlap_blocks`); raises per lookup are bounded by `WAYS` per
-        // probed depth, and past the buffer only the report of a raised slot is lost.
+        // it (`Decision::overlap_blocks`); the buffer holds every raise of a prompt of up
+        // to `min_blocks · 2^23` blocks (`RAISED`).
         let raised = self.predictions.as_ref().map(|p| {
             let mut raised = Raised::default();
             p.apply(
