@@ -20,6 +20,14 @@
 //!   (`Router::finish` with `Outcome::Failed`) and tries the request again
 //!   [`FAILOVER_DELAY_S`] later, counted in [`RunResult::failed_attempts`](crate::RunResult::failed_attempts),
 //!   up to the run's `max_retries` together with its rejections, after which it is given up.
+//! * [`FaultKind::Flap`]: the engine's connection to the router flaps: for `duration_s`,
+//!   every `period_s` starts with `down_s` of disconnect (as [`FaultKind::Disconnect`]:
+//!   batches and load reports lost, a sequence gap at each reconnection), a link or a
+//!   metrics endpoint that keeps dropping and coming back.
+//! * [`FaultKind::PartialTelemetry`]: for `duration_s` the engine's load reports carry only
+//!   vLLM's Prometheus gauges (running, waiting, KV usage: [`crate::net::TelemetryMode`]),
+//!   not the token counts and throughputs, as an engine without the richer endpoint (or an
+//!   older version) reports in a fleet where the others have it.
 
 /// One fault on the schedule.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -61,6 +69,21 @@ pub enum FaultKind {
         /// Probability of losing one batch, 0..=1.
         loss: f64,
     },
+    /// The connection flaps for `duration_s`: `down_s` of disconnect at the start of every
+    /// `period_s` (module docs).
+    Flap {
+        /// Seconds.
+        duration_s: f64,
+        /// Seconds from one cut to the next, > 0.
+        period_s: f64,
+        /// Seconds of each cut, 0..=`period_s`.
+        down_s: f64,
+    },
+    /// Load reports carry only vLLM's gauges for `duration_s` (module docs).
+    PartialTelemetry {
+        /// Seconds.
+        duration_s: f64,
+    },
 }
 
 impl Fault {
@@ -76,7 +99,21 @@ impl Fault {
             FaultKind::Restart => 0.0,
             FaultKind::Disconnect { duration_s }
             | FaultKind::TelemetryBlackout { duration_s }
-            | FaultKind::FailFast { duration_s } => duration_s,
+            | FaultKind::FailFast { duration_s }
+            | FaultKind::PartialTelemetry { duration_s } => duration_s,
+            FaultKind::Flap {
+                duration_s,
+                period_s,
+                down_s,
+            } => {
+                if !(period_s.is_finite() && period_s > 0.0) {
+                    return Err("period_s must be finite and > 0 seconds");
+                }
+                if !(down_s.is_finite() && (0.0..=period_s).contains(&down_s)) {
+                    return Err("down_s must be in 0..=period_s seconds");
+                }
+                duration_s
+            }
             FaultKind::EventLoss { duration_s, loss } => {
                 if !(0.0..=1.0).contains(&loss) {
                     return Err("loss must be a probability in 0..=1");
@@ -117,6 +154,9 @@ pub(crate) struct FaultWindows {
     blackout: Vec<Vec<(u64, u64)>>,
     failing: Vec<Vec<(u64, u64)>>,
     loss: Vec<Vec<(u64, u64, f64)>>,
+    /// Per engine: `(start, end, period, down)` of each flap (ns).
+    flap: Vec<Vec<(u64, u64, u64, u64)>>,
+    partial: Vec<Vec<(u64, u64)>>,
 }
 
 impl FaultWindows {
@@ -128,6 +168,8 @@ impl FaultWindows {
             blackout: vec![Vec::new(); n],
             failing: vec![Vec::new(); n],
             loss: vec![Vec::new(); n],
+            flap: vec![Vec::new(); n],
+            partial: vec![Vec::new(); n],
         };
         for f in faults {
             let e = f.engine as usize;
@@ -142,6 +184,18 @@ impl FaultWindows {
                     let (a, b) = f.window(duration_s);
                     w.loss[e].push((a, b, loss));
                 }
+                FaultKind::Flap {
+                    duration_s,
+                    period_s,
+                    down_s,
+                } => {
+                    let (a, b) = f.window(duration_s);
+                    let period = secs_to_ns(period_s).max(1);
+                    w.flap[e].push((a, b, period, secs_to_ns(down_s)));
+                }
+                FaultKind::PartialTelemetry { duration_s } => {
+                    w.partial[e].push(f.window(duration_s));
+                }
             }
         }
         w
@@ -150,6 +204,16 @@ impl FaultWindows {
     /// Whether engine `e` is disconnected at `t` (ns).
     pub(crate) fn disconnected(&self, e: u32, t: u64) -> bool {
         self.disconnect[e as usize]
+            .iter()
+            .any(|&(a, b)| a <= t && t < b)
+            || self.flap[e as usize]
+                .iter()
+                .any(|&(a, b, period, down)| a <= t && t < b && (t - a) % period < down)
+    }
+
+    /// Whether engine `e`'s load reports observed at `t` (ns) carry only vLLM's gauges.
+    pub(crate) fn gauges_only(&self, e: u32, t: u64) -> bool {
+        self.partial[e as usize]
             .iter()
             .any(|&(a, b)| a <= t && t < b)
     }

@@ -83,7 +83,12 @@ impl<'a> Sim<'a> {
 
     pub(super) fn apply_load(&mut self, e: u32, s: LoadSample, observed: u64) {
         let w = self.workers[e as usize];
-        let r = match self.chan.telemetry {
+        let mode = if self.faults.gauges_only(e, observed) {
+            TelemetryMode::VllmMetrics
+        } else {
+            self.chan.telemetry
+        };
+        let r = match mode {
             TelemetryMode::Full => self.router.update_load(w, s, Nanos(observed)),
             TelemetryMode::VllmMetrics => self.router.update_vllm_load(
                 &VllmLoadUpdate {

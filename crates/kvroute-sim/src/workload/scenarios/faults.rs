@@ -1,7 +1,8 @@
-//! `restart`, `event-loss` and `fail-fast`: engine restarts (cache wiped, event sequence
-//! back at 0); KV events delayed, reordered, lost and cut off by disconnects; an engine that
-//! fails every request at once while its telemetry reads idle; all on one steady
-//! multi-prefix load.
+//! `restart`, `event-loss`, `fail-fast`, `flap` and `partial-telemetry`: engine restarts
+//! (cache wiped, event sequence back at 0); KV events delayed, reordered, lost and cut off by
+//! disconnects; an engine that fails every request at once while its telemetry reads idle;
+//! connections that keep dropping and coming back; engines that report only vLLM's gauges;
+//! all on one steady multi-prefix load.
 
 use crate::engine::EngineConfig;
 use crate::fault::{Fault, FaultKind};
@@ -112,5 +113,52 @@ pub fn build_event_loss(seed: u64) -> Workload {
             kind: FaultKind::TelemetryBlackout { duration_s: 10.0 },
         },
     ];
+    w
+}
+
+/// The flapping connections of `flap`: (engine, from (seconds), period, down (seconds)); each
+/// flaps to the end of the run.
+pub const FLAPS: [(u32, f64, f64, f64); 2] = [(1, 10.0, 3.0, 1.0), (2, 20.0, 5.0, 2.0)];
+
+/// Builds `flap` for `seed`: the steady load, with [`FLAPS`]: engine 1's connection (KV
+/// events and load reports) cut for 1 s every 3 s from 10 s, engine 2's for 2 s every 5 s
+/// from 20 s, to the end of the run. The engines keep serving throughout.
+pub fn build_flap(seed: u64) -> Workload {
+    let mut w = steady(seed, super::FLAP, super::FLAP_REPRODUCES);
+    w.faults = FLAPS
+        .iter()
+        .map(|&(engine, at_s, period_s, down_s)| Fault {
+            at_s,
+            engine,
+            kind: FaultKind::Flap {
+                duration_s: 1e6,
+                period_s,
+                down_s,
+            },
+        })
+        .collect();
+    w
+}
+
+/// Engines of `partial-telemetry` whose reports carry only vLLM's gauges (running, waiting,
+/// KV usage) for the whole run: half the fleet.
+pub const GAUGES_ONLY: [u32; 4] = [0, 1, 2, 3];
+
+/// Builds `partial-telemetry` for `seed`: the steady load, engines [`GAUGES_ONLY`] reporting
+/// only vLLM's gauges from the start, the other four the full figures.
+pub fn build_partial_telemetry(seed: u64) -> Workload {
+    let mut w = steady(
+        seed,
+        super::PARTIAL_TELEMETRY,
+        super::PARTIAL_TELEMETRY_REPRODUCES,
+    );
+    w.faults = GAUGES_ONLY
+        .iter()
+        .map(|&engine| Fault {
+            at_s: 0.0,
+            engine,
+            kind: FaultKind::PartialTelemetry { duration_s: 1e6 },
+        })
+        .collect();
     w
 }

@@ -11,6 +11,8 @@
 //! | `restart` | cache wipes and sequence restarts |
 //! | `event-loss` | KV event delay, loss, reordering, disconnects |
 //! | `fail-fast` | an engine failing every request while its telemetry reads idle |
+//! | `flap` | connections that keep dropping and coming back |
+//! | `partial-telemetry` | half the fleet reporting only vLLM's gauges |
 
 pub mod burst;
 pub mod faults;
@@ -37,6 +39,10 @@ pub const RESTART: &str = "restart";
 pub const EVENT_LOSS: &str = "event-loss";
 /// Name of the failing-engine scenario.
 pub const FAIL_FAST: &str = "fail-fast";
+/// Name of the flapping-connection scenario.
+pub const FLAP: &str = "flap";
+/// Name of the partial-telemetry scenario.
+pub const PARTIAL_TELEMETRY: &str = "partial-telemetry";
 
 const HOT_OWNER_51_REPRODUCES: &str = "A hot cached owner: 51 engines of 38 slots; engine 0 holds \
     a 6,144-token shared prefix with 38 running and 109 waiting (pinned), then 1,800 chat requests \
@@ -67,6 +73,16 @@ const FAIL_FAST_REPRODUCES: &str = "An engine that fails fast: the restart load 
     from 10 s engine 0 fails every request at once (a broken model server behind a healthy \
     metrics endpoint), so its telemetry reads idle. Load-weighing policies send it the most \
     requests; reporting outcomes opens its breaker, and the fleet serves as 7 engines would.";
+
+const FLAP_REPRODUCES: &str = "Flapping connections: the restart load on 8 engines; engine 1's \
+    connection to the router (KV events and load reports) drops for 1 s every 3 s from 10 s, \
+    engine 2's for 2 s every 5 s from 20 s, to the end; both keep serving. Each drop loses \
+    batches and reports (a sequence gap, then a replay) and leaves their figures stale; a router \
+    that distrusts them too much idles them, one that trusts stale figures piles onto them.";
+const PARTIAL_TELEMETRY_REPRODUCES: &str = "Partial telemetry: the restart load on 8 engines, \
+    engines 0-3 reporting only vLLM's gauges (running, waiting, KV usage), engines 4-7 the full \
+    figures (queued prefill tokens, decode tokens, throughput). The costs of the two halves rest \
+    on different evidence; neither half may be idled or piled onto for it.";
 
 /// A built-in scenario: its name, what it reproduces, and its builder.
 #[derive(Clone, Copy, Debug)]
@@ -100,7 +116,7 @@ impl Scenario {
 }
 
 /// Every built-in scenario, in `list` order.
-pub const SCENARIOS: [Scenario; 7] = [
+pub const SCENARIOS: [Scenario; 9] = [
     Scenario {
         name: HOT_OWNER_51,
         reproduces: HOT_OWNER_51_REPRODUCES,
@@ -135,6 +151,16 @@ pub const SCENARIOS: [Scenario; 7] = [
         name: FAIL_FAST,
         reproduces: FAIL_FAST_REPRODUCES,
         build: faults::build_fail_fast,
+    },
+    Scenario {
+        name: FLAP,
+        reproduces: FLAP_REPRODUCES,
+        build: faults::build_flap,
+    },
+    Scenario {
+        name: PARTIAL_TELEMETRY,
+        reproduces: PARTIAL_TELEMETRY_REPRODUCES,
+        build: faults::build_partial_telemetry,
     },
 ];
 
