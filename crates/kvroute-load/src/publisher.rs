@@ -870,6 +870,7 @@ impl LoadPublisher {
             for (i, st) in slots.iter().enumerate() {
                 write_slot(snap, i, st, own[i], engine_of[i], engines, engine_configs);
             }
+            snap.reported_tokens = crate::snapshot::ReportedTokens::of(snap);
         });
         Ok(staged.publish())
     }

@@ -148,6 +148,51 @@ pub struct LoadSnapshot {
     pub(crate) engine_index: Vec<u32>,
     pub(crate) engines: Vec<EngineLoad>,
     pub(crate) stats: LoadStats,
+    pub(crate) reported_tokens: ReportedTokens,
+}
+
+/// The token figures the fresh slots that report them add up to, per request: what a slot
+/// that reports only request counts is estimated from ([`LoadSnapshot::tokens_per_waiting`],
+/// [`LoadSnapshot::tokens_per_running`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ReportedTokens {
+    /// Sum of `waiting_prefill_tokens` over fresh slots reporting them (tokens).
+    pub prefill_tokens: u64,
+    /// Sum of `waiting` over the same slots (requests).
+    pub waiting: u64,
+    /// Sum of `active_decode_tokens` over fresh slots reporting them (tokens).
+    pub decode_tokens: u64,
+    /// Sum of `running` over the same slots (requests).
+    pub running: u64,
+}
+
+impl ReportedTokens {
+    /// The sums over `snap`'s fresh slots (validity [`Validity::Fresh`]) whose report has the
+    /// field.
+    pub(crate) fn of(snap: &LoadSnapshot) -> Self {
+        let mut t = Self::default();
+        for i in 0..snap.slots {
+            if snap.validity[i] != Validity::Fresh {
+                continue;
+            }
+            let r = snap.reported[i];
+            if r.contains(Fields::PREFILL_TOKENS) {
+                t.prefill_tokens += u64::from(snap.waiting_prefill_tokens[i]);
+                t.waiting += u64::from(snap.waiting[i]);
+            }
+            if r.contains(Fields::DECODE_TOKENS) {
+                t.decode_tokens += u64::from(snap.active_decode_tokens[i]);
+                t.running += u64::from(snap.running[i]);
+            }
+        }
+        t
+    }
+}
+
+/// `(sum + prior) / (count + 1)`: the mean of `count` observations summing to `sum` with
+/// `prior` counted as one more (tokens per request).
+fn shrunk_mean(sum: u64, count: u64, prior: f32) -> f32 {
+    ((sum as f64 + f64::from(prior)) / (count as f64 + 1.0)) as f32
 }
 
 impl LoadSnapshot {
@@ -182,6 +227,7 @@ impl LoadSnapshot {
             engine_index: vec![NO_ENGINE; n],
             engines: Vec::new(),
             stats: LoadStats::default(),
+            reported_tokens: ReportedTokens::default(),
         }
     }
 
@@ -233,6 +279,30 @@ impl LoadSnapshot {
     /// `M`, else 0); as reported where no prefill throughput is known.
     pub fn waiting_prefill_tokens(&self) -> &[u32] {
         &self.waiting_prefill_tokens
+    }
+
+    /// Prefill tokens to assume per waiting request of a slot whose report has no token
+    /// figures (vLLM's Prometheus gauges carry request counts only), given the configured
+    /// figure `prior` (tokens): the mean over this publication's fresh slots that report
+    /// them, `(Σ waiting_prefill_tokens + prior) / (Σ waiting + 1)`, the configured figure
+    /// counted as one more request. Where no slot reports them it is `prior` itself, as
+    /// before any report. The slots that report and those that do not serve one router's
+    /// traffic, so the reporting slots' queue per waiting request is the best evidence of
+    /// the others'; estimating the two halves of a mixed fleet on different bases (a fixed
+    /// figure against the engines' own counts) made the half with the lower figure look
+    /// idler and take more than its share (`docs/RESULTS.md`, "partial-telemetry").
+    pub fn tokens_per_waiting(&self, prior: f32) -> f32 {
+        let t = &self.reported_tokens;
+        shrunk_mean(t.prefill_tokens, t.waiting, prior)
+    }
+
+    /// Active decode tokens to assume per running request of a slot whose report has no
+    /// token figures, given the configured figure `prior` (tokens): as
+    /// [`tokens_per_waiting`](Self::tokens_per_waiting), from the fresh slots' reported
+    /// `active_decode_tokens` and `running`.
+    pub fn tokens_per_running(&self, prior: f32) -> f32 {
+        let t = &self.reported_tokens;
+        shrunk_mean(t.decode_tokens, t.running, prior)
     }
     /// Active decode tokens per slot (tokens; 0 when not reported).
     pub fn active_decode_tokens(&self) -> &[u32] {

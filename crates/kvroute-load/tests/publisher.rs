@@ -197,6 +197,48 @@ fn a_later_publication_ages_the_queued_prefill() {
     assert_eq!(at(12 * S), (0, 10_000));
 }
 
+/// The per-request token estimates for slots that report request counts only come from the
+/// fresh slots that report token figures, the configured figure counted as one more request:
+/// slots 0 and 1 report 8,000 and 1,000 queued tokens for 2 and 1 waiting, 12,000 and 3,000
+/// decode tokens for 3 and 1 running; slot 2 reports counts only; slot 3 reports 90,000 and
+/// 90,000 but its report is stale (observed at 1 s, published at 10 s, max age 2 s) and is
+/// left out. With a configured 512: (8,000 + 1,000 + 512) / (3 + 1) = 2,378 per waiting,
+/// (12,000 + 3,000 + 512) / (4 + 1) = 3,102.4 per running. A fleet where no fresh slot
+/// reports them gives the configured figure itself.
+#[test]
+fn counts_only_slots_are_estimated_from_the_reporting_slots() {
+    let (mut p, r) = publisher(4);
+    let ws: Vec<WorkerId> = (0..4).map(|i| WorkerId::new(10 + i, 0)).collect();
+    for (i, &w) in ws.iter().enumerate() {
+        p.add_worker(Slot(i as u32), w, SlotGeneration(1)).unwrap();
+    }
+    let full = |running, waiting, queued, decode| {
+        let mut c = LoadSample::new(running, waiting, 16, 0.5);
+        c.waiting_prefill_tokens = Some(queued);
+        c.active_decode_tokens = Some(decode);
+        c
+    };
+    p.apply_sample(ws[3], full(7, 9, 90_000, 90_000), Nanos(S))
+        .unwrap();
+    p.apply_sample(ws[2], LoadSample::new(2, 4, 16, 0.5), Nanos(10 * S))
+        .unwrap();
+    // Before any slot reports token figures: the configured value.
+    p.publish(Nanos(10 * S)).unwrap();
+    let l = r.load();
+    assert_eq!(l.tokens_per_waiting(512.0), 512.0);
+    assert_eq!(l.tokens_per_running(512.0), 512.0);
+    p.apply_sample(ws[0], full(3, 2, 8_000, 12_000), Nanos(10 * S))
+        .unwrap();
+    p.apply_sample(ws[1], full(1, 1, 1_000, 3_000), Nanos(10 * S))
+        .unwrap();
+    p.publish(Nanos(10 * S)).unwrap();
+    let l = r.load();
+    assert_eq!(l.validity()[3], Validity::Stale);
+    assert_eq!(l.tokens_per_waiting(512.0), 2_378.0);
+    assert!((l.tokens_per_running(512.0) - 3_102.4).abs() < 1e-3);
+    assert!(!l.reported()[2].contains(Fields::PREFILL_TOKENS));
+}
+
 #[test]
 fn figures_reach_the_lanes_of_their_slot() {
     let (mut p, r) = publisher(4);

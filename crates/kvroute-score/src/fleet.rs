@@ -738,25 +738,27 @@ impl Fleet {
         for (i, r) in self.requests[..n].iter_mut().enumerate() {
             *r = f32::from_bits(base_requests(running[i], waiting[i]).to_bits() & mask[i]);
         }
-        for (dst, reported_lane, field, fallback) in [
+        for (dst, reported_lane, field, fallback, per_request) in [
             (
                 &mut self.queued,
                 snapshot.waiting_prefill_tokens(),
                 Fields::PREFILL_TOKENS,
                 waiting,
+                snapshot.tokens_per_waiting(tpr),
             ),
             (
                 &mut self.decode,
                 snapshot.active_decode_tokens(),
                 Fields::DECODE_TOKENS,
                 running,
+                snapshot.tokens_per_running(tpr),
             ),
         ] {
             let reported_lane = &reported_lane[..n];
             for (i, d) in dst[..n].iter_mut().enumerate() {
                 let has = 0u32.wrapping_sub(u32::from(reported[i].0 & field.0 != 0));
                 let from_report = (reported_lane[i] as f32).to_bits();
-                let estimate = (fallback[i] as f32 * tpr).to_bits();
+                let estimate = (fallback[i] as f32 * per_request).to_bits();
                 *d = f32::from_bits(((from_report & has) | (estimate & !has)) & mask[i]);
             }
         }
@@ -819,12 +821,12 @@ impl Fleet {
             self.queued[i] = if reported[i].contains(Fields::PREFILL_TOKENS) {
                 snapshot.waiting_prefill_tokens()[i] as f32
             } else {
-                waiting as f32 * tpr
+                waiting as f32 * snapshot.tokens_per_waiting(tpr)
             };
             self.decode[i] = if reported[i].contains(Fields::DECODE_TOKENS) {
                 snapshot.active_decode_tokens()[i] as f32
             } else {
-                running as f32 * tpr
+                running as f32 * snapshot.tokens_per_running(tpr)
             };
             self.occ[i] = if self.occ_own[i] {
                 own_occupancy(running, waiting, 0, 0, snapshot.max_running()[i])
@@ -1140,15 +1142,41 @@ mod tests {
                 continue;
             };
             let reserved = table.reserved_for(slot, s.generation).unwrap_or_default();
+            // The per-request estimates, from the reporting slots by hand (the snapshot's
+            // own method is what is checked).
+            let per = |field: Fields,
+                       tokens: fn(&kvroute_load::SlotLoad) -> u32,
+                       count: fn(&kvroute_load::SlotLoad) -> u32| {
+                let (mut sum, mut n) = (0f64, 0f64);
+                for j in 0..snapshot.len() {
+                    if let Some(o) = snapshot.slot(Slot(j as u32)) {
+                        if o.validity == Validity::Fresh && o.reported.contains(field) {
+                            sum += f64::from(tokens(&o));
+                            n += f64::from(count(&o));
+                        }
+                    }
+                }
+                ((sum + f64::from(tpr)) / (n + 1.0)) as f32
+            };
             let queued = if s.reported.contains(Fields::PREFILL_TOKENS) {
                 s.waiting_prefill_tokens as f32
             } else {
-                s.waiting as f32 * tpr
+                s.waiting as f32
+                    * per(
+                        Fields::PREFILL_TOKENS,
+                        |o| o.waiting_prefill_tokens,
+                        |o| o.waiting,
+                    )
             };
             let decode = if s.reported.contains(Fields::DECODE_TOKENS) {
                 s.active_decode_tokens as f32
             } else {
-                s.running as f32 * tpr
+                s.running as f32
+                    * per(
+                        Fields::DECODE_TOKENS,
+                        |o| o.active_decode_tokens,
+                        |o| o.running,
+                    )
             };
             let engine = snapshot.engine_of(slot).and_then(|e| {
                 e.occupancy()?;
