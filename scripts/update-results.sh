@@ -17,7 +17,7 @@ trap 'rm -rf "$out"' EXIT
 "$sim" --quiet sweep --trace "$data/traces/mooncake_conversation_trace.jsonl" >"$out/trace.md"
 "$sim" --quiet sweep --workload long-context >"$out/long-context.md"
 "$sim" --quiet sweep --workload no-sharing >"$out/no-sharing.md"
-scenarios="hot-owner-51 owner-canary zipf-prefixes burst-siblings restart event-loss fail-fast"
+scenarios="hot-owner-51 owner-canary zipf-prefixes burst-siblings restart event-loss fail-fast flap partial-telemetry"
 for s in $scenarios; do
   "$sim" --quiet sweep --workload "$s" >"$out/$s.md"
 done
