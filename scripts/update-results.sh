@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs the default sweeps (the conversation trace's first 3,000 requests, `long-context`,
+# Runs the default sweeps (the conversation trace's first 3,000 requests, with full
+# telemetry and with vLLM's gauges only, `long-context`,
 # `no-sharing` and every scenario; every policy x rate scales 1-16 x seeds 1-5) and writes
 # their tables into
 # docs/RESULTS.md between its `<!-- sweep NAME ... -->` and `<!-- end sweep NAME -->`
 # markers. The prose around the tables ("Reading") is not regenerated: read the new
-# tables and update it by hand. About 4 minutes on an idle 2-core machine.
+# tables and update it by hand. About 6 minutes on an idle 2-core machine.
 #
 # Needs the shared data (KVROUTE_DATA_DIR, default ../shared/data beside the checkout).
 set -euo pipefail
@@ -15,9 +16,11 @@ sim=./target/release/kvroute-sim
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 "$sim" --quiet sweep --trace "$data/traces/mooncake_conversation_trace.jsonl" >"$out/trace.md"
+"$sim" --quiet --telemetry gauges sweep --trace "$data/traces/mooncake_conversation_trace.jsonl" \
+  >"$out/trace-gauges.md"
 "$sim" --quiet sweep --workload long-context >"$out/long-context.md"
 "$sim" --quiet sweep --workload no-sharing >"$out/no-sharing.md"
-scenarios="hot-owner-51 owner-canary zipf-prefixes burst-siblings restart event-loss fail-fast flap partial-telemetry"
+scenarios="hot-owner-51 owner-canary zipf-prefixes burst-siblings restart event-loss fail-fast flap partial-telemetry straggler"
 for s in $scenarios; do
   "$sim" --quiet sweep --workload "$s" >"$out/$s.md"
 done
@@ -25,7 +28,7 @@ python3 - "$out" docs/RESULTS.md $scenarios <<'PY'
 import pathlib, re, sys
 out, doc = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 text = doc.read_text()
-for name in ("trace", "long-context", "no-sharing", *sys.argv[3:]):
+for name in ("trace", "trace-gauges", "long-context", "no-sharing", *sys.argv[3:]):
     body = []
     for line in (out / f"{name}.md").read_text().splitlines():
         if line.startswith("== sweep"):

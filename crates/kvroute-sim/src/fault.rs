@@ -24,6 +24,9 @@
 //!   every `period_s` starts with `down_s` of disconnect (as [`FaultKind::Disconnect`]:
 //!   batches and load reports lost, a sequence gap at each reconnection), a link or a
 //!   metrics endpoint that keeps dropping and coming back.
+//! * [`FaultKind::Slowdown`]: for `duration_s` every step of the engine lasts `factor`
+//!   times its modelled time (a throttled or degraded GPU, a noisy neighbour), while its
+//!   reports keep the nominal throughputs: only its queue and running counts show it.
 //! * [`FaultKind::PartialTelemetry`]: for `duration_s` the engine's load reports carry only
 //!   vLLM's Prometheus gauges (running, waiting, KV usage: [`crate::net::TelemetryMode`]),
 //!   not the token counts and throughputs, as an engine without the richer endpoint (or an
@@ -79,6 +82,13 @@ pub enum FaultKind {
         /// Seconds of each cut, 0..=`period_s`.
         down_s: f64,
     },
+    /// Every step lasts `factor` times longer for `duration_s` (module docs).
+    Slowdown {
+        /// Seconds.
+        duration_s: f64,
+        /// Step time multiplier, >= 1.
+        factor: f64,
+    },
     /// Load reports carry only vLLM's gauges for `duration_s` (module docs).
     PartialTelemetry {
         /// Seconds.
@@ -101,6 +111,12 @@ impl Fault {
             | FaultKind::TelemetryBlackout { duration_s }
             | FaultKind::FailFast { duration_s }
             | FaultKind::PartialTelemetry { duration_s } => duration_s,
+            FaultKind::Slowdown { duration_s, factor } => {
+                if !(factor.is_finite() && factor >= 1.0) {
+                    return Err("factor must be finite and >= 1");
+                }
+                duration_s
+            }
             FaultKind::Flap {
                 duration_s,
                 period_s,
@@ -157,6 +173,7 @@ pub(crate) struct FaultWindows {
     /// Per engine: `(start, end, period, down)` of each flap (ns).
     flap: Vec<Vec<(u64, u64, u64, u64)>>,
     partial: Vec<Vec<(u64, u64)>>,
+    slow: Vec<Vec<(u64, u64, f64)>>,
 }
 
 impl FaultWindows {
@@ -170,6 +187,7 @@ impl FaultWindows {
             loss: vec![Vec::new(); n],
             flap: vec![Vec::new(); n],
             partial: vec![Vec::new(); n],
+            slow: vec![Vec::new(); n],
         };
         for f in faults {
             let e = f.engine as usize;
@@ -196,6 +214,10 @@ impl FaultWindows {
                 FaultKind::PartialTelemetry { duration_s } => {
                     w.partial[e].push(f.window(duration_s));
                 }
+                FaultKind::Slowdown { duration_s, factor } => {
+                    let (a, b) = f.window(duration_s);
+                    w.slow[e].push((a, b, factor));
+                }
             }
         }
         w
@@ -209,6 +231,15 @@ impl FaultWindows {
             || self.flap[e as usize]
                 .iter()
                 .any(|&(a, b, period, down)| a <= t && t < b && (t - a) % period < down)
+    }
+
+    /// The step time multiplier of engine `e` at `t` (ns): the largest active slowdown's, else 1.
+    pub(crate) fn slowdown(&self, e: u32, t: u64) -> f64 {
+        self.slow[e as usize]
+            .iter()
+            .filter(|&&(a, b, _)| a <= t && t < b)
+            .map(|&(_, _, f)| f)
+            .fold(1.0, f64::max)
     }
 
     /// Whether engine `e`'s load reports observed at `t` (ns) carry only vLLM's gauges.
@@ -240,5 +271,168 @@ impl FaultWindows {
             .filter(|&&(a, b, _)| a <= t && t < b)
             .map(|&(_, _, p)| p)
             .fold(0.0, f64::max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flap of engine `engine` from `at_s` for `duration_s`, cut `down_s` every `period_s`.
+    fn flap(engine: u32, at_s: f64, duration_s: f64, period_s: f64, down_s: f64) -> Fault {
+        Fault {
+            at_s,
+            engine,
+            kind: FaultKind::Flap {
+                duration_s,
+                period_s,
+                down_s,
+            },
+        }
+    }
+
+    /// `check` rejects a flap whose period is 0, negative, NaN or infinite, or whose cut is
+    /// negative, NaN or longer than the period, naming the bad field; it accepts a cut of the
+    /// whole period and a cut of 0.
+    #[test]
+    fn check_rejects_bad_flap_periods_and_cuts() {
+        for period_s in [0.0, -1.0, -0.5, f64::NAN, f64::INFINITY] {
+            let err = flap(0, 1.0, 10.0, period_s, 0.0).check(2).unwrap_err();
+            assert!(err.contains("period_s"), "period {period_s}: {err}");
+        }
+        for down_s in [3.5, 3.000_001, -1.0, -1e-9, f64::NAN, f64::INFINITY] {
+            let err = flap(0, 1.0, 10.0, 3.0, down_s).check(2).unwrap_err();
+            assert!(err.contains("down_s"), "down {down_s}: {err}");
+        }
+        assert_eq!(flap(1, 1.0, 10.0, 3.0, 3.0).check(2), Ok(()));
+        assert_eq!(flap(1, 1.0, 10.0, 3.0, 0.0).check(2), Ok(()));
+        assert_eq!(flap(1, 0.0, 10.0, 3.0, 1.0).check(2), Ok(()));
+        // The fields every fault has are still checked.
+        assert!(flap(2, 1.0, 10.0, 3.0, 1.0).check(2).is_err());
+        assert!(flap(0, 1.0, -1.0, 3.0, 1.0).check(2).is_err());
+        assert!(flap(0, -1.0, 10.0, 3.0, 1.0).check(2).is_err());
+    }
+
+    /// `check` rejects a partial-telemetry window of negative or NaN length and accepts 0.
+    #[test]
+    fn check_partial_telemetry_duration() {
+        let partial = |duration_s| Fault {
+            at_s: 0.0,
+            engine: 0,
+            kind: FaultKind::PartialTelemetry { duration_s },
+        };
+        assert!(partial(-1.0).check(1).is_err());
+        assert!(partial(f64::NAN).check(1).is_err());
+        assert_eq!(partial(0.0).check(1), Ok(()));
+        assert_eq!(partial(1e6).check(1), Ok(()));
+    }
+
+    /// A flap from 10 s for 20 s (window [10 s, 30 s)) cut 1 s every 3 s: the cuts are
+    /// [10, 11), [13, 14), …, [28, 29). Disconnected at 10 s, 10.999 s, 13 s, 28.5 s;
+    /// connected at 9.999 s, 11 s, 12.5 s, 30 s (the end is exclusive) and 31 s. The other
+    /// engine, without faults, is never disconnected; telemetry is down exactly when the
+    /// connection is.
+    #[test]
+    fn flap_cuts_the_start_of_every_period() {
+        let w = FaultWindows::new(&[flap(1, 10.0, 20.0, 3.0, 1.0)], 2);
+        let ns = secs_to_ns;
+        for s in [10.0, 10.999, 13.0, 13.5, 16.0, 19.999, 28.0, 28.5, 28.999] {
+            assert!(w.disconnected(1, ns(s)), "{s} s");
+            assert!(w.telemetry_down(1, ns(s)), "{s} s");
+        }
+        for s in [
+            0.0, 9.999, 11.0, 12.5, 12.999, 14.0, 29.0, 29.999, 30.0, 31.0, 1e5,
+        ] {
+            assert!(!w.disconnected(1, ns(s)), "{s} s");
+            assert!(!w.telemetry_down(1, ns(s)), "{s} s");
+        }
+        // One nanosecond either side of the first cut.
+        assert!(!w.disconnected(1, 10_000_000_000 - 1));
+        assert!(w.disconnected(1, 11_000_000_000 - 1));
+        assert!(!w.disconnected(1, 11_000_000_000));
+        // In [10 s, 30 s), sampled every 100 ms: cut a third of the time, 7 cuts of 10
+        // samples each = 70 of 200.
+        let down = (100..300)
+            .filter(|&k| w.disconnected(1, k * 100_000_000))
+            .count();
+        assert_eq!(down, 70);
+        // Engine 0 has no fault: never disconnected, never down, never gauges-only.
+        for k in 0..400 {
+            let t = k * 100_000_000;
+            assert!(!w.disconnected(0, t));
+            assert!(!w.telemetry_down(0, t));
+            assert!(!w.gauges_only(0, t));
+            assert!(!w.gauges_only(1, t));
+        }
+    }
+
+    /// A cut as long as the period disconnects the whole window; a cut of 0 never does.
+    #[test]
+    fn flap_cut_of_the_whole_period_or_none() {
+        let w = FaultWindows::new(
+            &[flap(0, 2.0, 6.0, 2.0, 2.0), flap(1, 2.0, 6.0, 2.0, 0.0)],
+            2,
+        );
+        for k in 0..100u64 {
+            let t = k * 100_000_000;
+            let inside = (2_000_000_000..8_000_000_000).contains(&t);
+            assert_eq!(w.disconnected(0, t), inside, "{t} ns");
+            assert!(!w.disconnected(1, t), "{t} ns");
+        }
+    }
+
+    /// Partial telemetry of engine 1 from 5 s for 10 s: gauges only in [5 s, 15 s), not
+    /// before, not at the end, not on engine 0; it cuts nothing.
+    #[test]
+    fn gauges_only_inside_the_partial_window() {
+        let f = Fault {
+            at_s: 5.0,
+            engine: 1,
+            kind: FaultKind::PartialTelemetry { duration_s: 10.0 },
+        };
+        let w = FaultWindows::new(&[f], 2);
+        let ns = secs_to_ns;
+        for s in [5.0, 5.5, 10.0, 14.999] {
+            assert!(w.gauges_only(1, ns(s)), "{s} s");
+        }
+        for s in [0.0, 4.999, 15.0, 16.0] {
+            assert!(!w.gauges_only(1, ns(s)), "{s} s");
+        }
+        assert!(!w.gauges_only(1, 5_000_000_000 - 1));
+        assert!(w.gauges_only(1, 15_000_000_000 - 1));
+        for s in [0.0, 5.0, 10.0, 15.0] {
+            assert!(!w.gauges_only(0, ns(s)));
+            assert!(!w.disconnected(1, ns(s)));
+            assert!(!w.telemetry_down(1, ns(s)));
+        }
+    }
+
+    /// A slowdown multiplies step times by its factor inside its window only (3 from 10 s
+    /// for 5 s: 1 at 9.999 s, 3 at 10 s and 14.999 s, 1 at 15 s), the larger of two that
+    /// overlap, and never on another engine; a factor below 1 or not finite is refused.
+    #[test]
+    fn slowdown_scales_steps_inside_its_window() {
+        let slow = |at_s, factor| Fault {
+            at_s,
+            engine: 2,
+            kind: FaultKind::Slowdown {
+                duration_s: 5.0,
+                factor,
+            },
+        };
+        let w = FaultWindows::new(&[slow(10.0, 3.0), slow(12.0, 4.0)], 4);
+        let ns = |s: f64| secs_to_ns(s);
+        assert_eq!(w.slowdown(2, ns(9.999)), 1.0);
+        assert_eq!(w.slowdown(2, ns(10.0)), 3.0);
+        assert_eq!(w.slowdown(2, ns(11.999)), 3.0);
+        assert_eq!(w.slowdown(2, ns(12.0)), 4.0);
+        assert_eq!(w.slowdown(2, ns(14.999)), 4.0);
+        assert_eq!(w.slowdown(2, ns(16.999)), 4.0);
+        assert_eq!(w.slowdown(2, ns(17.0)), 1.0);
+        assert_eq!(w.slowdown(1, ns(12.0)), 1.0);
+        assert!(slow(0.0, 0.5).check(4).is_err());
+        assert!(slow(0.0, f64::NAN).check(4).is_err());
+        assert!(slow(0.0, f64::INFINITY).check(4).is_err());
+        assert!(slow(0.0, 1.0).check(4).is_ok());
     }
 }

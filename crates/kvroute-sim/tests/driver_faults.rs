@@ -7,7 +7,9 @@ use kvroute::Policy;
 use kvroute_sim::RunResult;
 use kvroute_sim::driver::{RunOptions, run};
 use kvroute_sim::fault::{Fault, FaultKind};
-use kvroute_sim::net::ChannelConfig;
+use kvroute_sim::net::{ChannelConfig, TelemetryMode};
+use kvroute_sim::workload::Workload;
+use kvroute_sim::workload::scenarios::faults;
 
 fn probes_of(r: &RunResult, engine: u32) -> Vec<(f64, u64, u64, bool)> {
     r.probes
@@ -224,4 +226,121 @@ fn every_fault_together() {
         assert!(r.preemptions > 0 || r.restarted_requests > 0);
         assert_totals(&r);
     }
+}
+
+/// `flap` (seed 1) without jitter or stagger, cut at 23.9 s: every engine reports at
+/// 0.5 s, 1.0 s, …, 23.5 s (47 reports; the time-0 figures are not a report), 8 × 47 = 376
+/// in all. Engine 1's cuts before the horizon, [10, 11), [13, 14), [16, 17), [19, 20) and
+/// [22, 23), each swallow 2 reports (10 in all); engine 2's, [20, 22), swallows 4. Each
+/// flap alone loses event batches of its engine and exactly its own reports (default
+/// channels lose nothing else); both together lose 14 reports; the same load without faults
+/// loses no batch and no report.
+#[test]
+fn flap_loses_batches_and_reports_on_the_flapping_engines() {
+    let mut base = faults::build_flap(1);
+    base.fleet.channels = base.fleet.channels.without_jitter();
+    let flaps = base.faults.clone();
+    assert_eq!(flaps.len(), 2);
+    let opts = RunOptions {
+        horizon_s: Some(23.9),
+        ..RunOptions::default()
+    };
+    let run_with = |engines: &[u32]| {
+        let w = Workload {
+            faults: flaps
+                .iter()
+                .filter(|f| engines.contains(&f.engine))
+                .copied()
+                .collect(),
+            ..base.clone()
+        };
+        assert_eq!(w.faults.len(), engines.len());
+        let r = run(&w, Policy::RoundRobin, &opts);
+        assert_eq!(r.error, None);
+        assert_eq!(r.channel.decode_errors, 0);
+        assert_eq!(r.channel.ingest_errors, 0);
+        assert_eq!(r.channel.telemetry_lost, 0);
+        assert_eq!(r.channel.telemetry_rejected, 0);
+        assert!(r.end_s <= 23.9);
+        assert!(r.pending_at_end > 0, "the horizon cut the load");
+        assert_totals(&r);
+        r
+    };
+    let calm = run_with(&[]);
+    assert_eq!(calm.channel.batches_lost, 0);
+    assert_eq!(calm.channel.gaps, 0);
+    assert!(calm.channel.batches_published > 0);
+    assert_eq!(calm.channel.telemetry_sent, 376);
+    for (engine, reports_lost) in [(1, 10), (2, 4)] {
+        let r = run_with(&[engine]);
+        assert!(r.channel.batches_lost > 0, "engine {engine}");
+        assert!(r.channel.gaps >= 1, "engine {engine}");
+        assert!(r.channel.replays_requested >= 1, "engine {engine}");
+        assert_eq!(
+            r.channel.telemetry_sent,
+            376 - reports_lost,
+            "engine {engine}"
+        );
+    }
+    let both = run_with(&[1, 2]);
+    assert!(both.channel.batches_lost > 0);
+    assert!(both.channel.gaps >= 2);
+    assert_eq!(both.channel.telemetry_sent, 376 - 14);
+}
+
+/// `partial-telemetry` (seed 1, all 1,080 requests): with half the fleet reporting only
+/// vLLM's gauges, every report is accepted and every request completes, whichever policy
+/// routes, and no reservation is left.
+#[test]
+fn partial_telemetry_completes_every_request() {
+    let w = faults::build_partial_telemetry(1);
+    assert_eq!(w.requests.len(), 1_080);
+    assert_eq!(w.faults.len(), 4);
+    for policy in [Policy::default(), Policy::KvAware, Policy::RoundRobin] {
+        let r = run(&w, policy, &RunOptions::default());
+        assert_eq!(r.error, None);
+        assert_eq!(r.completed, 1_080, "{policy:?}");
+        assert_eq!(r.channel.telemetry_rejected, 0, "{policy:?}");
+        assert!(r.channel.telemetry_sent > 0);
+        assert_eq!(r.reservations_at_end, 0);
+        assert_totals(&r);
+    }
+}
+
+/// Gauges-only reports on every engine for the whole run are vLLM-metrics telemetry: on
+/// `partial-telemetry`'s load (seed 1) routed by the default policy, where vLLM-metrics
+/// and full telemetry route differently, the run equals the one with
+/// `TelemetryMode::VllmMetrics` channels and no fault, and a window of 0 s changes nothing
+/// against full telemetry.
+#[test]
+fn partial_telemetry_everywhere_is_vllm_metrics_telemetry() {
+    let base = Workload {
+        faults: Vec::new(),
+        ..faults::build_partial_telemetry(1)
+    };
+    let partial = |duration_s: f64| Workload {
+        faults: (0..8)
+            .map(|engine| Fault {
+                at_s: 0.0,
+                engine,
+                kind: FaultKind::PartialTelemetry { duration_s },
+            })
+            .collect(),
+        ..base.clone()
+    };
+    let go = |w: &Workload| {
+        let mut r = run(w, Policy::default(), &RunOptions::default());
+        assert_eq!(r.error, None);
+        assert_eq!(r.completed, 1_080);
+        r.wall_s = 0.0;
+        r
+    };
+    let mut vllm = base.clone();
+    vllm.fleet.channels.telemetry = TelemetryMode::VllmMetrics;
+    let vllm = go(&vllm);
+    let full = go(&base);
+    // Otherwise the comparisons below could not tell the modes apart.
+    assert_ne!(vllm.requests, full.requests);
+    assert_eq!(go(&partial(1e6)), vllm);
+    assert_eq!(go(&partial(0.0)), full);
 }

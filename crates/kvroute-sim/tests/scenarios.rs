@@ -292,3 +292,42 @@ fn a_fleet_with_counts_only_telemetry_is_costed_on_one_basis() {
         m_full.output_tokens_per_s
     );
 }
+
+/// `straggler` at 4x: from 10 s engine 0 steps three times slower while reporting its
+/// nominal speed. Its capacity is then a third of a peer's, a share of (1/3) / (7 + 1/3) =
+/// 4.5 % of the fleet's: the default policy, which sees only its queue and running count
+/// grow, keeps its generation share below two thirds of the fair 12.5 % (8.3 %) while no
+/// other engine falls below half the fair share, and serves at least 1.5 times the output
+/// of `round_robin`, which gives the slow engine an eighth of the requests and waits for
+/// it.
+#[test]
+fn a_straggler_gets_less_work_without_starving_the_fleet() {
+    use kvroute_sim::workload::arrivals::scale_arrivals;
+    use kvroute_sim::workload::scenarios::faults;
+    let mut w = faults::build_straggler(SEED);
+    scale_arrivals(&mut w, 4.0).unwrap();
+    let runs = run_all(
+        &w,
+        &[
+            ("projected_time", PROJECTED),
+            ("round_robin", Policy::RoundRobin),
+        ],
+    );
+    let (pt, rr) = (&runs[0].0, &runs[1].0);
+    let share = &pt.generation_share;
+    eprintln!("generation shares {share:?}");
+    assert!(
+        share[0] < 0.125 * 2.0 / 3.0,
+        "slow engine's share {}",
+        share[0]
+    );
+    for (e, &s) in share.iter().enumerate().skip(1) {
+        assert!(s >= 0.0625, "engine {e}'s share {s}");
+    }
+    assert!(
+        pt.output_tokens_per_s >= 1.5 * rr.output_tokens_per_s,
+        "{:.0} tok/s against round_robin's {:.0}",
+        pt.output_tokens_per_s,
+        rr.output_tokens_per_s
+    );
+}

@@ -27,10 +27,10 @@ fn both_are_named_and_deterministic_for_a_seed() {
         assert_eq!(w, s.build(3), "{}", s.name);
         assert_ne!(w.requests, s.build(4).requests, "{}", s.name);
     }
-    // The 7 scenarios and the 2 generated workloads, each name once.
+    // The 10 scenarios and the 2 generated workloads, each name once.
     let names: Vec<&str> = named().map(|s| s.name).collect();
-    assert_eq!(names.len(), 9);
-    assert_eq!(names.iter().collect::<HashSet<_>>().len(), 9);
+    assert_eq!(names.len(), 12);
+    assert_eq!(names.iter().collect::<HashSet<_>>().len(), 12);
     assert!(find_named("hot-owner-51").is_some() && find_named("nope").is_none());
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use driver_common::SCENARIO_NAMES;
 use kvroute_sim::fault::FaultKind;
+use kvroute_sim::net::ChannelConfig;
 use kvroute_sim::request::output_token;
 use kvroute_sim::workload::scenarios::{
     self, SCENARIOS, burst, faults, hot_owner, owner_canary, zipf,
@@ -22,10 +23,13 @@ fn tokens(r: &SimRequest) -> Vec<u32> {
     v
 }
 
+/// Every scenario's name is unique and in the shared list; each is found, says what it
+/// reproduces and builds a workload of its name.
 #[test]
 fn list_names_are_unique_and_documented() {
     let names: HashSet<&str> = SCENARIOS.iter().map(|s| s.name).collect();
-    assert_eq!(names.len(), 7);
+    assert_eq!(names.len(), SCENARIOS.len());
+    assert_eq!(names.len(), SCENARIO_NAMES.len());
     for want in SCENARIO_NAMES {
         let s = scenarios::find(want).unwrap();
         assert!(s.reproduces.len() > 80, "{want} says what it reproduces");
@@ -243,6 +247,75 @@ fn fault_scenarios_schedule_their_faults() {
     assert!(matches!(kinds[0], FaultKind::Disconnect { duration_s } if duration_s == 5.0));
     assert!(matches!(kinds[1], FaultKind::EventLoss { loss, .. } if loss == 0.5));
     assert!(matches!(kinds[2], FaultKind::TelemetryBlackout { .. }));
+}
+
+/// `flap` is the restart load on 8 engines with exactly the two flaps of `FLAPS`, written
+/// out by hand: engine 1 cut 1 s every 3 s from 10 s, engine 2 cut 2 s every 5 s from 20 s,
+/// each to the end of the run (a window far past the last arrival), on default channels.
+#[test]
+fn flap_schedules_two_flapping_connections() {
+    assert_eq!(faults::FLAPS, [(1, 10.0, 3.0, 1.0), (2, 20.0, 5.0, 2.0)]);
+    for seed in [5, 9] {
+        let w = faults::build_flap(seed);
+        assert_eq!(w.name, "flap");
+        assert_eq!(w.fleet.engines, 8);
+        assert_eq!(w.fleet.channels, ChannelConfig::default());
+        assert_eq!(
+            w.requests,
+            faults::build_restart(seed).requests,
+            "seed {seed}"
+        );
+        assert_eq!(w.faults.len(), 2);
+        let last = w.requests.iter().map(|r| r.arrival_s).fold(0.0, f64::max);
+        let got: Vec<_> = w
+            .faults
+            .iter()
+            .map(|f| match f.kind {
+                FaultKind::Flap {
+                    duration_s,
+                    period_s,
+                    down_s,
+                } => {
+                    // To the end of the run: past the last arrival plus an hour.
+                    assert!(f.at_s + duration_s > last + 3_600.0, "{duration_s}");
+                    (f.engine, f.at_s, period_s, down_s)
+                }
+                other => panic!("not a flap: {other:?}"),
+            })
+            .collect();
+        assert_eq!(got, [(1, 10.0, 3.0, 1.0), (2, 20.0, 5.0, 2.0)]);
+        assert!(w.faults.iter().all(|f| f.check(8).is_ok()));
+    }
+}
+
+/// `partial-telemetry` is the restart load on 8 engines with engines 0, 1, 2 and 3 (and no
+/// other) reporting only vLLM's gauges from 0 s to past the end of the run.
+#[test]
+fn partial_telemetry_covers_half_the_fleet_from_the_start() {
+    assert_eq!(faults::GAUGES_ONLY, [0, 1, 2, 3]);
+    for seed in [5, 9] {
+        let w = faults::build_partial_telemetry(seed);
+        assert_eq!(w.name, "partial-telemetry");
+        assert_eq!(w.fleet.engines, 8);
+        assert_eq!(w.fleet.channels, ChannelConfig::default());
+        assert_eq!(
+            w.requests,
+            faults::build_restart(seed).requests,
+            "seed {seed}"
+        );
+        let last = w.requests.iter().map(|r| r.arrival_s).fold(0.0, f64::max);
+        let mut engines: Vec<u32> = w.faults.iter().map(|f| f.engine).collect();
+        engines.sort_unstable();
+        assert_eq!(engines, [0, 1, 2, 3]);
+        for f in &w.faults {
+            assert_eq!(f.at_s, 0.0);
+            assert!(
+                matches!(f.kind, FaultKind::PartialTelemetry { duration_s } if duration_s > last + 3_600.0),
+                "{f:?}"
+            );
+            assert!(f.check(8).is_ok());
+        }
+    }
 }
 
 fn req(id: u64, parent: Option<u64>) -> SimRequest {

@@ -51,6 +51,12 @@ pub struct Common {
     /// worker's KV events show it (milliseconds, >= 1).
     #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub predicted_ttl_ms: Option<u64>,
+    /// Which load figures the engines report: `full` (queued prefill and decode tokens,
+    /// throughputs: SGLang's `/v1/loads`) or `gauges` (vLLM's Prometheus gauges: running,
+    /// waiting, KV usage) for every engine; default: the workload's own (full, but for a
+    /// scenario's partial-telemetry faults).
+    #[arg(long, global = true, value_name = "KIND", value_parser = PossibleValuesParser::new(["full", "gauges"]))]
+    pub telemetry: Option<String>,
 }
 
 impl Common {
@@ -60,6 +66,16 @@ impl Common {
             let mut p = kvroute::PredictedConfig::default();
             p.ttl = kvroute::Nanos::from_millis(ms);
             p
+        })
+    }
+}
+
+impl Common {
+    /// The telemetry mode `--telemetry` asks for (`None`: the workload's).
+    pub fn telemetry(&self) -> Option<kvroute_sim::net::TelemetryMode> {
+        self.telemetry.as_deref().map(|t| match t {
+            "gauges" => kvroute_sim::net::TelemetryMode::VllmMetrics,
+            _ => kvroute_sim::net::TelemetryMode::Full,
         })
     }
 }

@@ -109,6 +109,7 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
     let started = std::time::Instant::now();
     let seed = common.seed;
     let predicted = common.predicted();
+    let telemetry = common.telemetry();
     let threads = runner::threads(common.jobs, workloads.len() * policies.len());
     let runs: Vec<WorkloadRuns> = runner::run_all(
         workloads,
@@ -121,6 +122,7 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
                 progress: Some(progress),
                 prompt_hashes: Some(hashes),
                 predicted,
+                telemetry,
                 ..Default::default()
             };
             driver::run(w, p, &opts)

@@ -123,6 +123,7 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
     let hashes: Vec<OnceLock<PromptHashes>> = (0..nk).map(|_| OnceLock::new()).collect();
     let order = runner::dispatch_order(runs, |i| runner::dispatch_rank(policies[i / (ns * nk)]));
     let predicted = common.predicted();
+    let telemetry = common.telemetry();
     let results = runner::run_in_order(&order, threads, common.quiet, |i, progress| {
         let (p, s, k) = (i / (ns * nk), (i / nk) % ns, i % nk);
         let w = src.workload(scales[s], seeds[k], args.arrival_jitter)?;
@@ -137,6 +138,7 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
             // A workload whose prompts differ from the shared ones hashes its own.
             prompt_hashes: Some(h).filter(|h| h.fit(&w)),
             predicted,
+            telemetry,
             ..Default::default()
         };
         let r = driver::run(&w, policies[p], &opts);

@@ -73,6 +73,11 @@ pub struct RunOptions<'a> {
     /// The router's predicted residency of routed, not yet stored prompts
     /// (`RouterConfig::predicted`); `None` (the router's default) disables it.
     pub predicted: Option<PredictedConfig>,
+    /// Which load figures every engine reports, in place of the workload's channels'
+    /// [`TelemetryMode`](crate::net::TelemetryMode) (a scenario's
+    /// [`FaultKind::PartialTelemetry`](crate::fault::FaultKind::PartialTelemetry) still
+    /// applies); `None`: the workload's.
+    pub telemetry: Option<crate::net::TelemetryMode>,
     /// Times (seconds) at which to record [`Probe`](crate::result::Probe)s of every
     /// engine's cache against the router's index.
     pub probes: Vec<f64>,
@@ -131,6 +136,7 @@ impl Default for RunOptions<'_> {
             sweep_interval_s: 5.0,
             score: None,
             predicted: None,
+            telemetry: None,
             probes: Vec::new(),
             progress: None,
             prompt_hashes: None,

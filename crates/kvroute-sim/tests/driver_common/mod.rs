@@ -13,7 +13,7 @@ use kvroute_sim::{PromptSpec, RunResult, SimRequest};
 
 /// The built-in scenarios' names, written out by hand so that a renamed or missing scenario
 /// fails the tests.
-pub const SCENARIO_NAMES: [&str; 7] = [
+pub const SCENARIO_NAMES: [&str; 10] = [
     "hot-owner-51",
     "owner-canary",
     "zipf-prefixes",
@@ -21,6 +21,9 @@ pub const SCENARIO_NAMES: [&str; 7] = [
     "restart",
     "event-loss",
     "fail-fast",
+    "flap",
+    "partial-telemetry",
+    "straggler",
 ];
 
 /// A fast engine with a small cache: 10 ms steps plus 1 ms per decoding request, 20,000

@@ -140,6 +140,7 @@ impl<'a> Sim<'a> {
         notices.clear();
         let eng = &mut self.engines[e as usize];
         if let Some(d) = eng.begin_step(&self.cat, &mut notices) {
+            let d = d * self.faults.slowdown(e, self.now);
             let epoch = eng.epoch();
             let end = self.now.saturating_add(secs_to_ns(d).max(1));
             self.q

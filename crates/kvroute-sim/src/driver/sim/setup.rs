@@ -148,7 +148,10 @@ impl<'a> Sim<'a> {
                 )
                 .map_err(|e| RunError::Router(e.to_string()))?;
         }
-        let chan = fleet.channels;
+        let mut chan = fleet.channels;
+        if let Some(t) = opts.telemetry {
+            chan.telemetry = t;
+        }
         // One engine's batches are at least a step apart, so a jitter up to the step's fixed
         // cost never reorders them.
         let buffer_replays = chan.replay

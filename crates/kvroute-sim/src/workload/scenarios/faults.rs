@@ -2,7 +2,8 @@
 //! (cache wiped, event sequence back at 0); KV events delayed, reordered, lost and cut off by
 //! disconnects; an engine that fails every request at once while its telemetry reads idle;
 //! connections that keep dropping and coming back; engines that report only vLLM's gauges;
-//! all on one steady multi-prefix load.
+//! an engine that slows down while reporting its nominal speed (`straggler`); all on one
+//! steady multi-prefix load.
 
 use crate::engine::EngineConfig;
 use crate::fault::{Fault, FaultKind};
@@ -160,5 +161,25 @@ pub fn build_partial_telemetry(seed: u64) -> Workload {
             kind: FaultKind::PartialTelemetry { duration_s: 1e6 },
         })
         .collect();
+    w
+}
+
+/// When `straggler`'s engine 0 slows down (seconds), and by how much (step time multiplier);
+/// it stays slow to the end of the run.
+pub const STRAGGLER: (f64, f64) = (10.0, 3.0);
+
+/// Builds `straggler` for `seed`: the steady load, engine 0's steps lasting
+/// [`STRAGGLER`]`.1` times their modelled time from [`STRAGGLER`]`.0` s to the end, while its
+/// reports keep the nominal throughputs.
+pub fn build_straggler(seed: u64) -> Workload {
+    let mut w = steady(seed, super::STRAGGLER_NAME, super::STRAGGLER_REPRODUCES);
+    w.faults = vec![Fault {
+        at_s: STRAGGLER.0,
+        engine: 0,
+        kind: FaultKind::Slowdown {
+            duration_s: 1e6,
+            factor: STRAGGLER.1,
+        },
+    }];
     w
 }

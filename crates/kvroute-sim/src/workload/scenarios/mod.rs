@@ -13,6 +13,7 @@
 //! | `fail-fast` | an engine failing every request while its telemetry reads idle |
 //! | `flap` | connections that keep dropping and coming back |
 //! | `partial-telemetry` | half the fleet reporting only vLLM's gauges |
+//! | `straggler` | an engine three times slower than its reports say |
 
 pub mod burst;
 pub mod faults;
@@ -43,6 +44,8 @@ pub const FAIL_FAST: &str = "fail-fast";
 pub const FLAP: &str = "flap";
 /// Name of the partial-telemetry scenario.
 pub const PARTIAL_TELEMETRY: &str = "partial-telemetry";
+/// Name of the slow-engine scenario.
+pub const STRAGGLER_NAME: &str = "straggler";
 
 const HOT_OWNER_51_REPRODUCES: &str = "A hot cached owner: 51 engines of 38 slots; engine 0 holds \
     a 6,144-token shared prefix with 38 running and 109 waiting (pinned), then 1,800 chat requests \
@@ -84,6 +87,11 @@ const PARTIAL_TELEMETRY_REPRODUCES: &str = "Partial telemetry: the restart load 
     figures (queued prefill tokens, decode tokens, throughput). The costs of the two halves rest \
     on different evidence; neither half may be idled or piled onto for it.";
 
+const STRAGGLER_REPRODUCES: &str = "A straggler: the restart load on 8 engines; from 10 s \
+    engine 0 runs every step three times slower (a throttled or degraded GPU) while its reports \
+    keep the nominal throughputs. Only its growing queue and running count show it; a router \
+    that trusts the reported speed, or its cache, piles onto it.";
+
 /// A built-in scenario: its name, what it reproduces, and its builder.
 #[derive(Clone, Copy, Debug)]
 pub struct Scenario {
@@ -116,7 +124,7 @@ impl Scenario {
 }
 
 /// Every built-in scenario, in `list` order.
-pub const SCENARIOS: [Scenario; 9] = [
+pub const SCENARIOS: [Scenario; 10] = [
     Scenario {
         name: HOT_OWNER_51,
         reproduces: HOT_OWNER_51_REPRODUCES,
@@ -161,6 +169,11 @@ pub const SCENARIOS: [Scenario; 9] = [
         name: PARTIAL_TELEMETRY,
         reproduces: PARTIAL_TELEMETRY_REPRODUCES,
         build: faults::build_partial_telemetry,
+    },
+    Scenario {
+        name: STRAGGLER_NAME,
+        reproduces: STRAGGLER_REPRODUCES,
+        build: faults::build_straggler,
     },
 ];
 
