@@ -249,6 +249,20 @@ fn fault_scenarios_schedule_their_faults() {
     assert!(matches!(kinds[2], FaultKind::TelemetryBlackout { .. }));
 }
 
+/// Checks that `w` is called `name` and is `restart`'s load for `seed` on 8 engines over
+/// default channels; returns its last arrival (seconds).
+fn restart_load_on_eight_engines(w: &Workload, name: &str, seed: u64) -> f64 {
+    assert_eq!(w.name, name);
+    assert_eq!(w.fleet.engines, 8);
+    assert_eq!(w.fleet.channels, ChannelConfig::default());
+    assert_eq!(
+        w.requests,
+        faults::build_restart(seed).requests,
+        "seed {seed}"
+    );
+    w.requests.iter().map(|r| r.arrival_s).fold(0.0, f64::max)
+}
+
 /// `flap` is the restart load on 8 engines with exactly the two flaps of `FLAPS`, written
 /// out by hand: engine 1 cut 1 s every 3 s from 10 s, engine 2 cut 2 s every 5 s from 20 s,
 /// each to the end of the run (a window far past the last arrival), on default channels.
@@ -257,16 +271,8 @@ fn flap_schedules_two_flapping_connections() {
     assert_eq!(faults::FLAPS, [(1, 10.0, 3.0, 1.0), (2, 20.0, 5.0, 2.0)]);
     for seed in [5, 9] {
         let w = faults::build_flap(seed);
-        assert_eq!(w.name, "flap");
-        assert_eq!(w.fleet.engines, 8);
-        assert_eq!(w.fleet.channels, ChannelConfig::default());
-        assert_eq!(
-            w.requests,
-            faults::build_restart(seed).requests,
-            "seed {seed}"
-        );
+        let last = restart_load_on_eight_engines(&w, "flap", seed);
         assert_eq!(w.faults.len(), 2);
-        let last = w.requests.iter().map(|r| r.arrival_s).fold(0.0, f64::max);
         let got: Vec<_> = w
             .faults
             .iter()
@@ -295,15 +301,7 @@ fn partial_telemetry_covers_half_the_fleet_from_the_start() {
     assert_eq!(faults::GAUGES_ONLY, [0, 1, 2, 3]);
     for seed in [5, 9] {
         let w = faults::build_partial_telemetry(seed);
-        assert_eq!(w.name, "partial-telemetry");
-        assert_eq!(w.fleet.engines, 8);
-        assert_eq!(w.fleet.channels, ChannelConfig::default());
-        assert_eq!(
-            w.requests,
-            faults::build_restart(seed).requests,
-            "seed {seed}"
-        );
-        let last = w.requests.iter().map(|r| r.arrival_s).fold(0.0, f64::max);
+        let last = restart_load_on_eight_engines(&w, "partial-telemetry", seed);
         let mut engines: Vec<u32> = w.faults.iter().map(|f| f.engine).collect();
         engines.sort_unstable();
         assert_eq!(engines, [0, 1, 2, 3]);
