@@ -157,7 +157,10 @@ pub struct ScoreConfig {
     /// Tokens assumed per request when telemetry reports request counts but no token
     /// figures, and the output assumed for a request that gives none
     /// (`ScoreRequest::expected_output_tokens` 0) (tokens),
-    /// `1..=1_048_576`, default 512.
+    /// `1..=1_048_576`, default 512. For a slot without token figures it is the prior of
+    /// the estimate from the slots that have them (`LoadSnapshot::tokens_per_waiting`,
+    /// `tokens_per_running`: counted as one more request), so it decides alone only where
+    /// no fresh slot reports token figures.
     pub tokens_per_request: u32,
     /// `owner_pressure`'s high watermark (ratio), `0.0..=2.0`, default 0.9.
     pub watermark: f32,
