@@ -344,3 +344,35 @@ fn partial_telemetry_everywhere_is_vllm_metrics_telemetry() {
     assert_eq!(go(&partial(1e6)), vllm);
     assert_eq!(go(&partial(0.0)), full);
 }
+
+/// A telemetry mode forced by `RunOptions::telemetry` holds for every engine, the
+/// partial-telemetry faults included: `partial-telemetry` (seed 1, default policy) forced
+/// to full figures equals its load without faults, and forced to vLLM's gauges equals its
+/// load on `TelemetryMode::VllmMetrics` channels; unforced it differs from both.
+#[test]
+fn a_forced_telemetry_mode_overrides_partial_telemetry_faults() {
+    let scenario = faults::build_partial_telemetry(1);
+    let base = Workload {
+        faults: Vec::new(),
+        ..scenario.clone()
+    };
+    let go = |w: &Workload, telemetry: Option<TelemetryMode>| {
+        let opts = RunOptions {
+            telemetry,
+            ..RunOptions::default()
+        };
+        let mut r = run(w, Policy::default(), &opts);
+        assert_eq!(r.error, None);
+        r.wall_s = 0.0;
+        r
+    };
+    let full = go(&base, None);
+    let mut vllm = base.clone();
+    vllm.fleet.channels.telemetry = TelemetryMode::VllmMetrics;
+    let vllm = go(&vllm, None);
+    let own = go(&scenario, None);
+    assert_ne!(own.requests, full.requests);
+    assert_ne!(own.requests, vllm.requests);
+    assert_eq!(go(&scenario, Some(TelemetryMode::Full)), full);
+    assert_eq!(go(&scenario, Some(TelemetryMode::VllmMetrics)), vllm);
+}

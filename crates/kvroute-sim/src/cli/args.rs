@@ -51,10 +51,11 @@ pub struct Common {
     /// worker's KV events show it (milliseconds, >= 1).
     #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub predicted_ttl_ms: Option<u64>,
-    /// Which load figures the engines report: `full` (queued prefill and decode tokens,
-    /// throughputs: SGLang's `/v1/loads`) or `gauges` (vLLM's Prometheus gauges: running,
-    /// waiting, KV usage) for every engine; default: the workload's own (full, but for a
-    /// scenario's partial-telemetry faults).
+    /// Which load figures every engine reports for the whole run: `full` (queued prefill
+    /// and decode tokens, throughputs: SGLang's `/v1/loads`) or `gauges` (vLLM's
+    /// Prometheus gauges: running, waiting, KV usage), overriding a scenario's
+    /// partial-telemetry faults too; default: the workload's own (full, but for the
+    /// engines a partial-telemetry fault names).
     #[arg(long, global = true, value_name = "KIND", value_parser = PossibleValuesParser::new(["full", "gauges"]))]
     pub telemetry: Option<String>,
 }

@@ -73,10 +73,11 @@ pub struct RunOptions<'a> {
     /// The router's predicted residency of routed, not yet stored prompts
     /// (`RouterConfig::predicted`); `None` (the router's default) disables it.
     pub predicted: Option<PredictedConfig>,
-    /// Which load figures every engine reports, in place of the workload's channels'
-    /// [`TelemetryMode`](crate::net::TelemetryMode) (a scenario's
-    /// [`FaultKind::PartialTelemetry`](crate::fault::FaultKind::PartialTelemetry) still
-    /// applies); `None`: the workload's.
+    /// Which load figures every engine reports for the whole run, in place of the
+    /// workload's channels' [`TelemetryMode`](crate::net::TelemetryMode) and of its
+    /// [`FaultKind::PartialTelemetry`](crate::fault::FaultKind::PartialTelemetry) faults
+    /// (so `Full` turns a partial-telemetry scenario into full telemetry); `None`: the
+    /// workload's.
     pub telemetry: Option<crate::net::TelemetryMode>,
     /// Times (seconds) at which to record [`Probe`](crate::result::Probe)s of every
     /// engine's cache against the router's index.

@@ -149,8 +149,11 @@ impl<'a> Sim<'a> {
                 .map_err(|e| RunError::Router(e.to_string()))?;
         }
         let mut chan = fleet.channels;
+        // A forced telemetry mode holds for every engine, the partial-telemetry faults too.
+        let mut faults = w.faults.clone();
         if let Some(t) = opts.telemetry {
             chan.telemetry = t;
+            faults.retain(|f| !matches!(f.kind, crate::fault::FaultKind::PartialTelemetry { .. }));
         }
         // One engine's batches are at least a step apart, so a jitter up to the step's fixed
         // cost never reorders them.
@@ -198,7 +201,7 @@ impl<'a> Sim<'a> {
                 .collect(),
             q: Queue::default(),
             rng: StdRng::seed_from_u64(opts.seed),
-            faults: FaultWindows::new(&w.faults, fleet.engines),
+            faults: FaultWindows::new(&faults, fleet.engines),
             buffer_replays,
             replay_buf: vec![VecDeque::new(); engines_n],
             replay_inflight: vec![false; engines_n],

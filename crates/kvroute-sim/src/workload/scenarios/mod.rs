@@ -77,17 +77,18 @@ const FAIL_FAST_REPRODUCES: &str = "An engine that fails fast: the restart load 
     metrics endpoint), so its telemetry reads idle. Load-weighing policies send it the most \
     requests; reporting outcomes opens its breaker, and the fleet serves as 7 engines would.";
 
-const FLAP_REPRODUCES: &str = "Flapping connections: the restart load on 8 engines; engine 1's \
-    connection to the router (KV events and load reports) drops for 1 s every 3 s from 10 s, \
-    engine 2's for 2 s every 5 s from 20 s, to the end; both keep serving. Each drop loses \
-    batches and reports (a sequence gap, then a replay) and leaves their figures stale; a router \
+const FLAP_REPRODUCES: &str = "Flapping connections: restart's steady load (without its restarts) on \
+    8 engines; engine 1's connection to the router (KV events and load reports) drops for 1 s \
+    every 3 s from 10 s, engine 2's for 2 s every 5 s from 20 s, to the end; both keep serving. \
+    Each drop loses the engine's batches (a sequence gap, then a replay) and sends no load \
+    reports, so its figures age; a router \
     that distrusts them too much idles them, one that trusts stale figures piles onto them.";
-const PARTIAL_TELEMETRY_REPRODUCES: &str = "Partial telemetry: the restart load on 8 engines, \
+const PARTIAL_TELEMETRY_REPRODUCES: &str = "Partial telemetry: restart's steady load (without its restarts) on 8 engines, \
     engines 0-3 reporting only vLLM's gauges (running, waiting, KV usage), engines 4-7 the full \
     figures (queued prefill tokens, decode tokens, throughput). The costs of the two halves rest \
     on different evidence; neither half may be idled or piled onto for it.";
 
-const STRAGGLER_REPRODUCES: &str = "A straggler: the restart load on 8 engines; from 10 s \
+const STRAGGLER_REPRODUCES: &str = "A straggler: restart's steady load (without its restarts) on 8 engines; from 10 s \
     engine 0 runs every step three times slower (a throttled or degraded GPU) while its reports \
     keep the nominal throughputs. Only its growing queue and running count show it; a router \
     that trusts the reported speed, or its cache, piles onto it.";
