@@ -108,3 +108,22 @@ fn malformed_samples_are_errors() {
     s.seeds.clear();
     assert_eq!(summarise(&s), Err(SweepError::Empty));
 }
+
+/// With one seed no paired test is possible: every policy but the reference is marked
+/// `n/a` (not `tied`), however far its value is from the reference's (20 against 10).
+#[test]
+fn one_seed_marks_nothing_comparable() {
+    let s = SweepSamples {
+        workload: "w".into(),
+        policies: vec!["ref".into(), "a".into()],
+        reference: 0,
+        rate_scales: vec![4.0],
+        seeds: vec![1],
+        values: vec![[10.0; SWEEP_METRICS.len()], [20.0; SWEEP_METRICS.len()]],
+    };
+    let sum = summarise(&s).unwrap();
+    for jm in 0..SWEEP_METRICS.len() {
+        assert_eq!(sum.cells[1][0][jm].mark, Mark::NotComparable, "metric {jm}");
+        assert_eq!(sum.cells[0][0][jm].mark, Mark::Reference, "metric {jm}");
+    }
+}

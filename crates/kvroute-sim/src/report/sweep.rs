@@ -6,7 +6,8 @@
 //! Per rate scale and metric, each policy but the reference gets one mark against the
 //! reference: `better` or `worse` when the paired difference is significant (in the
 //! metric's good direction or against it), `tied` when it is not, `n/a` when a value is
-//! not finite (an infinite imbalance: some engine ran nothing) or missing. The policy with
+//! not finite (an infinite imbalance: some engine ran nothing) or missing, or when there
+//! are fewer than two seeds (no test is possible). The policy with
 //! the best mean is marked `best` instead of `better` when it is significantly better
 //! than the reference; the reference itself is marked `best` when it has the best mean and
 //! every other policy is significantly worse. No `best` in a column means the best mean is
@@ -326,6 +327,7 @@ fn cell(samples: &SweepSamples, p: usize, s: usize, j: usize) -> Cell {
     }
     let reference = samples.series(samples.reference, s, j);
     c.mark = match stats::paired_t(&c.values, &reference) {
+        _ if c.values.len() < 2 => Mark::NotComparable,
         Err(_) => Mark::NotComparable,
         Ok(test) => {
             c.difference = Some(test.difference.mean);
