@@ -17,8 +17,8 @@ pub const LEGEND: &str = "mean over the seeds ±half-width of its Student-t 95 %
 marks against the reference (paired t-test on the per-seed differences, 5 % two-sided): \
 better / worse (significant), tied (not), best (the best mean, significantly better than the \
 reference; on the reference: better than every other policy), n/a (a value missing or \
-infinite, or a single seed); imbalance: busiest/idlest mean running (inf: an engine ran nothing); gen min: the \
-smallest per-engine share of generated tokens; wait %: share of the sample instants with a \
+infinite, or a single seed); imbalance: busiest/idlest mean running (inf: an engine ran \
+nothing); gen min: the smallest per-engine share of generated tokens; wait %: share of the sample instants with a \
 request waiting on some engine; imb wait: the imbalance over those instants only (1 when no \
 request waited)";
 
