@@ -19,12 +19,16 @@
 //! beside the slots.
 //!
 //! # Sizes
-//! The slot count is a power of two (2, 4, 8, 16, ...) or, from 24 on, one and a half
-//! times one (24, 48, 96, ...; see [`is_size`]). An insert that would fill more than 3/4 of the slots first grows them to
-//! the next size (at least 16): by 3/2 from a power of two, by 4/3 from the size between,
-//! so a map that only grows is 1/2 to 3/4 full (by 2 it would be 3/8 to 3/4). The caller
-//! may [`rehash`](HashSlots::rehash) to any size that fits (to shrink, or to size the map
-//! once for what it will hold).
+//! The slot count is a power of two (2, 4, 8, 16, ...) or, from 20 on, 5/4, 6/4 or 7/4 of
+//! one of at least 16 (20, 24, 28, 40, 48, 56, ...; see [`is_size`]). An insert that
+//! would fill more than 3/4 of the slots first grows them to the next size of the map's
+//! [`Growth`] (at least 16). By default ([`Growth::Halves`]) that is 3/2 from a power of
+//! two and 4/3 from the size between, so a map that only grows is 1/2 to 3/4 full (by 2
+//! it would be 3/8 to 3/4); [`Growth::Quarters`] steps by a quarter of the power of two
+//! at or below, so it is 3/5 to 3/4 full, for about twice the entry moves (each growth
+//! moves every entry: `1 / (g − 1)` moves per entry inserted at growth factor `g`). The
+//! caller may [`rehash`](HashSlots::rehash) to any size that fits (to shrink, or to size
+//! the map once for what it will hold).
 //!
 //! Expected probes of an insert (an unsuccessful search) at load `a` are
 //! `(1 + 1 / (1 − a)²) / 2` (Knuth, *The Art of Computer Programming* vol. 3, section 6.4):
@@ -52,6 +56,40 @@ pub struct HashSlots<V> {
     len: usize,
     /// The value of key `u64::MAX`, if any.
     max_key: Option<V>,
+    /// How the slots grow.
+    growth: Growth,
+}
+
+/// How a [`HashSlots`] grows when an insert would fill more than 3/4 of its slots (module
+/// docs, *Sizes*).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Growth {
+    /// By 3/2 and 4/3 in turn (16 → 24 → 32 → 48 → ...): 1/2 to 3/4 full while it grows,
+    /// about 2.4 moves per entry inserted.
+    #[default]
+    Halves,
+    /// By a quarter of the power of two at or below the size (16 → 20 → 24 → 28 → 32 →
+    /// 40 → ...: steps of 5/4, 6/5, 7/6 and 8/7): 3/5 to 3/4 full while it grows, about
+    /// 5 moves per entry inserted.
+    Quarters,
+}
+
+impl Growth {
+    /// The size an insert grows `n` slots to.
+    pub fn next(self, n: usize) -> usize {
+        match self {
+            Self::Halves => next_size(n),
+            Self::Quarters => next_quarter(n),
+        }
+    }
+
+    /// The smallest size this growth reaches at or above `n`.
+    pub fn at_least(self, n: usize) -> usize {
+        match self {
+            Self::Halves => size_at_least(n),
+            Self::Quarters => quarter_at_least(n),
+        }
+    }
 }
 
 impl<V: Copy> Clone for HashSlots<V> {
@@ -60,6 +98,7 @@ impl<V: Copy> Clone for HashSlots<V> {
             slots: self.slots.clone(),
             len: self.len,
             max_key: self.max_key,
+            growth: self.growth,
         }
     }
 }
@@ -79,6 +118,7 @@ impl<V> Default for HashSlots<V> {
             slots: Vec::new(),
             len: 0,
             max_key: None,
+            growth: Growth::Halves,
         }
     }
 }
@@ -91,7 +131,7 @@ impl<V: Copy + Default> HashSlots<V> {
     pub fn with_slots(slots: usize) -> Self {
         assert!(
             slots == 0 || is_size(slots),
-            "slot count {slots} is not 0, a power of two of at least 2 or 3/2 of one of at least 16"
+            "slot count {slots} is not 0, a power of two of at least 2 or 5/4, 6/4 or 7/4 of one of at least 16"
         );
         let vacant = Slot {
             key: EMPTY,
@@ -101,7 +141,21 @@ impl<V: Copy + Default> HashSlots<V> {
             slots: vec![vacant; slots],
             len: 0,
             max_key: None,
+            growth: Growth::Halves,
         }
+    }
+
+    /// An empty map (no slots) that grows by `growth`.
+    pub fn with_growth(growth: Growth) -> Self {
+        Self {
+            growth,
+            ..Self::with_slots(0)
+        }
+    }
+
+    /// How the map grows.
+    pub fn growth(&self) -> Growth {
+        self.growth
     }
 
     /// The home slot of `key` among `n` slots: the Fibonacci product scaled by its high
@@ -183,7 +237,7 @@ impl<V: Copy + Default> HashSlots<V> {
         let want = self.len + extra;
         let mut size = self.slots.len();
         while want * 4 > size * 3 {
-            size = next_size(size);
+            size = self.growth.next(size);
         }
         if size != self.slots.len() {
             self.rehash(size);
@@ -303,7 +357,7 @@ impl<V: Copy + Default> HashSlots<V> {
             return true;
         }
         if (self.len + 1) * 4 > self.slots.len() * 3 {
-            self.rehash(next_size(self.slots.len()));
+            self.rehash(self.growth.next(self.slots.len()));
         }
         match self.probe(key) {
             (_, true) => false,
@@ -373,21 +427,52 @@ impl<V: Copy + Default> HashSlots<V> {
             "entries do not fit"
         );
         let old = core::mem::replace(self, Self::with_slots(slots));
+        self.growth = old.growth;
         self.max_key = old.max_key;
         self.len = old.len;
         let dst = &mut self.slots[..];
         let n = dst.len();
-        for &e in &old.slots {
+        let src = &old.slots[..];
+        // The old slots are visited cyclically from just after a vacant one, so each
+        // cluster is visited whole and clusters in the order of their homes; a home scales
+        // monotonically with the slot count (module docs), so the new homes mostly ascend.
+        // Each entry still goes to the first vacant slot at or after its new home (the
+        // insert of `insert_new`), found without probing in the common cases: the slots
+        // `[stretch, cursor)` are all occupied and every slot from `cursor` on is vacant
+        // (until `cursor` reaches the end), so an entry whose home is at or past `cursor`
+        // goes to its home, and one whose home is inside the stretch goes to `cursor`.
+        let start = src.iter().position(|e| e.key == EMPTY).map_or(0, |i| i + 1);
+        let (mut stretch, mut cursor) = (0, 0);
+        for &e in src[start..].iter().chain(&src[..start]) {
             if e.key == EMPTY {
                 continue;
             }
-            let mut i = Self::home_in(e.key, n);
-            while dst[i].key != EMPTY {
-                i += 1;
-                if i >= n {
-                    i = 0;
+            let h = Self::home_in(e.key, n);
+            let i = if h >= cursor {
+                if h > cursor {
+                    stretch = h;
                 }
-            }
+                cursor = h + 1;
+                h
+            } else if h >= stretch && cursor < n {
+                cursor += 1;
+                cursor - 1
+            } else {
+                // Slot `cursor` (when below `n`) is vacant, so a probe from below it stops
+                // there at the latest and never wraps.
+                let mut i = h;
+                while dst[i].key != EMPTY {
+                    i += 1;
+                    if i >= n {
+                        i = 0;
+                    }
+                }
+                if i == cursor {
+                    cursor += 1;
+                }
+                i
+            };
+            debug_assert!(dst[i].key == EMPTY);
             dst[i] = e;
         }
     }
@@ -407,14 +492,20 @@ impl<V: Copy + Default> HashSlots<V> {
     }
 }
 
-/// Whether `n` is a slot count [`HashSlots`] takes: a power of two of at least 2, or 3/2 of
-/// a power of two of at least 16 (24, 48, 96, ...).
+/// Whether `n` is a slot count [`HashSlots`] takes: a power of two of at least 2, or 5/4,
+/// 6/4 or 7/4 of a power of two of at least 16 (20, 24, 28, 40, 48, 56, 80, ...).
 pub fn is_size(n: usize) -> bool {
-    (n >= 2 && n.is_power_of_two()) || (n >= 24 && n % 3 == 0 && (n / 3).is_power_of_two())
+    if n >= 2 && n.is_power_of_two() {
+        return true;
+    }
+    // `n = m · 2^k` with `m` in 5, 6, 7 and `2^k >= 4` (so the power below is at least 16).
+    let k = n.trailing_zeros();
+    let m = n >> k;
+    n >= 20 && k >= 2 && (m == 5 || m == 3 || m == 7) && (m != 3 || k >= 3)
 }
 
-/// The size an insert grows `n` slots to: 16 from fewer than 16, then 3/2 of a power of two
-/// and 4/3 of the size between (16 → 24 → 32 → 48 → ...).
+/// The size an insert grows `n` slots to under [`Growth::Halves`]: 16 from fewer than 16,
+/// then 3/2 of a power of two and 4/3 of the size between (16 → 24 → 32 → 48 → ...).
 pub fn next_size(n: usize) -> usize {
     if n < 16 {
         16
@@ -425,7 +516,8 @@ pub fn next_size(n: usize) -> usize {
     }
 }
 
-/// The smallest size of [`is_size`] at or above `n` (2 for `n <= 2`).
+/// The smallest size of [`Growth::Halves`] (a power of two, or 3/2 of one of at least 16)
+/// at or above `n` (2 for `n <= 2`).
 ///
 /// # Panics
 /// When `n` is above the largest power of two of `usize` (no size is that large).
@@ -440,6 +532,40 @@ pub fn size_at_least(n: usize) -> usize {
     } else {
         p
     }
+}
+
+/// The size an insert grows `n` slots to under [`Growth::Quarters`]: 16 from fewer than
+/// 16, then a quarter of the power of two at or below `n` more (16 → 20 → 24 → 28 → 32 →
+/// 40 → ...).
+pub fn next_quarter(n: usize) -> usize {
+    if n < 16 {
+        16
+    } else {
+        let p = 1usize << (usize::BITS - 1 - n.leading_zeros());
+        n + p / 4
+    }
+}
+
+/// The smallest size of [`Growth::Quarters`] (a power of two, or 5/4, 6/4 or 7/4 of one of
+/// at least 16) at or above `n` (2 for `n <= 2`).
+///
+/// # Panics
+/// When `n` is above the largest power of two of `usize` (no size is that large).
+pub fn quarter_at_least(n: usize) -> usize {
+    let p = n
+        .max(2)
+        .checked_next_power_of_two()
+        .expect("no slot count is that large");
+    // The quarter steps between `p / 2` and `p`, when `p / 2` is at least 16.
+    if p >= 32 {
+        for m in 5..8 {
+            let s = p / 8 * m;
+            if s >= n {
+                return s;
+            }
+        }
+    }
+    p
 }
 
 /// Starts loading the cache line of `r` into every cache level (a hint: it never faults
@@ -533,6 +659,91 @@ mod tests {
         assert_eq!(t.heap_bytes(), t.slot_count() * 12);
     }
 
+    /// Whether every entry of `t` is reachable by a probe from its home: no vacant slot
+    /// lies cyclically between an entry's home and its slot.
+    fn reachable(t: &HashSlots<u32>) -> bool {
+        let n = t.slots.len();
+        t.slots.iter().enumerate().all(|(p, e)| {
+            if e.key == EMPTY {
+                return true;
+            }
+            let mut i = HashSlots::<u32>::home_in(e.key, n);
+            while i != p {
+                if t.slots[i].key == EMPTY {
+                    return false;
+                }
+                i = (i + 1) % n;
+            }
+            true
+        })
+    }
+
+    /// A rehash to larger and smaller sizes of both growths, from maps up to 3/4 full
+    /// whose clusters wrap around the end (keys crowded at the top of the product's
+    /// range) or crowd a few homes: every entry stays reachable from its home, every key
+    /// keeps its value, and nothing else is present.
+    #[test]
+    fn a_rehash_keeps_every_entry_reachable_from_its_home() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // The inverse of the Fibonacci multiplier, so a key can be chosen by its product.
+        let inv = {
+            let mut y: u64 = 1;
+            for _ in 0..6 {
+                y = y.wrapping_mul(2u64.wrapping_sub(FIBONACCI.wrapping_mul(y)));
+            }
+            y
+        };
+        assert_eq!(inv.wrapping_mul(FIBONACCI), 1);
+        for round in 0..300 {
+            let from = [16, 20, 24, 28, 32, 40, 48, 56, 64, 96, 128, 160][round % 12];
+            let mut t: HashSlots<u32> = HashSlots::with_slots(from);
+            let mut m: HashMap<u64, u32> = HashMap::new();
+            let fill = from * 3 / 4 - (next() % 3) as usize;
+            while m.len() < fill {
+                let r = next();
+                let product = match round % 3 {
+                    // Products in the top eighth of the range: clusters wrap.
+                    0 => u64::MAX - (r >> 3),
+                    // A few distinct homes: long clusters.
+                    1 => (r % 5) << 61 | (r >> 40),
+                    _ => r,
+                };
+                let key = product.wrapping_mul(inv);
+                if key == EMPTY || m.contains_key(&key) {
+                    continue;
+                }
+                assert!(t.insert_new(key, m.len() as u32));
+                m.insert(key, m.len() as u32);
+            }
+            assert!(reachable(&t));
+            let wanted = [
+                fill + 1,
+                from + 1,
+                from * 5 / 4,
+                from * 3 / 2,
+                from * 2,
+                from * 4,
+            ];
+            let sizes = wanted
+                .iter()
+                .flat_map(|&c| [size_at_least(c), Growth::Quarters.at_least(c)]);
+            for to in sizes {
+                let mut u = t.clone();
+                u.rehash(to);
+                assert_eq!((u.slot_count(), u.len()), (to, m.len()));
+                assert!(reachable(&u), "round {round}: {from} -> {to}");
+                assert!(m.iter().all(|(&k, &v)| u.get(k) == Some(v)));
+                assert_eq!(u.keys().count(), m.len());
+            }
+        }
+    }
+
     /// The home slot: for a power of two `2^b` slots it is the top `b` bits of the
     /// Fibonacci product (what the scaling reduces to); for any count it is below it, and
     /// a key's product `x` lands in slot `floor(x·n / 2^64)`, checked here in `f64` away
@@ -562,24 +773,56 @@ mod tests {
         }
     }
 
-    /// The size sequence, by hand: 16 from nothing, then 3/2 and 4/3 in turn; the sizes
-    /// taken are powers of two and 3/2 of one (at least 24).
+    /// The size sequences, by hand: 16 from nothing, then 3/2 and 4/3 in turn
+    /// (`Halves`), or a quarter of the power of two at or below (`Quarters`); every size
+    /// either takes is one of `is_size`, and `at_least` rounds up within each sequence.
     #[test]
-    fn sizes_grow_by_three_halves_and_four_thirds_in_turn() {
-        let mut n = 0;
-        let mut seen = Vec::new();
-        for _ in 0..8 {
-            n = next_size(n);
-            seen.push(n);
-        }
-        assert_eq!(seen, [16, 24, 32, 48, 64, 96, 128, 192]);
-        assert!(seen.iter().all(|&n| is_size(n)));
-        assert!(!is_size(0) && !is_size(1) && !is_size(12) && !is_size(20) && !is_size(40));
-        assert!(is_size(2) && is_size(8) && is_size(24) && is_size(3 << 20));
+    fn sizes_grow_by_halves_or_by_quarters() {
+        let grown = |g: Growth, steps: usize| {
+            let mut n = 0;
+            (0..steps)
+                .map(|_| {
+                    n = g.next(n);
+                    n
+                })
+                .collect::<Vec<_>>()
+        };
+        let halves = grown(Growth::Halves, 8);
+        assert_eq!(halves, [16, 24, 32, 48, 64, 96, 128, 192]);
+        let quarters = grown(Growth::Quarters, 11);
+        assert_eq!(quarters, [16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96]);
+        assert!(halves.iter().chain(&quarters).all(|&n| is_size(n)));
+        assert!(
+            [0, 1, 3, 12, 18, 36, 44, 72, 100]
+                .iter()
+                .all(|&n| !is_size(n))
+        );
+        assert!([2, 8, 20, 24, 28, 40, 3 << 20, 5 << 20, 7 << 20].map(is_size) == [true; 9]);
         assert_eq!(
             [0, 2, 3, 17, 24, 25, 1_020, 1_536, 1_537, 8_192, 8_193].map(size_at_least),
             [2, 2, 4, 24, 24, 32, 1_024, 1_536, 2_048, 8_192, 12_288]
         );
+        assert_eq!(
+            [0, 2, 3, 17, 20, 21, 25, 29, 33, 1_020, 1_280, 1_281, 8_193]
+                .map(|n| Growth::Quarters.at_least(n)),
+            [2, 2, 4, 20, 20, 24, 28, 32, 40, 1_024, 1_280, 1_536, 10_240]
+        );
+    }
+
+    /// A map keeps its growth across rehashes and grows by it: 3,073 entries from none
+    /// take 6,144 slots by halves and 5,120 by quarters (4,096 hold 3,072 at 3/4).
+    #[test]
+    fn a_map_grows_by_its_own_growth() {
+        for (g, want) in [(Growth::Halves, 6_144), (Growth::Quarters, 5_120)] {
+            let mut m = HashSlots::<u32>::with_growth(g);
+            for k in 0..3_072u64 {
+                assert!(m.insert_new(k, k as u32));
+            }
+            assert_eq!(m.slot_count(), 4_096);
+            m.insert_new(3_072, 0);
+            assert_eq!((m.slot_count(), m.growth()), (want, g));
+            assert!((0..3_072u64).all(|k| m.get(k) == Some(k as u32)));
+        }
     }
 
     /// Backward-shift deletion across the end of the slots, by hand: in 24 slots, three
@@ -690,7 +933,7 @@ mod tests {
 
     #[test]
     #[should_panic(
-        expected = "is not 0, a power of two of at least 2 or 3/2 of one of at least 16"
+        expected = "is not 0, a power of two of at least 2 or 5/4, 6/4 or 7/4 of one of at least 16"
     )]
     fn a_slot_count_of_one_is_refused() {
         let _ = HashSlots::<u32>::with_slots(1);
@@ -698,9 +941,9 @@ mod tests {
 
     #[test]
     #[should_panic(
-        expected = "is not 0, a power of two of at least 2 or 3/2 of one of at least 16"
+        expected = "is not 0, a power of two of at least 2 or 5/4, 6/4 or 7/4 of one of at least 16"
     )]
-    fn a_slot_count_of_twenty_is_refused() {
-        let _ = HashSlots::<u32>::with_slots(20);
+    fn a_slot_count_of_thirty_six_is_refused() {
+        let _ = HashSlots::<u32>::with_slots(36);
     }
 }

@@ -205,14 +205,15 @@ type Chain = (
     Vec<kv_index::ContentHash>,
 );
 
-/// A worker's lane slots after `n` inserts from none: 16, then 3/2 and 4/3 in turn while
-/// an insert would pass 3/4 full (`kvroute_index::slots`).
+/// A worker's lane slots after `n` inserts from none: 16, then the lane maps' growth
+/// (`Growth::Quarters`: a quarter of the power of two at or below) while an insert would
+/// pass 3/4 full (`kvroute_index::slots`).
 fn lane_slots(n: usize) -> usize {
     let mut slots = 0;
     let mut held = 0;
     while held < n {
         if (held + 1) * 4 > slots * 3 {
-            slots = kvroute_index::slots::next_size(slots);
+            slots = kvroute_index::slots::Growth::Quarters.next(slots);
         }
         held += 1;
     }

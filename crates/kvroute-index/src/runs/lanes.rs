@@ -2,9 +2,17 @@
 //! of 12-byte slots (the hash and the position packed into 32 bits).
 //!
 //! A [`HashSlots`] (linear probing, backward-shift deletion, so an engine's steady churn of
-//! stores and removals never degrades probes; it grows by 3/2 and 4/3 in turn when it would
-//! pass 3/4 full, so it stays 1/2 to 3/4 full while it grows) that shrinks, with
-//! hysteresis, once it is below 1/8 full and larger than [`KEEP_SLOTS`].
+//! stores and removals never degrades probes; it grows by a quarter of the power of two at
+//! or below its size when it would pass 3/4 full, [`Growth::Quarters`], so it stays 3/5 to
+//! 3/4 full while it grows) that shrinks, with hysteresis, once it is below 1/8 full and
+//! larger than [`KEEP_SLOTS`].
+//!
+//! Why quarters: the lanes are most of the index's bytes for a block held by one worker
+//! (12 bytes per entry at the load), and growing by 3/2 and 4/3 left them half full just
+//! after a growth: 36.9 bytes per block at the worst count against 31.1 by quarters
+//! (`docs/BENCHMARKS.md`, "Lane maps grown by quarters"), for about twice the entry moves
+//! while a map grows and a higher mean load (3.6 % more instructions in the ingest
+//! bench).
 //!
 //! Why 3/4: linear probing's expected probes for an insert (an unsuccessful search) at
 //! load `a` are `(1 + 1 / (1 - a)^2) / 2` (Knuth, *The Art of Computer Programming* vol.
@@ -21,7 +29,7 @@
 
 use hashbrown::HashMap;
 
-use crate::slots::{HashSlots, size_at_least};
+use crate::slots::{Growth, HashSlots};
 
 /// Slots below which the table never shrinks (it keeps its allocation when it empties).
 pub(crate) const KEEP_SLOTS: usize = 128;
@@ -61,11 +69,19 @@ impl Lane {
 }
 
 /// The lane map; see the module docs.
-#[derive(Default)]
 pub(crate) struct LaneMap {
     t: HashSlots<u32>,
     /// The positions that do not pack (their slots hold [`WIDE`]).
     wide: HashMap<u64, Lane>,
+}
+
+impl Default for LaneMap {
+    fn default() -> Self {
+        Self {
+            t: HashSlots::with_growth(Growth::Quarters),
+            wide: HashMap::new(),
+        }
+    }
 }
 
 impl LaneMap {
@@ -222,7 +238,8 @@ impl LaneMap {
     pub(crate) fn shrink_if_sparse(&mut self) {
         let (len, cap) = (self.t.slotted(), self.t.slot_count());
         if cap > KEEP_SLOTS && len * 8 < cap {
-            self.t.rehash(size_at_least(len * 4).max(KEEP_SLOTS));
+            self.t
+                .rehash(Growth::Quarters.at_least(len * 4).max(KEEP_SLOTS));
         }
     }
 
@@ -239,7 +256,7 @@ impl LaneMap {
         if len == 0 {
             self.t.rehash(0);
         } else {
-            let want = size_at_least(len * 2).max(16);
+            let want = Growth::Quarters.at_least(len * 2).max(16);
             if want < self.t.slot_count() {
                 self.t.rehash(want);
             }
@@ -264,7 +281,8 @@ mod tests {
     }
 
     /// The map's own policy over `HashSlots` (whose probing is tested in `slots`), by hand:
-    /// it grows past 3/4 full (4,096 slots hold 3,072 entries; the next makes 6,144),
+    /// it grows past 3/4 full by quarters (4,096 slots hold 3,072 entries; the next makes
+    /// 5,120),
     /// shrinks once below 1/8 to the least size of at least four times its entries (never
     /// below `KEEP_SLOTS`), `insert` replaces, and `trim` gives back what is spare.
     #[test]
@@ -275,16 +293,16 @@ mod tests {
         }
         assert_eq!(m.heap_bytes(), 4_096 * 12);
         m.insert(3_073, lane(0));
-        assert_eq!(m.heap_bytes(), 6_144 * 12);
+        assert_eq!(m.heap_bytes(), 5_120 * 12);
         // A second insert of a key replaces its lane; `insert_new` leaves it.
         m.insert(3_073, lane(9));
         assert!(!m.insert_new(3_073, lane(1)));
         assert_eq!(m.get(3_073), Some(lane(9)));
-        // Down to 1,023 entries: not below 1/8 of 6,144 (768), so no shrink.
+        // Down to 1,023 entries: not below 1/8 of 5,120 (640), so no shrink.
         for k in 1_024..=3_073u64 {
             assert_eq!(m.remove(k), Some(lane(if k == 3_073 { 9 } else { k })));
         }
-        assert_eq!((m.len(), m.heap_bytes()), (1_023, 6_144 * 12));
+        assert_eq!((m.len(), m.heap_bytes()), (1_023, 5_120 * 12));
         // `trim`: the least size of at least twice the entries (2,046 → 2,048).
         m.trim();
         assert_eq!(m.heap_bytes(), 2_048 * 12);

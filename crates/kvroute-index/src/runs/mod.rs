@@ -181,7 +181,11 @@ impl RunIndex {
     /// [`OutOfRange`] naming the first field of `config` out of range.
     pub fn new(config: IndexConfig) -> Result<Self, OutOfRange> {
         config.validate()?;
-        let (heads, counts) = Heads::new(config.expected_blocks / 16);
+        // One head per run, not per block: a floor sized for one run per 64 expected blocks
+        // at half load (the table rebuilds larger as runs arrive and never shrinks below
+        // it); one per 16 blocks cost 2 to 3.6 bytes per block of fleets whose runs are
+        // 100 blocks long.
+        let (heads, counts) = Heads::new(config.expected_blocks / 64);
         // Shared with the garbage closures, which may run after the index is dropped.
         let deferred = Arc::new(Deferred::default());
         Ok(Self {
