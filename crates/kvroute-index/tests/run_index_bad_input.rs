@@ -23,7 +23,7 @@ mod index_common;
 use index_common::{Model, all_paths, cases};
 use kvroute_core::{EngineHash, HashNamespace, SequenceHash, Slot};
 use kvroute_index::BlockHasher;
-use kvroute_index::index::IndexConfig;
+use kvroute_index::index::{IndexConfig, IndexError};
 use kvroute_index::runs::RunIndex;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -227,4 +227,25 @@ fn a_split_onto_a_taken_first_key_leaves_the_tail_unlinked() {
     index.collect_garbage();
     let st = index.stats();
     assert_eq!((st.runs, st.positions, st.residencies), (0, 0, 0));
+}
+
+/// A reservation for a slot past the index's worker slots is refused with a typed error
+/// and counted, and changes nothing; one in range is taken.
+#[test]
+fn a_reservation_outside_the_worker_slots_is_refused_and_counted() {
+    let index = RunIndex::new(IndexConfig::new(8, 16)).unwrap();
+    let before = index.stats();
+    assert_eq!(
+        index.reserve_worker(Slot(8), 1_000),
+        Err(IndexError::SlotOutOfRange {
+            slot: Slot(8),
+            worker_slots: 8
+        })
+    );
+    let after = index.stats();
+    assert_eq!(after.slot_out_of_range, before.slot_out_of_range + 1);
+    assert_eq!(after.heap_bytes, before.heap_bytes);
+    assert_eq!(index.reserve_worker(Slot(7), 1_000), Ok(()));
+    // 1,000 blocks: the least size by quarters of at least 1,334 slots is 1,536.
+    assert_eq!(index.stats().heap_bytes, before.heap_bytes + 1_536 * 12);
 }

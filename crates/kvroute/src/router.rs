@@ -370,6 +370,24 @@ impl Router {
         self.with_event_slot(worker, |slot| Ok(self.index.clear(slot)?))
     }
 
+    /// Sizes the index's map of `worker`'s blocks (engine hash → position) for `blocks`
+    /// at once, so that it does not grow while the engine fills its cache: pass the
+    /// engine's KV capacity per rank in blocks (vLLM's `num_gpu_blocks`, Dynamo's
+    /// `total_kv_blocks`), plus any offload tier whose blocks it reports. Costs about 16
+    /// bytes per reserved block from now on (12-byte slots at up to 3/4 full); the map
+    /// still grows if the worker holds more, and keeps the reserved size until
+    /// [`clear_blocks`](Self::clear_blocks) or [`remove_worker`](Self::remove_worker).
+    /// Optional: without it the map grows by a quarter at a time as blocks arrive, each
+    /// growth moving every entry (`RunIndex::reserve_worker`).
+    ///
+    /// # Errors
+    /// [`EventError::UnknownWorker`].
+    pub fn reserve_worker_blocks(&self, worker: WorkerId, blocks: usize) -> Result<(), EventError> {
+        self.with_event_slot(worker, |slot| {
+            Ok(self.index.reserve_worker(slot, blocks)?)
+        })
+    }
+
     // ----- load telemetry ------------------------------------------------------------
 
     /// Sets the deployment facts of `engine` (every DP rank of it): DP size, per-rank

@@ -81,6 +81,35 @@ fn all_blocks_cleared_drops_affinity() {
     assert_eq!(d.overlap_blocks, 0);
 }
 
+/// A worker's block map reserved for its KV capacity is in the index's bytes at once
+/// (1,000 blocks: 1,536 slots of 12 bytes, the least size by quarters of at least 4/3 of
+/// them), the worker still routes by its cache, `clear_blocks` frees the reservation, and
+/// an unknown worker's reservation is refused and counted as an unknown worker's event.
+#[test]
+fn a_reserved_block_map_is_counted_and_freed_by_a_clear() {
+    let (r, ws) = router(4, 2, |_| {});
+    let empty = r.index_stats().heap_bytes;
+    r.reserve_worker_blocks(ws[1], 1_000).unwrap();
+    assert_eq!(r.index_stats().heap_bytes, empty + 1_536 * 12);
+    let prompt = tokens(5, 128);
+    store(&r, ws[1], &prompt, 0);
+    publish(&r, &ws, &[]);
+    let d = r.route(&RouteRequest::tokens(&prompt, 8, NOW)).unwrap();
+    assert_eq!((d.worker, d.overlap_blocks), (ws[1], 8));
+    drop(d);
+    let held = r.index_stats().heap_bytes;
+    assert_eq!(r.clear_blocks(ws[1]).unwrap(), 8);
+    r.index().collect_garbage();
+    let freed = held - r.index_stats().heap_bytes;
+    assert!(freed >= 1_536 * 12, "{freed} bytes freed by the clear");
+    let stranger = WorkerId::new(9, 0);
+    assert_eq!(
+        r.reserve_worker_blocks(stranger, 1_000),
+        Err(EventError::UnknownWorker(stranger))
+    );
+    assert_eq!(r.ingest_stats().unknown_worker_events, 1);
+}
+
 #[test]
 fn add_worker_errors() {
     let (r, ws) = router(2, 2, |_| {});

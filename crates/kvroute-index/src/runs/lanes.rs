@@ -73,6 +73,9 @@ pub(crate) struct LaneMap {
     t: HashSlots<u32>,
     /// The positions that do not pack (their slots hold [`WIDE`]).
     wide: HashMap<u64, Lane>,
+    /// Slots the map keeps however few entries it holds (a [`reserve`](Self::reserve); 0
+    /// when none).
+    floor: usize,
 }
 
 impl Default for LaneMap {
@@ -80,6 +83,7 @@ impl Default for LaneMap {
         Self {
             t: HashSlots::with_growth(Growth::Quarters),
             wide: HashMap::new(),
+            floor: 0,
         }
     }
 }
@@ -233,13 +237,27 @@ impl LaneMap {
             .expect("a wide slot's position is in the side map")
     }
 
+    /// Grows the slots once so that `entries` entries fit without a growth (at most 3/4
+    /// full), and keeps at least that many slots from then on: neither a shrink nor a
+    /// [`trim`](Self::trim) goes below them. A map already that large only takes the floor.
+    pub(crate) fn reserve(&mut self, entries: usize) {
+        self.t.reserve(entries.saturating_sub(self.t.slotted()));
+        // The size `reserve` reaches: the least of the growth at or above `4/3 · entries`
+        // (every size from 16 on is a multiple of 4).
+        self.floor = match entries {
+            0 => 0,
+            n => Growth::Quarters.at_least(n.div_ceil(3) * 4),
+        };
+    }
+
     /// Shrinks the slots to the least size of at least four times the entries (never below
-    /// [`KEEP_SLOTS`]) when they are larger than that and below 1/8 full.
+    /// [`KEEP_SLOTS`] or the reserved floor) when they are larger than that and below 1/8
+    /// full.
     pub(crate) fn shrink_if_sparse(&mut self) {
         let (len, cap) = (self.t.slotted(), self.t.slot_count());
-        if cap > KEEP_SLOTS && len * 8 < cap {
-            self.t
-                .rehash(Growth::Quarters.at_least(len * 4).max(KEEP_SLOTS));
+        let keep = KEEP_SLOTS.max(self.floor);
+        if cap > keep && len * 8 < cap {
+            self.t.rehash(Growth::Quarters.at_least(len * 4).max(keep));
         }
     }
 
@@ -248,15 +266,15 @@ impl LaneMap {
         self.t.keys()
     }
 
-    /// Gives back spare slots (down to the least size of at least twice the entries and 16;
-    /// none when empty).
+    /// Gives back spare slots (down to the least size of at least twice the entries and 16,
+    /// never below the reserved floor; none when empty and nothing is reserved).
     pub(crate) fn trim(&mut self) {
         self.wide.shrink_to_fit();
         let len = self.t.slotted();
-        if len == 0 {
+        if len == 0 && self.floor == 0 {
             self.t.rehash(0);
         } else {
-            let want = Growth::Quarters.at_least(len * 2).max(16);
+            let want = Growth::Quarters.at_least(len * 2).max(16).max(self.floor);
             if want < self.t.slot_count() {
                 self.t.rehash(want);
             }
@@ -319,6 +337,41 @@ mod tests {
         assert_eq!((m.len(), m.heap_bytes()), (0, KEEP_SLOTS * 12));
         m.trim();
         assert_eq!(m.heap_bytes(), 0);
+    }
+
+    /// A reservation sizes the map once (10,000 entries: the least size by quarters of at
+    /// least 13,334 slots is 14,336), inserting that many grows nothing, and neither a
+    /// shrink nor a `trim` goes below it; without one the same inserts end at the same
+    /// size through every quarter step, and 9,000 entries at 12,288 slots.
+    #[test]
+    fn a_reserved_map_holds_its_size() {
+        let mut m = LaneMap::default();
+        m.reserve(10_000);
+        assert_eq!(m.heap_bytes(), 14_336 * 12);
+        for k in 1..=10_000u64 {
+            assert!(m.insert_new(k, lane(k)));
+            assert_eq!(m.heap_bytes(), 14_336 * 12, "entry {k}");
+        }
+        for k in 1..=9_990u64 {
+            assert_eq!(m.remove(k), Some(lane(k)));
+            m.shrink_if_sparse();
+        }
+        assert_eq!((m.len(), m.heap_bytes()), (10, 14_336 * 12));
+        m.trim();
+        assert_eq!(m.heap_bytes(), 14_336 * 12);
+        assert!((9_991..=10_000u64).all(|k| m.get(k) == Some(lane(k))));
+        // A reservation below what the map holds only sets the floor.
+        m.reserve(5);
+        assert_eq!(m.heap_bytes(), 14_336 * 12);
+        m.trim();
+        // `trim` then goes down to the least size of at least twice the 10 entries.
+        assert_eq!(m.heap_bytes(), 20 * 12);
+        // Unreserved: 9,000 entries end at 12,288 slots (3/4 of it is 9,216).
+        let mut u = LaneMap::default();
+        for k in 1..=9_000u64 {
+            u.insert_new(k, lane(k));
+        }
+        assert_eq!(u.heap_bytes(), 12_288 * 12);
     }
 
     /// Positions that do not pack (a run at or past `2^20 - 1`, an offset at or past

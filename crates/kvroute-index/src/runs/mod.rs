@@ -426,6 +426,25 @@ impl RunIndex {
         self.clear(slot)
     }
 
+    /// Sizes the map of the worker in `slot` (engine hash → position) for `blocks` engine
+    /// hashes at once, so that it does not grow while the worker's cache fills: pass the
+    /// engine's KV capacity in blocks (vLLM's `num_gpu_blocks`, Dynamo's
+    /// `total_kv_blocks`), plus any offload tier the engine reports. Costs 12 bytes per
+    /// slot at up to 3/4 full (about 16 bytes per block at `blocks`) from now on; the map
+    /// still grows past `blocks` if the worker holds more, and never shrinks below the
+    /// reserved size until [`clear`](Self::clear) or [`remove_worker`](Self::remove_worker)
+    /// frees it. Without it a map grows by quarters as blocks arrive (each growth moves
+    /// every entry).
+    ///
+    /// # Errors
+    /// [`IndexError::SlotOutOfRange`].
+    pub fn reserve_worker(&self, slot: Slot, blocks: usize) -> Result<(), IndexError> {
+        let mut w = self.writer(slot)?;
+        w.reserve_lanes(slot.index(), blocks);
+        drop(w);
+        Ok(())
+    }
+
     /// Number of engine hashes the worker in `slot` has indexed (0 outside the range).
     pub fn worker_blocks(&self, slot: Slot) -> usize {
         match self.writer(slot) {

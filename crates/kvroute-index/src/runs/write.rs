@@ -951,6 +951,11 @@ impl Writer {
         hashes.len()
     }
 
+    /// Sizes worker `s`'s lane map for `entries` engine hashes (`LaneMap::reserve`).
+    pub(crate) fn reserve_lanes(&mut self, s: usize, entries: usize) {
+        self.lanes[s].map.reserve(entries);
+    }
+
     /// Engine hashes worker `s` has indexed.
     pub(crate) fn worker_blocks(&self, s: usize) -> usize {
         self.lanes[s].map.len()

@@ -136,6 +136,11 @@ impl<'a> Sim<'a> {
             router
                 .add_worker(wid)
                 .map_err(|e| RunError::Router(e.to_string()))?;
+            // What a deployment knows of each engine: its KV capacity, so the index sizes
+            // the worker's block map once instead of growing it as the cache fills.
+            router
+                .reserve_worker_blocks(wid, fleet.engine.kv_blocks as usize)
+                .map_err(|e| RunError::Router(e.to_string()))?;
             router
                 .configure_engine(
                     kvroute::EngineId(e as u64),
