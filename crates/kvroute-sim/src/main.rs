@@ -43,7 +43,22 @@ fn keep_freed_memory() {
     unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
 }
 
+/// Restores the default action of `SIGPIPE`, ending the process, which Rust's runtime
+/// replaces with "ignore": a reader that closes the pipe early (`kvroute-sim list | head
+/// -1`) then ends the simulator quietly, as it ends `cat` or `grep`, instead of a panic at
+/// the next print ("failed printing to stdout: Broken pipe"). Files written with `--json`
+/// or `--svg` are not pipes and are unaffected.
+#[cfg(unix)]
+fn default_sigpipe() {
+    // SAFETY: `signal` with a valid signal number and `SIG_DFL` only changes the
+    // disposition of that signal; it is called first thing in `main`, before any other
+    // thread exists, and no handler of this program depends on `SIGPIPE`.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 fn main() -> std::process::ExitCode {
+    #[cfg(unix)]
+    default_sigpipe();
     keep_freed_memory();
     cli::main(cli::args::Cli::parse())
 }

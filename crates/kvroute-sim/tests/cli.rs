@@ -506,3 +506,28 @@ fn sweep_repeats_itself() {
     assert!(values.iter().any(|x| *x != values[0]), "{values:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A reader that closes the pipe before the simulator prints (`kvroute-sim list | head
+/// -0`) ends it by `SIGPIPE`, as it ends other command-line tools, with no panic message.
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_ends_the_simulator_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvroute-sim"))
+        .arg("list")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    // Closes the read end before the child writes (it has only just been started).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("the binary ends");
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        out.status.signal() == Some(libc::SIGPIPE) || out.status.success(),
+        "{:?}: {stderr}",
+        out.status
+    );
+}
