@@ -248,4 +248,12 @@ fn a_reservation_outside_the_worker_slots_is_refused_and_counted() {
     assert_eq!(index.reserve_worker(Slot(7), 1_000), Ok(()));
     // 1,000 blocks: the least size by quarters of at least 1,334 slots is 1,536.
     assert_eq!(index.stats().heap_bytes, before.heap_bytes + 1_536 * 12);
+    // Any count reserves at most for the per-worker cap (here 1,000): no overflow, no
+    // allocation beyond what the worker can hold.
+    let mut config = IndexConfig::new(8, 16);
+    config.max_blocks_per_worker = 1_000;
+    let capped = RunIndex::new(config).unwrap();
+    let empty = capped.stats().heap_bytes;
+    assert_eq!(capped.reserve_worker(Slot(0), usize::MAX), Ok(()));
+    assert_eq!(capped.stats().heap_bytes, empty + 1_536 * 12);
 }

@@ -378,7 +378,8 @@ impl Router {
     /// still grows if the worker holds more, and keeps the reserved size until
     /// [`clear_blocks`](Self::clear_blocks) or [`remove_worker`](Self::remove_worker).
     /// Optional: without it the map grows by a quarter at a time as blocks arrive, each
-    /// growth moving every entry (`RunIndex::reserve_worker`).
+    /// growth moving every entry (`RunIndex::reserve_worker`). A count above the
+    /// configured `max_blocks_per_worker` reserves for that cap.
     ///
     /// # Errors
     /// [`EventError::UnknownWorker`].

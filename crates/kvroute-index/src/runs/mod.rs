@@ -434,13 +434,14 @@ impl RunIndex {
     /// still grows past `blocks` if the worker holds more, and never shrinks below the
     /// reserved size until [`clear`](Self::clear) or [`remove_worker`](Self::remove_worker)
     /// frees it. Without it a map grows by quarters as blocks arrive (each growth moves
-    /// every entry).
+    /// every entry). `blocks` above [`IndexConfig::max_blocks_per_worker`] reserve for that
+    /// cap: a worker never holds more.
     ///
     /// # Errors
     /// [`IndexError::SlotOutOfRange`].
     pub fn reserve_worker(&self, slot: Slot, blocks: usize) -> Result<(), IndexError> {
         let mut w = self.writer(slot)?;
-        w.reserve_lanes(slot.index(), blocks);
+        w.reserve_lanes(slot.index(), blocks.min(self.config.max_blocks_per_worker));
         drop(w);
         Ok(())
     }
