@@ -373,18 +373,23 @@ impl Router {
     /// Sizes the index's map of `worker`'s blocks (engine hash → position) for `blocks`
     /// at once, so that it does not grow while the engine fills its cache: pass the
     /// engine's KV capacity per rank in blocks (vLLM's `num_gpu_blocks`, Dynamo's
-    /// `total_kv_blocks`), plus any offload tier whose blocks it reports. Costs about 16
-    /// bytes per reserved block from now on (12-byte slots at up to 3/4 full); the map
-    /// still grows if the worker holds more, and keeps the reserved size until
-    /// [`clear_blocks`](Self::clear_blocks) or [`remove_worker`](Self::remove_worker).
-    /// Optional: without it the map grows by a quarter at a time as blocks arrive, each
-    /// growth moving every entry (`RunIndex::reserve_worker`). A count above the
-    /// configured `max_blocks_per_worker` reserves for that cap.
+    /// `total_kv_blocks`), plus any offload tier whose blocks it reports. The memory is
+    /// allocated at once, 16 to 20 bytes per reserved block (12-byte slots, sized by
+    /// quarters to at least 4/3 of `blocks`), whether or not the engine fills it; reserve
+    /// for engines that will. The map still grows if the worker holds more, keeps the
+    /// reservation across cache clears (`AllBlocksCleared`, restarts, replays), and drops
+    /// it with [`remove_worker`](Self::remove_worker). The last call sets it: a smaller
+    /// count lowers it, 0 removes it. A count above the configured `max_blocks_per_worker`
+    /// reserves for that cap. The call holds the index's writer lock while it allocates
+    /// (about 8 ms at a million blocks), so make it when the worker registers. Optional:
+    /// without it the map grows by a quarter at a time as blocks arrive, each growth
+    /// moving every entry (`RunIndex::reserve_worker`).
     ///
     /// # Errors
-    /// [`EventError::UnknownWorker`].
+    /// [`EventError::UnknownWorker`] (a configuration call: not counted as an unknown
+    /// worker's KV event).
     pub fn reserve_worker_blocks(&self, worker: WorkerId, blocks: usize) -> Result<(), EventError> {
-        self.with_event_slot(worker, |slot| {
+        self.with_slot(worker, |slot| {
             Ok(self.index.reserve_worker(slot, blocks)?)
         })
     }

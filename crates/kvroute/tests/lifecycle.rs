@@ -83,10 +83,11 @@ fn all_blocks_cleared_drops_affinity() {
 
 /// A worker's block map reserved for its KV capacity is in the index's bytes at once
 /// (1,000 blocks: 1,536 slots of 12 bytes, the least size by quarters of at least 4/3 of
-/// them), the worker still routes by its cache, `clear_blocks` frees the reservation, and
-/// an unknown worker's reservation is refused and counted as an unknown worker's event.
+/// them), the worker still routes by its cache, `clear_blocks` keeps the reservation (the
+/// engine refills), `remove_worker` frees it, and an unknown worker's reservation is
+/// refused without counting a KV event.
 #[test]
-fn a_reserved_block_map_is_counted_and_freed_by_a_clear() {
+fn a_reserved_block_map_is_counted_kept_by_a_clear_and_freed_by_a_removal() {
     let (r, ws) = router(4, 2, |_| {});
     let empty = r.index_stats().heap_bytes;
     r.reserve_worker_blocks(ws[1], 1_000).unwrap();
@@ -97,17 +98,23 @@ fn a_reserved_block_map_is_counted_and_freed_by_a_clear() {
     let d = r.route(&RouteRequest::tokens(&prompt, 8, NOW)).unwrap();
     assert_eq!((d.worker, d.overlap_blocks), (ws[1], 8));
     drop(d);
-    let held = r.index_stats().heap_bytes;
     assert_eq!(r.clear_blocks(ws[1]).unwrap(), 8);
     r.index().collect_garbage();
-    let freed = held - r.index_stats().heap_bytes;
-    assert!(freed >= 1_536 * 12, "{freed} bytes freed by the clear");
+    let cleared = r.index_stats().heap_bytes;
+    assert!(
+        cleared >= empty + 1_536 * 12,
+        "{cleared} bytes after the clear"
+    );
+    r.remove_worker(ws[1]).unwrap();
+    r.index().collect_garbage();
+    let freed = cleared - r.index_stats().heap_bytes;
+    assert!(freed >= 1_536 * 12, "{freed} bytes freed by the removal");
     let stranger = WorkerId::new(9, 0);
     assert_eq!(
         r.reserve_worker_blocks(stranger, 1_000),
         Err(EventError::UnknownWorker(stranger))
     );
-    assert_eq!(r.ingest_stats().unknown_worker_events, 1);
+    assert_eq!(r.ingest_stats().unknown_worker_events, 0);
 }
 
 #[test]

@@ -76,6 +76,8 @@ pub(crate) struct LaneMap {
     /// Slots the map keeps however few entries it holds (a [`reserve`](Self::reserve); 0
     /// when none).
     floor: usize,
+    /// The entries of the last [`reserve`](Self::reserve) (0 when none).
+    reserved: usize,
 }
 
 impl Default for LaneMap {
@@ -84,6 +86,7 @@ impl Default for LaneMap {
             t: HashSlots::with_growth(Growth::Quarters),
             wide: HashMap::new(),
             floor: 0,
+            reserved: 0,
         }
     }
 }
@@ -239,8 +242,10 @@ impl LaneMap {
 
     /// Grows the slots once so that `entries` entries fit without a growth (at most 3/4
     /// full), and keeps at least that many slots from then on: neither a shrink nor a
-    /// [`trim`](Self::trim) goes below them. A map already that large only takes the floor.
+    /// [`trim`](Self::trim) goes below them. The last call sets the floor: a smaller count
+    /// lowers it (the map then shrinks as usual), 0 removes it.
     pub(crate) fn reserve(&mut self, entries: usize) {
+        self.reserved = entries;
         self.t.reserve(entries.saturating_sub(self.t.slotted()));
         // The size `reserve` reaches: the least of the growth at or above `4/3 · entries`
         // (every size from 16 on is a multiple of 4).
@@ -259,6 +264,11 @@ impl LaneMap {
         if cap > keep && len * 8 < cap {
             self.t.rehash(Growth::Quarters.at_least(len * 4).max(keep));
         }
+    }
+
+    /// The entries of the last [`reserve`](Self::reserve) (0 when none).
+    pub(crate) fn reserved(&self) -> usize {
+        self.reserved
     }
 
     /// Every engine hash.

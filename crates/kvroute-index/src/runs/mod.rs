@@ -394,18 +394,25 @@ impl RunIndex {
     }
 
     /// Applies `AllBlocksCleared` (or an engine restart): the worker holds nothing any more
-    /// and its maps are freed. Returns how many engine hashes it had.
+    /// and its maps are freed, but for a reservation ([`reserve_worker`](Self::reserve_worker)),
+    /// which is allocated again empty: the engine is about to refill its cache. Returns how
+    /// many engine hashes it had.
     ///
     /// # Errors
     /// [`IndexError::SlotOutOfRange`].
     pub fn clear(&self, slot: Slot) -> Result<usize, IndexError> {
+        self.clear_worker(slot, false)
+    }
+
+    /// [`clear`](Self::clear), also dropping the reservation when `forget`.
+    fn clear_worker(&self, slot: Slot, forget: bool) -> Result<usize, IndexError> {
         let mut w = self.writer(slot)?;
         let guard = epoch::pin();
         let cx = Ctx {
             heads: &self.heads,
             guard: &guard,
         };
-        let n = w.clear(slot.index());
+        let n = w.clear(slot.index(), forget);
         w.publish(&cx);
         drop(guard);
         self.settle(w);
@@ -413,7 +420,7 @@ impl RunIndex {
     }
 
     /// Forgets the worker in `slot` entirely (residency, lane, copy and alias maps, store
-    /// clock), so the slot can be handed to a new tenant that inherits nothing; as
+    /// clock, reservation), so the slot can be handed to a new tenant that inherits nothing; as
     /// [`PrefixIndex::remove_worker`](crate::index::PrefixIndex::remove_worker). Call it
     /// before releasing the slot in the `WorkerRegistry`. Returns how many engine hashes
     /// it had. Clearing and resetting happen under one hold of the writer lock, so a racing
@@ -422,20 +429,25 @@ impl RunIndex {
     /// # Errors
     /// [`IndexError::SlotOutOfRange`].
     pub fn remove_worker(&self, slot: Slot) -> Result<usize, IndexError> {
-        // `clear` resets the worker's maps and clock along with its residency.
-        self.clear(slot)
+        // The clear resets the worker's maps and clock along with its residency.
+        self.clear_worker(slot, true)
     }
 
     /// Sizes the map of the worker in `slot` (engine hash → position) for `blocks` engine
     /// hashes at once, so that it does not grow while the worker's cache fills: pass the
     /// engine's KV capacity in blocks (vLLM's `num_gpu_blocks`, Dynamo's
-    /// `total_kv_blocks`), plus any offload tier the engine reports. Costs 12 bytes per
-    /// slot at up to 3/4 full (about 16 bytes per block at `blocks`) from now on; the map
-    /// still grows past `blocks` if the worker holds more, and never shrinks below the
-    /// reserved size until [`clear`](Self::clear) or [`remove_worker`](Self::remove_worker)
-    /// frees it. Without it a map grows by quarters as blocks arrive (each growth moves
-    /// every entry). `blocks` above [`IndexConfig::max_blocks_per_worker`] reserve for that
-    /// cap: a worker never holds more.
+    /// `total_kv_blocks`), plus any offload tier the engine reports. The map is allocated
+    /// and written at once, under the index's writer lock (stores and removals of every
+    /// worker wait for it: about 8 ms at a million blocks): 12 bytes per slot, the least
+    /// size of the growth by quarters at least 4/3 of `blocks`, so 16 to 20 bytes per
+    /// reserved block. The map still grows past `blocks` if the worker holds more, never
+    /// shrinks below the reservation, and keeps it across [`clear`](Self::clear) (an
+    /// `AllBlocksCleared`, a restart: the engine refills); [`remove_worker`](Self::remove_worker)
+    /// drops it. The last call sets it: a smaller count lowers it, 0 removes it. `blocks`
+    /// above [`IndexConfig::max_blocks_per_worker`] reserve for that cap (a worker never
+    /// holds more); an allocation the process cannot make aborts it, as any allocation
+    /// does. Without a reservation a map grows by quarters as blocks arrive (each growth
+    /// moves every entry).
     ///
     /// # Errors
     /// [`IndexError::SlotOutOfRange`].

@@ -940,14 +940,20 @@ impl Writer {
         self.lanes[s].map.shrink_if_sparse();
     }
 
-    /// Drops everything worker `s` holds; returns how many engine hashes it had.
-    pub(crate) fn clear(&mut self, s: usize) -> usize {
+    /// Drops everything worker `s` holds; returns how many engine hashes it had. Its lane
+    /// map keeps its reservation (`reserve_lanes`) unless `forget` (the worker leaves its
+    /// slot).
+    pub(crate) fn clear(&mut self, s: usize, forget: bool) -> usize {
         let hashes: Vec<u64> = self.lanes[s].map.keys().collect();
         for eh in &hashes {
             self.release(s, *eh);
         }
         debug_assert!(self.lanes[s].aliases.is_empty());
+        let reserved = self.lanes[s].map.reserved();
         self.lanes[s] = Lanes::default();
+        if !forget && reserved > 0 {
+            self.lanes[s].map.reserve(reserved);
+        }
         hashes.len()
     }
 

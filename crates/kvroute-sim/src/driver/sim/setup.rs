@@ -130,6 +130,17 @@ impl<'a> Sim<'a> {
         score.policy = policy;
         rc.score = score;
         let router = Router::new(rc).map_err(|e| RunError::Router(e.to_string()))?;
+        // A deployment reserves each engine's block map for its KV capacity, which a
+        // long-running engine fills; a simulated run reserves it only when its requests
+        // carry at least that many blocks per engine (a reservation is allocated whether
+        // or not it fills, and the demo's 51 engines never fill theirs).
+        let workload_blocks: u64 = w
+            .requests
+            .iter()
+            .map(|r| (u64::from(r.prompt.len()) + u64::from(r.output_tokens)).div_ceil(bs as u64))
+            .sum();
+        let capacity = u64::from(fleet.engine.kv_blocks);
+        let reserve = (workload_blocks >= capacity * engines_n as u64).then_some(capacity as usize);
         let workers: Vec<WorkerId> = (0..engines_n).map(|e| WorkerId::new(e as u64, 0)).collect();
         for e in registration_order(engines_n, opts.seed) {
             let wid = workers[e];
@@ -138,9 +149,11 @@ impl<'a> Sim<'a> {
                 .map_err(|e| RunError::Router(e.to_string()))?;
             // What a deployment knows of each engine: its KV capacity, so the index sizes
             // the worker's block map once instead of growing it as the cache fills.
-            router
-                .reserve_worker_blocks(wid, fleet.engine.kv_blocks as usize)
-                .map_err(|e| RunError::Router(e.to_string()))?;
+            if let Some(blocks) = reserve {
+                router
+                    .reserve_worker_blocks(wid, blocks)
+                    .map_err(|e| RunError::Router(e.to_string()))?;
+            }
             router
                 .configure_engine(
                     kvroute::EngineId(e as u64),
