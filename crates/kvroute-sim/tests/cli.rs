@@ -531,3 +531,26 @@ fn a_closed_stdout_ends_the_simulator_quietly() {
         out.status
     );
 }
+
+/// A write error on standard output other than a closed pipe (a full device) is an error
+/// message and exit code 1, not a panic.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_failed_write_to_stdout_is_an_error_not_a_panic() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: no /dev/full on this machine");
+        return;
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_kvroute-sim"))
+        .arg("list")
+        .stdout(full)
+        .output()
+        .expect("the binary runs");
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: writing the results to standard output"),
+        "{stderr}"
+    );
+}

@@ -30,12 +30,22 @@ pub fn main(cli: Cli) -> ExitCode {
     }
 }
 
+/// Writes `text` to standard output, an error (a full disk, a closed file) as a message
+/// instead of `print!`'s panic. A closed pipe ends the process before this returns
+/// (`SIGPIPE`, restored in `main`).
+pub(crate) fn emit(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("writing the results to standard output: {e}"))
+}
+
 fn dispatch(cli: Cli) -> Result<(), String> {
     let common = cli.common;
     let workloads = match cli.command.unwrap_or(Command::Demo) {
         Command::List => {
-            print!("{}", list());
-            return Ok(());
+            return emit(&list());
         }
         Command::Demo => scenarios::demo(common.seed),
         Command::Sweep(args) => return sweep::run(&common, &args),
@@ -141,9 +151,9 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
         .collect();
     for (i, w) in runs.iter().enumerate() {
         if i > 0 {
-            println!();
+            emit("\n")?;
         }
-        print!("{}", w.table());
+        emit(&w.table())?;
     }
     if !common.quiet {
         let n = workloads.len() * policies.len();

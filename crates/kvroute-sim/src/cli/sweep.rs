@@ -161,7 +161,7 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
         values,
     };
     let summary = summarise(&samples).map_err(|e| e.to_string())?;
-    print!("{}", sweep_table::render(&summary));
+    super::emit(&sweep_table::render(&summary))?;
     if !common.quiet {
         eprintln!(
             "{runs} runs in {:.1} s wall time on {threads} thread{}",
