@@ -554,3 +554,53 @@ fn a_failed_write_to_stdout_is_an_error_not_a_panic() {
         "{stderr}"
     );
 }
+
+/// A scenario's table title names the seed, the rate scale and the telemetry mode it ran
+/// with (`workload` when `--telemetry` is not given).
+#[test]
+fn a_table_title_names_the_run_settings() {
+    let out = sim(&[
+        "--quiet",
+        "--seed",
+        "3",
+        "--policies",
+        "least_load",
+        "--telemetry",
+        "gauges",
+        "scenario",
+        "flap",
+        "--rate-scale",
+        "2",
+        "--limit",
+        "60",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let first = text(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        first.ends_with("(seed 3, rate scale 2, telemetry gauges) =="),
+        "{first}"
+    );
+    let out = sim(&[
+        "--quiet",
+        "--policies",
+        "least_load",
+        "scenario",
+        "flap",
+        "--limit",
+        "60",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let first = text(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        first.ends_with("(seed 1, rate scale 1, telemetry workload) =="),
+        "{first}"
+    );
+}

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use kvroute_sim::report::{PolicyRun, WorkloadRuns, json, svg, table};
+use kvroute_sim::report::{PolicyRun, RunSettings, WorkloadRuns, json, svg, table};
 use kvroute_sim::{EngineSample, RequestRecord, RunResult};
 
 /// A run on `engines` engines: engine 0 runs `max_running` requests at every sample, the
@@ -57,6 +57,7 @@ fn runs(engines: u32, labels: &[&str]) -> WorkloadRuns {
         engines,
         max_running: 4,
         routed_requests: 3,
+        settings: RunSettings::default(),
         runs: labels
             .iter()
             .map(|l| PolicyRun::new(l, run(engines, 4, 3)))
@@ -139,6 +140,42 @@ fn rendered_table_has_one_aligned_row_per_policy() {
     }
     assert_eq!(lines[1].len(), width);
     assert!(text.contains("least_load=3"));
+}
+
+/// The settings a run was made with are in its table's title and in its JSON workload
+/// entry, in the order seed, rate scale, telemetry; a run that recorded none has the
+/// plain title and no such keys.
+#[test]
+fn title_and_json_record_the_run_settings() {
+    let plain = runs(2, &["kv_aware"]);
+    assert!(
+        plain
+            .table()
+            .starts_with("== w2: 2 engines, 3 routed requests ==\n"),
+        "{}",
+        plain.table()
+    );
+    let mut set = runs(2, &["kv_aware"]);
+    set.settings = RunSettings {
+        seed: Some(7),
+        rate_scale: Some(0.5),
+        telemetry: Some("full".into()),
+    };
+    assert!(
+        set.table().starts_with(
+            "== w2: 2 engines, 3 routed requests (seed 7, rate scale 0.5, telemetry full) ==\n"
+        ),
+        "{}",
+        set.table()
+    );
+    let doc = serde_json::to_value(json::document(7, &[plain, set])).unwrap();
+    let w = &doc["workloads"];
+    for key in ["seed", "rate_scale", "telemetry"] {
+        assert!(w[0].get(key).is_none(), "{key} in {}", w[0]);
+    }
+    assert_eq!(w[1]["seed"], 7);
+    assert_eq!(w[1]["rate_scale"], 0.5);
+    assert_eq!(w[1]["telemetry"], "full");
 }
 
 #[test]

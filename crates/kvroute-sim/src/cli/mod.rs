@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use kvroute::{Policy, ProjectedMode};
 use kvroute_sim::driver::{self, RunOptions};
-use kvroute_sim::report::{WorkloadRuns, json, svg, table};
+use kvroute_sim::report::{RunSettings, WorkloadRuns, json, svg, table};
 use kvroute_sim::workload::Workload;
 use kvroute_sim::workload::arrivals::{jitter_arrivals, scale_arrivals};
 use kvroute_sim::workload::generated::GENERATED;
@@ -43,7 +43,12 @@ pub(crate) fn emit(text: &str) -> Result<(), String> {
 
 fn dispatch(cli: Cli) -> Result<(), String> {
     let common = cli.common;
-    let workloads = match cli.command.unwrap_or(Command::Demo) {
+    let command = cli.command.unwrap_or(Command::Demo);
+    let rate_scale = match &command {
+        Command::Scenario { rate_scale, .. } | Command::Replay { rate_scale, .. } => *rate_scale,
+        _ => 1.0,
+    };
+    let workloads = match command {
         Command::List => {
             return emit(&list());
         }
@@ -92,10 +97,10 @@ fn dispatch(cli: Cli) -> Result<(), String> {
             vec![w]
         }
     };
-    run_and_report(&common, &workloads)
+    run_and_report(&common, &workloads, rate_scale)
 }
 
-fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String> {
+fn run_and_report(common: &Common, workloads: &[Workload], rate_scale: f64) -> Result<(), String> {
     let policies: Vec<Policy> = if common.policies.is_empty() {
         default_policies()
     } else {
@@ -121,7 +126,7 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
     let predicted = common.predicted();
     let telemetry = common.telemetry();
     let threads = runner::threads(common.jobs, workloads.len() * policies.len());
-    let runs: Vec<WorkloadRuns> = runner::run_all(
+    let mut runs: Vec<WorkloadRuns> = runner::run_all(
         workloads,
         &policies,
         threads,
@@ -138,6 +143,18 @@ fn run_and_report(common: &Common, workloads: &[Workload]) -> Result<(), String>
             driver::run(w, p, &opts)
         },
     );
+    for w in &mut runs {
+        w.settings = RunSettings {
+            seed: Some(seed),
+            rate_scale: Some(rate_scale),
+            telemetry: Some(
+                common
+                    .telemetry
+                    .clone()
+                    .unwrap_or_else(|| "workload".into()),
+            ),
+        };
+    }
     let failed: Vec<String> = runs
         .iter()
         .flat_map(|w| {

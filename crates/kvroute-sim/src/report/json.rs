@@ -1,8 +1,9 @@
 //! The `--json` document: the table's metrics plus every engine's time series.
 //!
 //! Shape (serde): `{ "seed": u64, "workloads": [ { "name", "description", "engines",
-//! "routed_requests", "runs": [ { "policy", "metrics": Metrics, "engines": [EngineSeries] }
-//! ] } ] }`; times in seconds, throughput in tokens/s, rates as fractions (0..=1). A metric
+//! "routed_requests", "seed"?, "rate_scale"?, "telemetry"?, "runs": [ { "policy", "metrics":
+//! Metrics, "engines": [EngineSeries] } ] } ] }` (the settings the command line ran the
+//! workload with, [`RunSettings`](crate::report::RunSettings), where recorded); times in seconds, throughput in tokens/s, rates as fractions (0..=1). A metric
 //! that does not exist (a percentile of nothing, an infinite imbalance) is `null`.
 
 use std::io::Write;
@@ -34,6 +35,9 @@ pub struct JsonWorkload<'a> {
     pub engines: u32,
     /// Routed (non-pinned) requests.
     pub routed_requests: u64,
+    /// The settings it was run with, where recorded.
+    #[serde(flatten)]
+    pub settings: &'a crate::report::RunSettings,
     /// One entry per policy.
     pub runs: Vec<JsonRun<'a>>,
 }
@@ -60,6 +64,7 @@ pub fn document(seed: u64, workloads: &[WorkloadRuns]) -> JsonReport<'_> {
                 description: &w.description,
                 engines: w.engines,
                 routed_requests: w.routed_requests,
+                settings: &w.settings,
                 runs: w
                     .runs
                     .iter()

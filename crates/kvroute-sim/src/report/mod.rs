@@ -66,8 +66,42 @@ pub struct WorkloadRuns {
     pub max_running: u32,
     /// Routed (non-pinned) requests in the workload.
     pub routed_requests: u64,
+    /// How the command line ran it (in the table's title and the JSON document).
+    pub settings: RunSettings,
     /// The runs, in the order the policies were given.
     pub runs: Vec<PolicyRun>,
+}
+
+/// The settings a workload was run with, as the command line gave them; `None` where it
+/// did not record one (a run built in code).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct RunSettings {
+    /// `--seed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// `--rate-scale`: arrival rate multiplier (1: the workload's own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_scale: Option<f64>,
+    /// `--telemetry`: `full` or `gauges`; `workload` where the workload's own modes held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<String>,
+}
+
+impl fmt::Display for RunSettings {
+    /// `seed 1, rate scale 4, telemetry gauges` (the recorded ones, in that order).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(s) = self.seed {
+            parts.push(format!("seed {s}"));
+        }
+        if let Some(r) = self.rate_scale {
+            parts.push(format!("rate scale {r}"));
+        }
+        if let Some(t) = &self.telemetry {
+            parts.push(format!("telemetry {t}"));
+        }
+        f.write_str(&parts.join(", "))
+    }
 }
 
 impl WorkloadRuns {
@@ -79,16 +113,25 @@ impl WorkloadRuns {
             engines: workload.fleet.engines,
             max_running: workload.fleet.engine.max_running,
             routed_requests: workload.routed_requests() as u64,
+            settings: RunSettings::default(),
             runs: Vec::new(),
         }
     }
 
     /// The side-by-side table of the runs (see [`table::render`]).
     pub fn table(&self) -> String {
-        let title = format!(
-            "== {}: {} engines, {} routed requests ==",
-            self.name, self.engines, self.routed_requests
-        );
+        let settings = self.settings.to_string();
+        let title = if settings.is_empty() {
+            format!(
+                "== {}: {} engines, {} routed requests ==",
+                self.name, self.engines, self.routed_requests
+            )
+        } else {
+            format!(
+                "== {}: {} engines, {} routed requests ({settings}) ==",
+                self.name, self.engines, self.routed_requests
+            )
+        };
         let metrics: Vec<Metrics> = self.runs.iter().map(|r| r.metrics.clone()).collect();
         table::render(&title, &metrics)
     }
