@@ -559,7 +559,16 @@ fn a_failed_write_to_stdout_is_an_error_not_a_panic() {
 /// with (`workload` when `--telemetry` is not given).
 #[test]
 fn a_table_title_names_the_run_settings() {
-    let out = sim(&[
+    let first_line = |args: &[&str]| {
+        let out = sim(args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let given = first_line(&[
         "--quiet",
         "--seed",
         "3",
@@ -574,17 +583,11 @@ fn a_table_title_names_the_run_settings() {
         "--limit",
         "60",
     ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let first = text(&out.stdout)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_string();
     assert!(
-        first.ends_with("(seed 3, rate scale 2, telemetry gauges) =="),
-        "{first}"
+        given.ends_with("(seed 3, rate scale 2, telemetry gauges) =="),
+        "{given}"
     );
-    let out = sim(&[
+    let defaults = first_line(&[
         "--quiet",
         "--policies",
         "least_load",
@@ -593,14 +596,8 @@ fn a_table_title_names_the_run_settings() {
         "--limit",
         "60",
     ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let first = text(&out.stdout)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_string();
     assert!(
-        first.ends_with("(seed 1, rate scale 1, telemetry workload) =="),
-        "{first}"
+        defaults.ends_with("(seed 1, rate scale 1, telemetry workload) =="),
+        "{defaults}"
     );
 }
