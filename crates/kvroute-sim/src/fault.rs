@@ -225,9 +225,7 @@ impl FaultWindows {
 
     /// Whether engine `e` is disconnected at `t` (ns).
     pub(crate) fn disconnected(&self, e: u32, t: u64) -> bool {
-        self.disconnect[e as usize]
-            .iter()
-            .any(|&(a, b)| a <= t && t < b)
+        active(&self.disconnect[e as usize], t)
             || self.flap[e as usize]
                 .iter()
                 .any(|&(a, b, period, down)| a <= t && t < b && (t - a) % period < down)
@@ -235,43 +233,42 @@ impl FaultWindows {
 
     /// The step time multiplier of engine `e` at `t` (ns): the largest active slowdown's, else 1.
     pub(crate) fn slowdown(&self, e: u32, t: u64) -> f64 {
-        self.slow[e as usize]
-            .iter()
-            .filter(|&&(a, b, _)| a <= t && t < b)
-            .map(|&(_, _, f)| f)
-            .fold(1.0, f64::max)
+        largest_active(&self.slow[e as usize], t, 1.0)
     }
 
     /// Whether engine `e`'s load reports observed at `t` (ns) carry only vLLM's gauges.
     pub(crate) fn gauges_only(&self, e: u32, t: u64) -> bool {
-        self.partial[e as usize]
-            .iter()
-            .any(|&(a, b)| a <= t && t < b)
+        active(&self.partial[e as usize], t)
     }
 
     /// Whether engine `e` fails every request at `t` (ns).
     pub(crate) fn failing(&self, e: u32, t: u64) -> bool {
-        self.failing[e as usize]
-            .iter()
-            .any(|&(a, b)| a <= t && t < b)
+        active(&self.failing[e as usize], t)
     }
 
     /// Whether engine `e`'s telemetry is blacked out (or disconnected) at `t` (ns).
     pub(crate) fn telemetry_down(&self, e: u32, t: u64) -> bool {
-        self.disconnected(e, t)
-            || self.blackout[e as usize]
-                .iter()
-                .any(|&(a, b)| a <= t && t < b)
+        self.disconnected(e, t) || active(&self.blackout[e as usize], t)
     }
 
     /// The burst loss probability of engine `e`'s events at `t` (ns): the largest active.
     pub(crate) fn burst_loss(&self, e: u32, t: u64) -> f64 {
-        self.loss[e as usize]
-            .iter()
-            .filter(|&&(a, b, _)| a <= t && t < b)
-            .map(|&(_, _, p)| p)
-            .fold(0.0, f64::max)
+        largest_active(&self.loss[e as usize], t, 0.0)
     }
+}
+
+/// Whether one of the windows `[a, b)` (ns) holds `t`.
+fn active(windows: &[(u64, u64)], t: u64) -> bool {
+    windows.iter().any(|&(a, b)| a <= t && t < b)
+}
+
+/// The largest value of the windows `[a, b)` (ns) that hold `t`, and `base` if larger.
+fn largest_active(windows: &[(u64, u64, f64)], t: u64, base: f64) -> f64 {
+    windows
+        .iter()
+        .filter(|&&(a, b, _)| a <= t && t < b)
+        .map(|&(_, _, v)| v)
+        .fold(base, f64::max)
 }
 
 #[cfg(test)]

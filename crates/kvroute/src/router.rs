@@ -381,7 +381,8 @@ impl Router {
     /// it with [`remove_worker`](Self::remove_worker). The last call sets it: a smaller
     /// count lowers it, 0 removes it. A count above the configured `max_blocks_per_worker`
     /// reserves for that cap. The call holds the index's writer lock while it allocates
-    /// (about 8 ms at a million blocks), so make it when the worker registers. Optional:
+    /// and writes the map (a time in proportion to `blocks`), so make it when the worker
+    /// registers. Optional:
     /// without it the map grows by a quarter at a time as blocks arrive, each growth
     /// moving every entry (`RunIndex::reserve_worker`).
     ///

@@ -73,9 +73,6 @@ pub(crate) struct LaneMap {
     t: HashSlots<u32>,
     /// The positions that do not pack (their slots hold [`WIDE`]).
     wide: HashMap<u64, Lane>,
-    /// Slots the map keeps however few entries it holds (a [`reserve`](Self::reserve); 0
-    /// when none).
-    floor: usize,
     /// The entries of the last [`reserve`](Self::reserve) (0 when none).
     reserved: usize,
 }
@@ -85,7 +82,6 @@ impl Default for LaneMap {
         Self {
             t: HashSlots::with_growth(Growth::Quarters),
             wide: HashMap::new(),
-            floor: 0,
             reserved: 0,
         }
     }
@@ -247,12 +243,16 @@ impl LaneMap {
     pub(crate) fn reserve(&mut self, entries: usize) {
         self.reserved = entries;
         self.t.reserve(entries.saturating_sub(self.t.slotted()));
-        // The size `reserve` reaches: the least of the growth at or above `4/3 · entries`
-        // (every size from 16 on is a multiple of 4).
-        self.floor = match entries {
+    }
+
+    /// Slots the map keeps however few entries it holds: the size a reservation of
+    /// [`reserved`](Self::reserved) entries grows an empty map to, the least of its growth
+    /// at or above `4/3` of them (every size from 16 on is a multiple of 4); 0 when none.
+    fn floor(&self) -> usize {
+        match self.reserved {
             0 => 0,
-            n => Growth::Quarters.at_least(n.div_ceil(3) * 4),
-        };
+            n => self.t.growth().at_least(n.div_ceil(3) * 4),
+        }
     }
 
     /// Shrinks the slots to the least size of at least four times the entries (never below
@@ -260,9 +260,9 @@ impl LaneMap {
     /// full.
     pub(crate) fn shrink_if_sparse(&mut self) {
         let (len, cap) = (self.t.slotted(), self.t.slot_count());
-        let keep = KEEP_SLOTS.max(self.floor);
+        let keep = KEEP_SLOTS.max(self.floor());
         if cap > keep && len * 8 < cap {
-            self.t.rehash(Growth::Quarters.at_least(len * 4).max(keep));
+            self.t.rehash(self.t.growth().at_least(len * 4).max(keep));
         }
     }
 
@@ -280,11 +280,11 @@ impl LaneMap {
     /// never below the reserved floor; none when empty and nothing is reserved).
     pub(crate) fn trim(&mut self) {
         self.wide.shrink_to_fit();
-        let len = self.t.slotted();
-        if len == 0 && self.floor == 0 {
+        let (len, floor) = (self.t.slotted(), self.floor());
+        if len == 0 && floor == 0 {
             self.t.rehash(0);
         } else {
-            let want = Growth::Quarters.at_least(len * 2).max(16).max(self.floor);
+            let want = self.t.growth().at_least(len * 2).max(16).max(floor);
             if want < self.t.slot_count() {
                 self.t.rehash(want);
             }

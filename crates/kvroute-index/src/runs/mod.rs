@@ -438,7 +438,7 @@ impl RunIndex {
     /// engine's KV capacity in blocks (vLLM's `num_gpu_blocks`, Dynamo's
     /// `total_kv_blocks`), plus any offload tier the engine reports. The map is allocated
     /// and written at once, under the index's writer lock (stores and removals of every
-    /// worker wait for it: about 8 ms at a million blocks): 12 bytes per slot, the least
+    /// worker wait for it, a time in proportion to the slots): 12 bytes per slot, the least
     /// size of the growth by quarters at least 4/3 of `blocks`, so 16 to 20 bytes per
     /// reserved block. The map still grows past `blocks` if the worker holds more, never
     /// shrinks below the reservation, and keeps it across [`clear`](Self::clear) (an

@@ -3,8 +3,9 @@
 //! Shape (serde): `{ "seed": u64, "workloads": [ { "name", "description", "engines",
 //! "routed_requests", "seed"?, "rate_scale"?, "telemetry"?, "runs": [ { "policy", "metrics":
 //! Metrics, "engines": [EngineSeries] } ] } ] }` (the settings the command line ran the
-//! workload with, [`RunSettings`](crate::report::RunSettings), where recorded); times in seconds, throughput in tokens/s, rates as fractions (0..=1). A metric
-//! that does not exist (a percentile of nothing, an infinite imbalance) is `null`.
+//! workload with, [`RunSettings`](crate::report::RunSettings), where recorded); times in
+//! seconds, throughput in tokens/s, rates as fractions (0..=1). A metric that does not
+//! exist (a percentile of nothing, an infinite imbalance) is `null`.
 
 use std::io::Write;
 use std::path::Path;
