@@ -29,17 +29,21 @@
 
 #[cfg(target_arch = "x86")]
 use core::arch::x86::{
-    __m256, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps,
-    _mm256_and_ps, _mm256_blendv_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_max_ps,
-    _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
-    _mm256_storeu_ps, _mm256_sub_ps,
+    __m256, __m256i, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps,
+    _mm256_and_ps, _mm256_and_si256, _mm256_blendv_ps, _mm256_cmp_ps, _mm256_cmpgt_epi32,
+    _mm256_cvtepi32_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_loadu_si256,
+    _mm256_mask_i32gather_epi32, _mm256_max_ps, _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps,
+    _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_srli_epi32, _mm256_storeu_ps, _mm256_sub_ps,
 };
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::{
-    __m256, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps,
-    _mm256_and_ps, _mm256_blendv_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_max_ps,
-    _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
-    _mm256_storeu_ps, _mm256_sub_ps,
+    __m256, __m256i, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps,
+    _mm256_and_ps, _mm256_and_si256, _mm256_blendv_ps, _mm256_cmp_ps, _mm256_cmpgt_epi32,
+    _mm256_cvtepi32_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_loadu_si256,
+    _mm256_mask_i32gather_epi32, _mm256_max_ps, _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps,
+    _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_srli_epi32, _mm256_storeu_ps, _mm256_sub_ps,
 };
 use core::ops::{Add, BitAnd, BitAndAssign, Div, Mul, Sub};
 use std::sync::OnceLock;
@@ -51,6 +55,7 @@ use crate::select::{
     Engine, Escape, Mask, Simd, TieRule, simd_costs, simd_costs2_select_escape, simd_occupied_sums,
     simd_select,
 };
+use crate::sparse::{Gather, Outcome, Scratch};
 
 /// Whether this CPU runs the AVX2 engine: AVX2, BMI1 and POPCNT detected, once per process.
 #[inline]
@@ -157,6 +162,40 @@ unsafe fn costs2_select_escape_avx2(
 #[target_feature(enable = "avx2,bmi1,popcnt")]
 unsafe fn select_avx2(f: &Fleet, costs: &[f32], mask: Mask, rule: &TieRule) -> Option<usize> {
     simd_select::<F32x8>(f, costs, mask, rule)
+}
+
+/// The sparse `projected_time` decision ([`crate::sparse::enforce`]) compiled for AVX2
+/// where [`available`], the portable one otherwise: the same outcome either way (the same
+/// operations per lane).
+pub(crate) fn sparse_enforce(
+    f: &Fleet,
+    p: &Params,
+    rule: &TieRule,
+    margin: f32,
+    s: &mut Scratch,
+) -> Outcome {
+    if available() {
+        // SAFETY: `sparse_enforce_avx2` needs AVX2, BMI1 and POPCNT, which `available`
+        // just detected on this CPU.
+        unsafe { sparse_enforce_avx2(f, p, rule, margin, s) }
+    } else {
+        crate::sparse::enforce(f, p, rule, margin, s)
+    }
+}
+
+/// [`sparse_enforce`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU has AVX2, BMI1 and POPCNT ([`available`]).
+#[target_feature(enable = "avx2,bmi1,popcnt")]
+unsafe fn sparse_enforce_avx2(
+    f: &Fleet,
+    p: &Params,
+    rule: &TieRule,
+    margin: f32,
+    s: &mut Scratch,
+) -> Outcome {
+    crate::sparse::enforce_on::<F32x8>(f, p, rule, margin, s)
 }
 
 /// Eight `f32` lanes in one 256-bit AVX register. Private to this module (module docs,
@@ -269,6 +308,47 @@ impl Vector for F32x8 {
     }
 }
 
+impl Gather for F32x8 {
+    /// One masked `vpgatherdd` of the lanes below `lanes` whose id is below `raw`'s
+    /// length, then the exact `u32` to `f32` conversion in two halves: `hi · 2^16 + lo`
+    /// with `hi` and `lo` below 2^16 (each converted and scaled exactly), so the one
+    /// rounding is the final addition's, to nearest, ties to even, as `u32 as f32` rounds.
+    #[inline(always)]
+    fn overlaps(raw: &[u32], ids: &[u32; 8], lanes: usize) -> Self {
+        let zero = avx!(_mm256_setzero_si256());
+        if raw.is_empty() || lanes == 0 {
+            return F32x8(avx!(_mm256_cvtepi32_ps(zero)));
+        }
+        // Ids and lengths compared as `i32`: every id is below 2^31 (the trait's contract)
+        // and a length beyond `i32::MAX` admits every such id either way.
+        let len = raw.len().min(i32::MAX as usize) as i32;
+        let lanes = lanes.min(8) as i32;
+        // SAFETY: `ids` is 8 `u32` (32 bytes), exactly what the unaligned load reads.
+        let idx = avx!(_mm256_loadu_si256(ids.as_ptr().cast::<__m256i>()));
+        let lane_no = avx!(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        let live = avx!(_mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), lane_no));
+        let inside = avx!(_mm256_cmpgt_epi32(_mm256_set1_epi32(len), idx));
+        let mask = avx!(_mm256_and_si256(live, inside));
+        // SAFETY: the gather reads `raw[idx[j]]` (4-byte elements) only for the lanes whose
+        // mask is set, each with `0 <= idx[j] < raw.len()` (ids below 2^31 compare as
+        // non-negative `i32`s against the length just computed), so every read is inside
+        // `raw`; a lane whose mask is clear reads nothing and keeps `zero`.
+        let got = avx!(_mm256_mask_i32gather_epi32::<4>(
+            zero,
+            raw.as_ptr().cast::<i32>(),
+            idx,
+            mask
+        ));
+        let low16 = avx!(_mm256_set1_epi32(0xFFFF));
+        let hi = avx!(_mm256_cvtepi32_ps(_mm256_srli_epi32::<16>(got)));
+        let lo = avx!(_mm256_cvtepi32_ps(_mm256_and_si256(got, low16)));
+        F32x8(avx!(_mm256_add_ps(
+            _mm256_mul_ps(hi, _mm256_set1_ps(65_536.0)),
+            lo
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +417,75 @@ mod tests {
             });
             assert_eq!(bits, want, "mask {kind}: {a:?} {b:?}");
         }
+    }
+
+    /// [`Gather::overlaps`] compiled for AVX2, as an array.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, BMI1 and POPCNT.
+    #[target_feature(enable = "avx2,bmi1,popcnt")]
+    unsafe fn gathered(raw: &[u32], ids: &[u32; 8], lanes: usize) -> [f32; 8] {
+        F32x8::overlaps(raw, ids, lanes).to_array()
+    }
+
+    /// The gathered overlaps against `raw.get(id).map_or(0, |&b| b as f32)` written out
+    /// lane by lane: values that round (2^24 + 1, `u32::MAX`, odd values above 2^24 with
+    /// ties to even), values at and above 2^31 (where a signed conversion would differ),
+    /// ids past the buffer's end, fewer lanes than eight and an empty buffer.
+    #[test]
+    fn gathered_overlaps_convert_as_u32_to_f32() {
+        if !available() {
+            return;
+        }
+        let raw: Vec<u32> = vec![
+            0,
+            1,
+            16_777_217,
+            u32::MAX,
+            1 << 31,
+            (1 << 31) + 129,
+            33_554_435,
+            4_294_967_041,
+            96,
+            128,
+        ];
+        let cases: [([u32; 8], usize); 5] = [
+            ([0, 1, 2, 3, 4, 5, 6, 7], 8),
+            ([9, 8, 7, 6, 5, 4, 3, 2], 8),
+            ([3, 10, 11, 4_095, 2, 0, 1, 9], 8),
+            ([2, 3, 4, 5, 6, 7, 8, 9], 3),
+            ([1, 1, 1, 1, 1, 1, 1, 1], 0),
+        ];
+        for (ids, lanes) in cases {
+            let want: [f32; 8] = core::array::from_fn(|j| {
+                if j < lanes {
+                    raw.get(ids[j] as usize).map_or(0.0, |&b| b as f32)
+                } else {
+                    0.0
+                }
+            });
+            // SAFETY: `available` detected AVX2, BMI1 and POPCNT.
+            let got = unsafe { gathered(&raw, &ids, lanes) };
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{ids:?}, {lanes}");
+        }
+        // Hand values: 2^24 + 1 rounds to 2^24 (tie to even), u32::MAX to 2^32, 2^31 + 129
+        // to 2^31 + 256, 2^25 + 3 to 2^25 + 4, 2^32 − 255 to 2^32 − 256.
+        // SAFETY: as above.
+        let got = unsafe { gathered(&raw, &[2, 3, 5, 6, 7, 8, 9, 4], 8) };
+        let hand = [
+            16_777_216.0f32,
+            4_294_967_296.0,
+            2_147_483_904.0,
+            33_554_436.0,
+            4_294_967_040.0,
+            96.0,
+            128.0,
+            2_147_483_648.0,
+        ];
+        assert_eq!(got, hand);
+        // SAFETY: as above.
+        let empty = unsafe { gathered(&[], &[0; 8], 8) };
+        assert_eq!(empty.map(f32::to_bits), [0u32; 8]);
     }
 
     #[test]

@@ -233,7 +233,12 @@ impl Scorer {
             return None;
         }
         self.sparse_decided = true;
-        match crate::sparse::enforce(
+        let sparse = match path {
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            SimdPath::Avx2 => crate::avx2::sparse_enforce,
+            _ => crate::sparse::enforce,
+        };
+        match sparse(
             fleet,
             &ctx.p,
             &ctx.rule,

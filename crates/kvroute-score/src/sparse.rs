@@ -80,6 +80,9 @@ pub(crate) struct Order {
     /// module `coef`), the values of positions `8j..8j + 8`. The last chunk is padded with
     /// positions whose cost is +∞ (`start` +∞).
     cols: Vec<[[f32; 8]; 8]>,
+    /// `slots`, eight positions per chunk as `cols` (the last chunk padded with slot 0,
+    /// whose lanes the walk masks out): what the walk gathers the overlaps by.
+    ids: Vec<[u32; 8]>,
     /// Suffix minima along the order (entry `k`: over `slots[k..]`), one entry more (+∞).
     spp: Vec<f32>,
     a: Vec<f32>,
@@ -145,7 +148,11 @@ impl Order {
         self.kappa.clear();
         self.kappa.extend(self.slots.iter().map(|&i| kap(i)));
         self.cols.clear();
+        self.ids.clear();
         for chunk in self.slots.chunks(8) {
+            let mut ids = [0u32; 8];
+            ids[..chunk.len()].copy_from_slice(chunk);
+            self.ids.push(ids);
             // Padding: +∞ start, zeros elsewhere (a cost of +∞, never eligible).
             let mut block = [[0.0f32; 8]; 8];
             block[START] = [f32::INFINITY; 8];
@@ -227,6 +234,23 @@ fn cost8<V: Vector>(p: &Params, k: &[V; 8], overlap: V) -> V {
     start + prefill + decode + barrier
 }
 
+/// The eight columns of a block as vectors, loaded one by one (not through
+/// `core::array::from_fn`, whose closure would not be inlined into an AVX2 kernel: a
+/// function compiled without AVX cannot inline one compiled with it).
+#[inline(always)]
+fn columns<V: Vector>(block: &[[f32; 8]; 8]) -> [V; 8] {
+    [
+        V::load(block[0]),
+        V::load(block[1]),
+        V::load(block[2]),
+        V::load(block[3]),
+        V::load(block[4]),
+        V::load(block[5]),
+        V::load(block[6]),
+        V::load(block[7]),
+    ]
+}
+
 /// Reusable scratch of the sparse decision: the costed slots and their costs, the special
 /// slots costed, the band, and a bitset of the slots holding reservations (sized only when
 /// some do; cleared at the start of each decision).
@@ -236,6 +260,26 @@ pub(crate) struct Scratch {
     special: Vec<u32>,
     band: Vec<u32>,
     held: Vec<u64>,
+}
+
+/// What the walk needs of a vector beyond [`Vector`]: eight slots' overlaps read from the
+/// match buffer.
+pub(crate) trait Gather: Vector {
+    /// Lane `j < lanes`: `raw[ids[j]]` converted as `u32 as f32` does (round to nearest,
+    /// ties to even), 0 where `ids[j]` is past `raw`'s end; the lanes from `lanes` on: 0.
+    /// `lanes` is at most 8 and every id below 2^31 (the order's slots are below 4,096).
+    fn overlaps(raw: &[u32], ids: &[u32; 8], lanes: usize) -> Self;
+}
+
+impl Gather for f32x8 {
+    #[inline(always)]
+    fn overlaps(raw: &[u32], ids: &[u32; 8], lanes: usize) -> Self {
+        let mut ov = [0f32; 8];
+        for (x, &i) in ov.iter_mut().zip(ids).take(lanes) {
+            *x = raw.get(i as usize).map_or(0.0, |&b| b as f32);
+        }
+        f32x8::load(ov)
+    }
 }
 
 /// One slot's projected cost from the coefficients (lane 0 of [`cost8`]).
@@ -262,6 +306,20 @@ pub(crate) fn cost_of(p: &Params, f: &Fleet, i: usize) -> f32 {
 /// fresh; everything else this checks itself, answering [`Outcome::Dense`] when the fleet
 /// is not in the shape it needs.
 pub(crate) fn enforce(
+    f: &Fleet,
+    p: &Params,
+    rule: &TieRule,
+    margin: f32,
+    s: &mut Scratch,
+) -> Outcome {
+    enforce_on::<f32x8>(f, p, rule, margin, s)
+}
+
+/// [`enforce`] over the vector `V`: the portable `f32x8` there, the AVX2 engine's own
+/// vector inside its kernel (module `avx2`); the same IEEE operations in the same order
+/// either way, so the same outcome bit for bit.
+#[inline(always)]
+pub(crate) fn enforce_on<V: Gather>(
     f: &Fleet,
     p: &Params,
     rule: &TieRule,
@@ -295,7 +353,7 @@ pub(crate) fn enforce(
     if f.reserved_slots().next().is_some() {
         s.held.resize(f.lane_len().div_ceil(64), 0);
     }
-    decide(f, p, rule, margin, tail, bound, s)
+    decide::<V>(f, p, rule, margin, tail, bound, s)
 }
 
 /// Positions of the order a decision walks at most before it leaves the fleet to the dense
@@ -305,7 +363,8 @@ fn walk_budget(n: usize) -> usize {
 }
 
 /// [`enforce`] once the fleet's shape is checked and the scratch sized.
-fn decide(
+#[inline(always)]
+fn decide<V: Gather>(
     f: &Fleet,
     p: &Params,
     rule: &TieRule,
@@ -326,10 +385,25 @@ fn decide(
             continue;
         }
         s.special.push(i as u32);
-        let c = projected(p, f, i);
-        if c.is_finite() {
-            s.seen.push((i as u32, c));
-            m = if c < m { c } else { m };
+    }
+    // Eight special slots per vector: their coefficients transposed into one block (the
+    // order's layout, padding +∞), the same operations as one slot at a time, lane by lane.
+    for chunk in s.special.chunks(8) {
+        let mut block = [[0.0f32; 8]; 8];
+        block[START] = [f32::INFINITY; 8];
+        let mut ov = [0f32; 8];
+        for (j, &i) in chunk.iter().enumerate() {
+            for (c, v) in Packed::of(f, i as usize).0.into_iter().enumerate() {
+                block[c][j] = v;
+            }
+            ov[j] = f.overlap_at(i as usize);
+        }
+        let costs = cost8(p, &columns(&block), V::load(ov)).to_array();
+        for (&i, &c) in chunk.iter().zip(&costs) {
+            if c.is_finite() {
+                s.seen.push((i, c));
+                m = if c < m { c } else { m };
+            }
         }
     }
     let any_held = !s.held.is_empty();
@@ -357,22 +431,19 @@ fn decide(
         }
         let end = (k + 8).min(n);
         let block = &o.cols[k / 8];
-        let cols: [f32x8; 8] = core::array::from_fn(|c| f32x8::load(block[c]));
+        let cols = columns(block);
         let slots = &o.slots[k..end];
-        let mut ov = [0f32; 8];
-        match raw {
-            Some(raw) => {
-                for (x, &i) in ov.iter_mut().zip(slots) {
-                    *x = raw.get(i as usize).map_or(0.0, |&b| b as f32);
-                }
-            }
+        let ov = match raw {
+            Some(raw) => V::overlaps(raw, &o.ids[k / 8], end - k),
             None => {
+                let mut ov = [0f32; 8];
                 for (x, &i) in ov.iter_mut().zip(slots) {
                     *x = f.overlap_at(i as usize);
                 }
+                V::load(ov)
             }
-        }
-        let cv = cost8(p, &cols, f32x8::load(ov));
+        };
+        let cv = cost8(p, &cols, ov);
         // Lanes past the order's end are padding (cost +∞, never finite).
         let fin = finite(cv);
         let mut ok = fin.bits();
@@ -394,15 +465,15 @@ fn decide(
                     *l = c;
                 }
             }
-            f32x8::load(least)
+            V::load(least)
         } else {
-            fin.select(cv, f32x8::splat(f32::INFINITY))
+            fin.select(cv, V::splat(f32::INFINITY))
         };
         let lm = hmin(least);
         m = if lm < m { lm } else { m };
         let costs = cv.to_array();
         let limit = band_limit(m, rule.band);
-        let mut within = least.le_mask(f32x8::splat(limit)).bits() & ok;
+        let mut within = least.le_mask(V::splat(limit)).bits() & ok;
         while within != 0 {
             let j = within.trailing_zeros() as usize;
             s.seen.push((slots[j], costs[j]));
@@ -560,8 +631,23 @@ mod tests {
                     let (p, rule) = crate::decide::inputs(&f, req, &cfg, tie);
                     let mut s = Scratch::default();
                     total += 1;
-                    if let Outcome::Pick(i, _) = enforce(&f, &p, &rule, cfg.escape_margin_s, &mut s)
+                    let portable = enforce(&f, &p, &rule, cfg.escape_margin_s, &mut s);
+                    // The AVX2 copy (the portable one where the CPU lacks AVX2): the same
+                    // outcome, the cost's bits included.
+                    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
                     {
+                        let mut s2 = Scratch::default();
+                        let avx2 = crate::avx2::sparse_enforce(
+                            &f,
+                            &p,
+                            &rule,
+                            cfg.escape_margin_s,
+                            &mut s2,
+                        );
+                        assert_eq!(format!("{avx2:?}"), format!("{portable:?}"), "{n} slots");
+                        assert_eq!(s2.seen, s.seen, "{n} slots: the same slots costed");
+                    }
+                    if let Outcome::Pick(i, _) = portable {
                         assert_eq!(Some(i), want.slot.map(|s| s.index()), "{n} slots");
                         decided += 1;
                         costed += s.seen.len();
