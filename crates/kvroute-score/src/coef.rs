@@ -33,23 +33,28 @@ use crate::lane::Lane;
 pub(crate) struct CoefKey([u32; 5]);
 
 impl CoefKey {
-    /// The key of a pass's parameters.
-    #[inline]
-    pub(crate) fn of(p: &Params) -> Self {
-        Self::new(
-            p.default_prefill_tps,
-            p.default_decode_tps,
-            p.kv_barrier_s,
-            p.typical_output,
-            p.least_load_tps,
-        )
-    }
-
     /// The key of these configured values: default prefill and decode throughput
     /// (tokens/s), KV barrier (s), typical output (tokens), least-load throughput
     /// (tokens/s).
     pub(crate) fn new(dp: f32, dd: f32, kvb: f32, t: f32, llt: f32) -> Self {
         Self([dp, dd, kvb, t, llt].map(f32::to_bits))
+    }
+
+    /// Whether `key` holds the values of `p` it keys (prefill and decode defaults, barrier,
+    /// typical output, least-load throughput, as [`new`](Self::new) takes them), comparing
+    /// each value's bits where it lies (a key assembled on the stack and compared as one
+    /// array makes the load wait for the five scalar stores, which it cannot take from the
+    /// store buffer at once).
+    #[inline(always)]
+    pub(crate) fn is_of(key: Option<Self>, p: &Params) -> bool {
+        let Some(Self(k)) = key else {
+            return false;
+        };
+        k[0] == p.default_prefill_tps.to_bits()
+            && k[1] == p.default_decode_tps.to_bits()
+            && k[2] == p.kv_barrier_s.to_bits()
+            && k[3] == p.typical_output.to_bits()
+            && k[4] == p.least_load_tps.to_bits()
     }
 
     fn get(self, k: usize) -> f32 {
@@ -121,13 +126,13 @@ impl Coefficients {
     /// Whether a pass with parameters `p` may use the projected coefficients.
     #[inline]
     pub(crate) fn projected_for(&self, p: &Params) -> bool {
-        self.irregular == 0 && self.key == Some(CoefKey::of(p))
+        self.irregular == 0 && CoefKey::is_of(self.key, p)
     }
 
     /// Whether a pass with parameters `p` may use the least-load lane.
     #[inline]
     pub(crate) fn least_for(&self, p: &Params) -> bool {
-        self.key == Some(CoefKey::of(p))
+        CoefKey::is_of(self.key, p)
     }
 
     /// Computes lane `i` from the slot's lanes `x` under `key` (the formulas of

@@ -282,12 +282,21 @@ impl Gather for f32x8 {
     }
 }
 
-/// One slot's projected cost from the coefficients (lane 0 of [`cost8`]).
+/// One slot's projected cost from the coefficients (lane 0 of [`cost8`] over `V`).
 #[inline(always)]
-fn projected(p: &Params, f: &Fleet, i: usize) -> f32 {
-    let line = Packed::of(f, i).0;
-    let k = line.map(f32x8::splat);
-    cost8(p, &k, f32x8::splat(f.overlap_at(i))).to_array()[0]
+fn projected<V: Vector>(p: &Params, f: &Fleet, i: usize) -> f32 {
+    let [cap, q1, room, spp, a, b, start, barrier] = Packed::of(f, i).0;
+    let k = [
+        V::splat(cap),
+        V::splat(q1),
+        V::splat(room),
+        V::splat(spp),
+        V::splat(a),
+        V::splat(b),
+        V::splat(start),
+        V::splat(barrier),
+    ];
+    cost8(p, &k, V::splat(f.overlap_at(i))).to_array()[0]
 }
 
 #[inline(always)]
@@ -298,7 +307,7 @@ fn has(set: &[u64], i: usize) -> bool {
 /// Slot `i`'s projected cost from the prepared coefficients, as the dense pass computes it
 /// (for a caller that needs one slot's cost after a sparse decision).
 pub(crate) fn cost_of(p: &Params, f: &Fleet, i: usize) -> f32 {
-    projected(p, f, i)
+    projected::<f32x8>(p, f, i)
 }
 
 /// The sparse `projected_time` (enforce) decision of `f` under `p`, `rule` and the escape's
@@ -327,8 +336,7 @@ pub(crate) fn enforce_on<V: Gather>(
     s: &mut Scratch,
 ) -> Outcome {
     let o = &f.order;
-    let key = CoefKey::of(p);
-    if o.key != Some(key)
+    if !CoefKey::is_of(o.key, p)
         || !f.coef.projected_for(p)
         || f.len > WORDS * 64
         || !(rule.band.is_finite() && rule.band >= 0.0)
@@ -386,24 +394,14 @@ fn decide<V: Gather>(
         }
         s.special.push(i as u32);
     }
-    // Eight special slots per vector: their coefficients transposed into one block (the
-    // order's layout, padding +∞), the same operations as one slot at a time, lane by lane.
-    for chunk in s.special.chunks(8) {
-        let mut block = [[0.0f32; 8]; 8];
-        block[START] = [f32::INFINITY; 8];
-        let mut ov = [0f32; 8];
-        for (j, &i) in chunk.iter().enumerate() {
-            for (c, v) in Packed::of(f, i as usize).0.into_iter().enumerate() {
-                block[c][j] = v;
-            }
-            ov[j] = f.overlap_at(i as usize);
-        }
-        let costs = cost8(p, &columns(&block), V::load(ov)).to_array();
-        for (&i, &c) in chunk.iter().zip(&costs) {
-            if c.is_finite() {
-                s.seen.push((i, c));
-                m = if c < m { c } else { m };
-            }
+    // Each special slot costed from its own coefficients broadcast to every lane (lane 0
+    // read back): no vector is assembled from scalar stores, which a load could not take
+    // from the store buffer at once.
+    for &i in &s.special {
+        let c = projected::<V>(p, f, i as usize);
+        if c.is_finite() {
+            s.seen.push((i, c));
+            m = if c < m { c } else { m };
         }
     }
     let any_held = !s.held.is_empty();
