@@ -269,6 +269,12 @@ pub(crate) trait Gather: Vector {
     /// ties to even), 0 where `ids[j]` is past `raw`'s end; the lanes from `lanes` on: 0.
     /// `lanes` is at most 8 and every id below 2^31 (the order's slots are below 4,096).
     fn overlaps(raw: &[u32], ids: &[u32; 8], lanes: usize) -> Self;
+
+    /// The least of the eight lanes, none of them NaN (the walk's costs are finite or
+    /// +∞). Any order of comparisons gives the same value then, up to the sign of a zero,
+    /// which no use of it tells apart (comparisons, and `band_limit`, where `±0 + 0`
+    /// is `+0`).
+    fn least(self) -> f32;
 }
 
 impl Gather for f32x8 {
@@ -279,6 +285,11 @@ impl Gather for f32x8 {
             *x = raw.get(i as usize).map_or(0.0, |&b| b as f32);
         }
         f32x8::load(ov)
+    }
+
+    #[inline(always)]
+    fn least(self) -> f32 {
+        hmin(self)
     }
 }
 
@@ -467,7 +478,7 @@ fn decide<V: Gather>(
         } else {
             fin.select(cv, V::splat(f32::INFINITY))
         };
-        let lm = hmin(least);
+        let lm = least.least();
         m = if lm < m { lm } else { m };
         let costs = cv.to_array();
         let limit = band_limit(m, rule.band);
