@@ -29,23 +29,23 @@
 
 #[cfg(target_arch = "x86")]
 use core::arch::x86::{
-    __m256, __m256i, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps,
-    _mm256_and_ps, _mm256_and_si256, _mm256_blendv_ps, _mm256_cmp_ps, _mm256_cmpgt_epi32,
-    _mm256_cvtepi32_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_loadu_si256,
+    __m256, __m256i, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm_cvtss_f32,
+    _mm_min_ps, _mm_min_ss, _mm_movehdup_ps, _mm_movehl_ps, _mm256_add_ps, _mm256_and_ps,
+    _mm256_and_si256, _mm256_blendv_ps, _mm256_castps256_ps128, _mm256_cmp_ps, _mm256_cmpgt_epi32,
+    _mm256_cvtepi32_ps, _mm256_div_ps, _mm256_extractf128_ps, _mm256_loadu_ps, _mm256_loadu_si256,
     _mm256_mask_i32gather_epi32, _mm256_max_ps, _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps,
     _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_srli_epi32, _mm256_storeu_ps, _mm256_sub_ps, _mm_cvtss_f32, _mm_min_ps, _mm_min_ss,
-    _mm_movehdup_ps, _mm_movehl_ps, _mm256_castps256_ps128, _mm256_extractf128_ps,
+    _mm256_srli_epi32, _mm256_storeu_ps, _mm256_sub_ps,
 };
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::{
-    __m256, __m256i, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm256_add_ps,
-    _mm256_and_ps, _mm256_and_si256, _mm256_blendv_ps, _mm256_cmp_ps, _mm256_cmpgt_epi32,
-    _mm256_cvtepi32_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_loadu_si256,
+    __m256, __m256i, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm_cvtss_f32,
+    _mm_min_ps, _mm_min_ss, _mm_movehdup_ps, _mm_movehl_ps, _mm256_add_ps, _mm256_and_ps,
+    _mm256_and_si256, _mm256_blendv_ps, _mm256_castps256_ps128, _mm256_cmp_ps, _mm256_cmpgt_epi32,
+    _mm256_cvtepi32_ps, _mm256_div_ps, _mm256_extractf128_ps, _mm256_loadu_ps, _mm256_loadu_si256,
     _mm256_mask_i32gather_epi32, _mm256_max_ps, _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps,
     _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_srli_epi32, _mm256_storeu_ps, _mm256_sub_ps, _mm_cvtss_f32, _mm_min_ps, _mm_min_ss,
-    _mm_movehdup_ps, _mm_movehl_ps, _mm256_castps256_ps128, _mm256_extractf128_ps,
+    _mm256_srli_epi32, _mm256_storeu_ps, _mm256_sub_ps,
 };
 use core::ops::{Add, BitAnd, BitAndAssign, Div, Mul, Sub};
 use std::sync::OnceLock;
@@ -355,7 +355,10 @@ impl Gather for F32x8 {
     #[inline(always)]
     fn least(self) -> f32 {
         let x = self.0;
-        let m = avx!(_mm_min_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x)));
+        let m = avx!(_mm_min_ps(
+            _mm256_castps256_ps128(x),
+            _mm256_extractf128_ps::<1>(x)
+        ));
         let m = avx!(_mm_min_ps(m, _mm_movehl_ps(m, m)));
         avx!(_mm_cvtss_f32(_mm_min_ss(m, _mm_movehdup_ps(m))))
     }
@@ -478,7 +481,11 @@ mod tests {
             });
             // SAFETY: `available` detected AVX2, BMI1 and POPCNT.
             let got = unsafe { gathered(&raw, &ids, lanes) };
-            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{ids:?}, {lanes}");
+            assert_eq!(
+                got.map(f32::to_bits),
+                want.map(f32::to_bits),
+                "{ids:?}, {lanes}"
+            );
         }
         // Hand values: 2^24 + 1 rounds to 2^24 (tie to even), u32::MAX to 2^32, 2^31 + 129
         // to 2^31 + 256, 2^25 + 3 to 2^25 + 4, 2^32 − 255 to 2^32 − 256.
