@@ -347,14 +347,18 @@ pub(crate) fn enforce_on<V: Gather>(
     s: &mut Scratch,
 ) -> Outcome {
     let o = &f.order;
-    if !CoefKey::is_of(o.key, p)
-        || !f.coef.projected_for(p)
-        || f.len > WORDS * 64
-        || !(rule.band.is_finite() && rule.band >= 0.0)
-        || !(p.mean_load.is_finite() && p.mean_load >= 0.0)
-        || !(p.output.is_finite() && p.output >= 0.0)
-        || !(p.prompt.is_finite() && p.block_size.is_finite())
-    {
+    let shaped = CoefKey::is_of(o.key, p)
+        && f.coef.projected_for(p)
+        && f.len <= WORDS * 64
+        && rule.band.is_finite()
+        && rule.band >= 0.0
+        && p.mean_load.is_finite()
+        && p.mean_load >= 0.0
+        && p.output.is_finite()
+        && p.output >= 0.0
+        && p.prompt.is_finite()
+        && p.block_size.is_finite();
+    if !shaped {
         return Outcome::Dense;
     }
     let (tail, bound) = f.tail();
