@@ -28,17 +28,11 @@
 //! kernels instantiate it, that is, after the detection.
 
 #[cfg(target_arch = "x86")]
-use core::arch::x86::{
-    __m256, __m256i, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm_cvtss_f32,
-    _mm_min_ps, _mm_min_ss, _mm_movehdup_ps, _mm_movehl_ps, _mm256_add_ps, _mm256_and_ps,
-    _mm256_and_si256, _mm256_blendv_ps, _mm256_castps256_ps128, _mm256_cmp_ps, _mm256_cmpgt_epi32,
-    _mm256_cvtepi32_ps, _mm256_div_ps, _mm256_extractf128_ps, _mm256_loadu_ps, _mm256_loadu_si256,
-    _mm256_mask_i32gather_epi32, _mm256_max_ps, _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps,
-    _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_srli_epi32, _mm256_storeu_ps, _mm256_sub_ps,
-};
+use core::arch::x86 as arch;
 #[cfg(target_arch = "x86_64")]
-use core::arch::x86_64::{
+use core::arch::x86_64 as arch;
+
+use arch::{
     __m256, __m256i, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm_cvtss_f32,
     _mm_min_ps, _mm_min_ss, _mm_movehdup_ps, _mm_movehl_ps, _mm256_add_ps, _mm256_and_ps,
     _mm256_and_si256, _mm256_blendv_ps, _mm256_castps256_ps128, _mm256_cmp_ps, _mm256_cmpgt_epi32,
