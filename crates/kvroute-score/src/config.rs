@@ -21,6 +21,23 @@
 //! kvroute's own lock-free protocols (arc-swap's atomics are its own, outside the
 //! `kvroute_core::sync` shim and loom's models), so it holds a `std::sync::Arc` in every
 //! build.
+//!
+//! Each installed value also gets a *stamp*, unique in the process (a new one per install,
+//! from one process-wide counter), stored after the value. A caller that decides many times
+//! on one thread (kvroute's router keeps one per thread in its scratch buffers) reads the
+//! stamp, one plain atomic load, and keeps using the `Arc` it cached under that stamp, with
+//! no read-modify-write at all; only when the stamp has changed does it take the new value
+//! with [`SharedConfig::load_stamped`] (one reference count).
+//!
+//! # Orderings
+//! * The stamp is stored with `SeqCst` after the value's `ArcSwap::store`, and read with
+//!   `SeqCst` (a plain load on x86): a reader that sees a stamp sees the value installed
+//!   with it or a later one, so a value cached under a stamp is never older than that
+//!   stamp's.
+//! * [`SharedConfig::load_stamped`] reads the stamp before the value: it may pair an older
+//!   stamp with a newer value (an install between the two reads), never the converse, and
+//!   the next stamp read then differs, so the cache is refreshed once more (harmless).
+//! * The process-wide counter only hands out distinct numbers (`Relaxed`).
 
 use core::fmt;
 use core::ops::Deref;
@@ -29,6 +46,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use kvroute_core::OutOfRange;
 use kvroute_core::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `load_aware`'s beta range, `BETA_MIN..=BETA_MAX` (dimensionless).
 pub(crate) const BETA_MIN: f32 = 0.0;
@@ -309,6 +327,8 @@ impl ScoreConfig {
 /// serialised among themselves by a mutex readers never take.
 pub struct SharedConfig {
     current: ArcSwap<ScoreConfig>,
+    /// The installed value's stamp (module docs, *The cell*).
+    stamp: AtomicU64,
     /// Held by `set` and `update` from the read of the current value to the install.
     writers: Mutex<()>,
 }
@@ -348,6 +368,12 @@ impl fmt::Debug for ConfigGuard<'_> {
     }
 }
 
+/// A stamp no install of any [`SharedConfig`] in the process has had (1, 2, …).
+fn next_stamp() -> u64 {
+    static STAMPS: AtomicU64 = AtomicU64::new(1);
+    STAMPS.fetch_add(1, Ordering::Relaxed)
+}
+
 impl SharedConfig {
     /// A cell holding `config`.
     ///
@@ -357,6 +383,7 @@ impl SharedConfig {
         config.validate()?;
         Ok(Self {
             current: ArcSwap::from_pointee(config),
+            stamp: AtomicU64::new(next_stamp()),
             writers: Mutex::new(()),
         })
     }
@@ -387,8 +414,32 @@ impl SharedConfig {
     pub fn set(&self, config: ScoreConfig) -> Result<(), OutOfRange> {
         config.validate()?;
         let _writer = self.writers.lock().unwrap_or_else(|p| p.into_inner());
-        self.current.store(Arc::new(config));
+        self.install(config);
         Ok(())
+    }
+
+    /// Stores a validated value, then its new stamp (module docs, *Orderings*). The caller
+    /// holds the writers' mutex.
+    fn install(&self, config: ScoreConfig) {
+        self.current.store(Arc::new(config));
+        self.stamp.store(next_stamp(), Ordering::SeqCst);
+    }
+
+    /// The installed value's stamp: unique in the process to that install (no other cell's
+    /// value and no other install of this cell has it). One atomic load. A caller that
+    /// cached the `Arc` returned with a stamp by [`load_stamped`](Self::load_stamped) may
+    /// keep deciding with it while this returns the same stamp.
+    #[inline]
+    pub fn stamp(&self) -> u64 {
+        self.stamp.load(Ordering::SeqCst)
+    }
+
+    /// The configuration as an owned `Arc`, with a stamp it is at least as new as (the
+    /// stamp is read first; module docs, *Orderings*): cache the pair and compare the
+    /// stamp with [`stamp`](Self::stamp) before each use.
+    pub fn load_stamped(&self) -> (u64, Arc<ScoreConfig>) {
+        let stamp = self.stamp();
+        (stamp, self.current.load_full())
     }
 
     /// Applies `change` to a copy of the current configuration and installs it if valid,
@@ -408,7 +459,7 @@ impl SharedConfig {
         let mut next = **self.current.load();
         change(&mut next);
         next.validate()?;
-        self.current.store(Arc::new(next));
+        self.install(next);
         Ok(())
     }
 }

@@ -233,3 +233,78 @@ fn a_guard_keeps_its_value_across_writes() {
     );
     assert_eq!(*cell.guard(), ScoreConfig::default());
 }
+
+/// Stamps: distinct for every install of every cell, unchanged by a refused write, and
+/// `load_stamped` returns the current value with the current stamp when nothing races it.
+#[test]
+fn every_install_gets_a_stamp_no_other_install_has() {
+    let a = SharedConfig::new(ScoreConfig::default()).unwrap();
+    let b = SharedConfig::new(ScoreConfig::default()).unwrap();
+    let mut seen = vec![a.stamp(), b.stamp()];
+    a.set(ScoreConfig::with_policy(Policy::LeastLoad)).unwrap();
+    seen.push(a.stamp());
+    a.update(|c| c.tie_epsilon = 0.25).unwrap();
+    seen.push(a.stamp());
+    b.update(|c| c.watermark = 0.8).unwrap();
+    seen.push(b.stamp());
+    let mut distinct = seen.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), seen.len(), "{seen:?}");
+    let before = a.stamp();
+    assert!(a.update(|c| c.watermark = -1.0).is_err());
+    assert!(a.set(ScoreConfig::with_policy(Policy::KvAware)).is_ok());
+    assert_ne!(a.stamp(), before);
+    let before = a.stamp();
+    let mut bad = ScoreConfig::default();
+    bad.tie_epsilon = 0.75;
+    assert!(a.set(bad).is_err());
+    assert_eq!(a.stamp(), before);
+    let (stamp, value) = a.load_stamped();
+    assert_eq!((stamp, value.policy), (before, Policy::KvAware));
+}
+
+/// A value cached under a stamp is never older than the value installed with that stamp:
+/// a writer installs values numbered by `tokens_per_request` and records each one's stamp;
+/// readers caching `load_stamped` pairs check that the value's number is at least the
+/// number installed with its stamp.
+#[test]
+fn a_stamped_value_is_never_older_than_its_stamp() {
+    const N: u32 = 2_000;
+    let cell = Arc::new(SharedConfig::new(ScoreConfig::default()).unwrap());
+    let installed = Arc::new(kvroute_core::sync::Mutex::new(
+        std::collections::HashMap::new(),
+    ));
+    installed
+        .lock()
+        .unwrap()
+        .insert(cell.stamp(), ScoreConfig::default().tokens_per_request);
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (cell, stop, installed) = (cell.clone(), stop.clone(), installed.clone());
+            kvroute_core::sync::thread::spawn(move || {
+                let mut pairs = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let (stamp, value) = cell.load_stamped();
+                    pairs.push((stamp, value.tokens_per_request));
+                }
+                // The writer records a stamp after installing it; once it has stopped,
+                // every stamp seen is in the map.
+                let installed = installed.lock().unwrap();
+                for (stamp, number) in pairs {
+                    let at = installed[&stamp];
+                    assert!(number >= at, "stamp {stamp}: value {number} < {at}");
+                }
+            })
+        })
+        .collect();
+    for i in 1..=N {
+        cell.update(|c| c.tokens_per_request = 512 + i).unwrap();
+        installed.lock().unwrap().insert(cell.stamp(), 512 + i);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+}

@@ -59,9 +59,10 @@ impl Router {
     /// per worker.
     ///
     /// Takes no lock: the buffers it works in are its thread's own (a thread-local cache
-    /// of a few buffer sets, reused across routers), the scorer configuration is borrowed
-    /// from its lock-free cell without a reference-count update in the common case
-    /// ([`SharedConfig::guard`](kvroute_score::SharedConfig::guard)), and matching, the load
+    /// of a few buffer sets, reused across routers), the scorer configuration is the one
+    /// the thread cached under the cell's stamp (one atomic load, and a reference count
+    /// only when a new value was installed:
+    /// [`SharedConfig::stamp`](kvroute_score::SharedConfig::stamp)), and matching, the load
     /// snapshot, the scoring pass, the stats (array counters indexed by the policy's label
     /// and the reason, no name compared) and the reservation are lock-free; it never takes
     /// the router's `membership` or `load` locks. Allocates nothing once warm (the first
@@ -96,6 +97,7 @@ impl Router {
             hashes: hash_buf,
             fleet,
             scorer,
+            config,
         } = s;
         let bs = self.block_size;
         if req.prompt_tokens == 0 {
@@ -165,10 +167,17 @@ impl Router {
             raised
         });
 
-        // One value for the whole decision, borrowed (no lock, no reference count).
-        let cfg = self.score.guard();
-        let cursor = self.cursor.fetch_add(1, Relaxed);
-        let random = (cfg.near_tie_band > 0.0).then(|| self.draw());
+        // One value for the whole decision: the one this thread cached under the cell's
+        // current stamp (one atomic load, no lock, no reference count), else loaded now.
+        let stamp = self.score.stamp();
+        let cfg: &kvroute_score::ScoreConfig = match config {
+            Some((s, c)) if *s == stamp => c,
+            _ => &config.insert(self.score.load_stamped()).1,
+        };
+        let seq = self.decision_seq.fetch_add(1, Relaxed);
+        // The tie cursor rotates through `u32` (its low half, as a `u32` counter would).
+        let cursor = seq as u32;
+        let random = (cfg.near_tie_band > 0.0).then(|| self.draw(seq));
         let sreq = ScoreRequest {
             prompt_tokens: req.prompt_tokens,
             block_size: u32::try_from(bs).unwrap_or(u32::MAX),
@@ -187,12 +196,12 @@ impl Router {
             // whatever the snapshot said when it was published.
             let stale = snap.seq() != 0
                 && req.now.saturating_since(snap.published_at()) > self.max_load_age;
-            fleet.fill_with_matched(&snap, &self.table, &cfg, stale);
+            fleet.fill_with_matched(&snap, &self.table, cfg, stale);
             let tie = TieInput {
                 cursor: cursor.wrapping_add(attempt),
                 random,
             };
-            let choice = scorer.score_matched(fleet, sreq, &cfg, tie);
+            let choice = scorer.score_matched(fleet, sreq, cfg, tie);
             let Some(picked) = choice.slot else {
                 return Err(if snap.seq() == 0 {
                     RouteError::NotPublished
@@ -510,6 +519,29 @@ mod tests {
         );
         assert_eq!(r.stats().reservations.rejected_contended, 1);
         assert_eq!(r.stats().rescores, 1);
+    }
+
+    /// A configuration installed between two decisions of one thread is the one the second
+    /// decides with (the thread's cached value is replaced when the stamp changes), through
+    /// `set_score_config` and through `update_score_config`.
+    #[test]
+    fn a_new_configuration_reaches_the_next_decision_on_the_same_thread() {
+        let (r, prompt, _) = fleet(8);
+        let req = RouteRequest::tokens(&prompt, 1_000, Nanos::from_secs(1));
+        let mut scratch = Scratch::default();
+        let first = r.route_in(&mut scratch, &req, &mut |_, _| {}).unwrap();
+        assert_eq!(first.policy, kvroute_score::Policy::default());
+        drop(first);
+        let least = kvroute_score::Policy::LeastLoad;
+        r.set_score_config(kvroute_score::ScoreConfig::with_policy(least))
+            .unwrap();
+        let second = r.route_in(&mut scratch, &req, &mut |_, _| {}).unwrap();
+        assert_eq!(second.policy, least);
+        drop(second);
+        let kv = kvroute_score::Policy::KvAware;
+        r.update_score_config(|c| c.policy = kv).unwrap();
+        let third = r.route_in(&mut scratch, &req, &mut |_, _| {}).unwrap();
+        assert_eq!(third.policy, kv);
     }
 
     /// Sequentially, the second request sees the first's reservation and goes to the peer.

@@ -12,7 +12,7 @@
 //!   their crates' own.
 
 use kvroute_core::EngineHash;
-use kvroute_core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use kvroute_core::sync::atomic::AtomicU64;
 use kvroute_core::sync::{Mutex, MutexGuard, RwLock};
 use kvroute_core::{EngineId, LoadSample, Nanos, Number, OutOfRange, UpdateError};
 use kvroute_core::{SequenceHash, Slot, SlotGeneration, WorkerId};
@@ -62,8 +62,10 @@ pub struct Router {
     pub(crate) reader: LoadReader,
     pub(crate) table: ReservationTable,
     pub(crate) score: SharedConfig,
-    pub(crate) cursor: AtomicU32,
-    draws: AtomicU64,
+    /// Decisions begun: each takes the next number, one read-modify-write for both of
+    /// its per-decision indices (the rotating tie cursor, its low 32 bits, and the
+    /// near-tie draw).
+    pub(crate) decision_seq: AtomicU64,
     pub(crate) counters: Counters,
     /// Per-worker breakers fed by request outcomes (`breaker.rs`).
     breakers: Breakers,
@@ -135,8 +137,7 @@ impl Router {
             reader,
             table,
             score,
-            cursor: AtomicU32::new(0),
-            draws: AtomicU64::new(0),
+            decision_seq: AtomicU64::new(0),
             counters: Counters::new(config.worker_slots),
             breakers: Breakers::new(config.worker_slots, config.breaker),
             ingest: crate::ingest::IngestState::new(config.worker_slots),
@@ -660,11 +661,11 @@ impl Router {
         self.table.reserved_for(slot, generation)
     }
 
-    /// The next near-tie draw: the `n`-th output of [`NearTieRng`] seeded with the router's
-    /// seed, `n` counting decisions that asked for one.
-    pub(crate) fn draw(&self) -> u64 {
+    /// The near-tie draw of decision number `n` (from
+    /// [`decision_seq`](Self::decision_seq)): the first output of [`NearTieRng`] seeded
+    /// with the router's seed plus `n` times the golden-ratio constant.
+    pub(crate) fn draw(&self, n: u64) -> u64 {
         const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
-        let n = self.draws.fetch_add(1, Relaxed);
         NearTieRng::new(self.near_tie_seed.wrapping_add(n.wrapping_mul(GOLDEN))).next_u64()
     }
 }

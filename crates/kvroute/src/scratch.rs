@@ -10,7 +10,9 @@
 //! which set to reuse: any set serves any router, because every buffer is rewritten by the
 //! decision that uses it (hashes cleared, overlaps reset to the index's slot count, cost
 //! lanes resized) except the fleet's lanes, which are cached under the load snapshot's
-//! stamp, unique in the process to one publication of one publisher. So taking over
+//! stamp, unique in the process to one publication of one publisher, and the scorer
+//! configuration, cached under its cell's stamp, unique in the process to one install
+//! (`SharedConfig::stamp`). So taking over
 //! another router's set costs at most one refill, never a wrong decision, and threads that
 //! use several routers in turn keep one set per router (up to [`KEEP`]) without
 //! reallocating.
@@ -28,7 +30,9 @@
 use core::cell::RefCell;
 
 use kvroute_core::SequenceHash;
-use kvroute_score::{Fleet, Scorer};
+use std::sync::Arc;
+
+use kvroute_score::{Fleet, ScoreConfig, Scorer};
 
 /// Buffers of one decision in flight.
 #[derive(Debug, Default)]
@@ -36,6 +40,9 @@ pub(crate) struct Scratch {
     pub hashes: Vec<SequenceHash>,
     pub fleet: Fleet,
     pub scorer: Scorer,
+    /// The scorer configuration a decision last loaded, under its stamp: reused while the
+    /// cell's stamp is unchanged (no atomic read-modify-write per decision).
+    pub config: Option<(u64, Arc<ScoreConfig>)>,
 }
 
 /// Buffer sets kept per thread.
