@@ -115,10 +115,16 @@ impl RunIndex {
         loop {
             let keys = view.keys();
             let want = &hashes[d..];
-            if let Some(next) = want.get(keys.len()) {
-                // The lookup after a full match of this run: start loading its slot now.
-                self.heads.prefetch(next.0, &guard);
-            }
+            // The lookup after a full match of this run, made now (before this run's keys
+            // are compared) and its view's lines requested: the chain of misses it starts
+            // (head slot, view, keys) overlaps this run's work instead of following it.
+            let ahead = want.get(keys.len()).and_then(|next| {
+                let v = self.heads.find(next.0, &guard);
+                if let Some(v) = v {
+                    v.prefetch();
+                }
+                v
+            });
             let m = common_prefix(keys, want);
             let full = view.full();
             let mut any = 0u64;
@@ -193,7 +199,12 @@ impl RunIndex {
                 }
             }
             let next = if d < n && m > 0 {
-                self.heads.find(hashes[d].0, &guard)
+                if m == keys.len() {
+                    // `hashes[d]` is the key looked up ahead.
+                    ahead
+                } else {
+                    self.heads.find(hashes[d].0, &guard)
+                }
             } else {
                 None
             };
