@@ -5,7 +5,11 @@
 //! first difference or the run's end (`m` positions). A worker whose leading coverage of
 //! the run is `c` (every position for a full holder, `cutoff` for a partial one, 0 for
 //! anyone else) stays alive if `c >= m`, and otherwise drops out with overlap `d + c`. The
-//! request's next hash, if any, is then looked up as the first key of a run. Cost:
+//! request's next hash, if any, is then looked up as the first key of a run (the lookup
+//! that follows a full match of a run is made before that run's keys are compared, and the
+//! found view's first lines are requested then, so its cache misses overlap the run's
+//! work; a reader's lookups are each one of the index's states, whichever comes first, as
+//! before). Cost:
 //! O(hashes compared + runs × (words + partials) + workers written); no allocation.
 
 use super::RunIndex;
