@@ -174,6 +174,15 @@ impl Heads {
         }
     }
 
+    /// Starts loading the slot where a [`find`](Self::find) of `key` begins.
+    #[inline]
+    pub(crate) fn prefetch(&self, key: u64, _guard: &Guard) {
+        // SAFETY: as in `find`: the array outlives the reader's pin.
+        let a = unsafe { &*self.array.load(Ordering::Acquire) };
+        let i = a.home(slot_key(key));
+        crate::index::table::prefetch_read(core::ptr::from_ref(&a.slots[i]).cast());
+    }
+
     /// Writer: the slot index of `key` in the current array, or the empty slot where it
     /// would go.
     fn probe(a: &Array, k: u64) -> (usize, bool) {

@@ -134,21 +134,6 @@ impl ViewHead {
     }
 
     /// The run's keys (chained block hashes), `len` of them.
-    /// Asks for the lines a walk reads first: the header's and the next one (the
-    /// coverage words that follow it), and the first two lines of the keys. Only hints:
-    /// nothing waits for them (the keys' address is read from the header, a load the
-    /// prefetches alone depend on).
-    #[inline]
-    pub(crate) fn prefetch(&self) {
-        use crate::index::table::prefetch_read;
-        let at = core::ptr::from_ref(self).cast::<u8>();
-        prefetch_read(at);
-        prefetch_read(at.wrapping_add(64));
-        let keys = self.keys.cast::<u8>();
-        prefetch_read(keys);
-        prefetch_read(keys.wrapping_add(64));
-    }
-
     #[inline]
     pub(crate) fn keys(&self) -> &[u64] {
         // SAFETY: `keys` holds at least `len` keys that are not written while this view

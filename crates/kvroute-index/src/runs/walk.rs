@@ -5,11 +5,7 @@
 //! first difference or the run's end (`m` positions). A worker whose leading coverage of
 //! the run is `c` (every position for a full holder, `cutoff` for a partial one, 0 for
 //! anyone else) stays alive if `c >= m`, and otherwise drops out with overlap `d + c`. The
-//! request's next hash, if any, is then looked up as the first key of a run (the lookup
-//! that follows a full match of a run is made before that run's keys are compared, and the
-//! found view's first lines are requested then, so its cache misses overlap the run's
-//! work; a reader's lookups are each one of the index's states, whichever comes first, as
-//! before). Cost:
+//! request's next hash, if any, is then looked up as the first key of a run. Cost:
 //! O(hashes compared + runs × (words + partials) + workers written); no allocation.
 
 use super::RunIndex;
@@ -119,16 +115,10 @@ impl RunIndex {
         loop {
             let keys = view.keys();
             let want = &hashes[d..];
-            // The lookup after a full match of this run, made now (before this run's keys
-            // are compared) and its view's lines requested: the chain of misses it starts
-            // (head slot, view, keys) overlaps this run's work instead of following it.
-            let ahead = want.get(keys.len()).and_then(|next| {
-                let v = self.heads.find(next.0, &guard);
-                if let Some(v) = v {
-                    v.prefetch();
-                }
-                v
-            });
+            if let Some(next) = want.get(keys.len()) {
+                // The lookup after a full match of this run: start loading its slot now.
+                self.heads.prefetch(next.0, &guard);
+            }
             let m = common_prefix(keys, want);
             let full = view.full();
             let mut any = 0u64;
@@ -203,12 +193,7 @@ impl RunIndex {
                 }
             }
             let next = if d < n && m > 0 {
-                if m == keys.len() {
-                    // `hashes[d]` is the key looked up ahead.
-                    ahead
-                } else {
-                    self.heads.find(hashes[d].0, &guard)
-                }
+                self.heads.find(hashes[d].0, &guard)
             } else {
                 None
             };
