@@ -73,25 +73,39 @@ pub(crate) struct Order {
     pub key: Option<CoefKey>,
     /// Occupied slots with finite, non-negative coefficients, by `κ` (then slot).
     slots: Vec<u32>,
-    /// `κ` of each, in the same order.
-    kappa: Vec<f32>,
-    /// The coefficients of each, in the same order, eight positions per chunk: chunk `j`
-    /// holds, per coefficient (`cap`, `q1`, `room`, `spp`, `a`, `b`, `start`, `barrier`;
-    /// module `coef`), the values of positions `8j..8j + 8`. The last chunk is padded with
-    /// positions whose cost is +∞ (`start` +∞).
-    cols: Vec<[[f32; 8]; 8]>,
-    /// `slots`, eight positions per chunk as `cols` (the last chunk padded with slot 0,
-    /// whose lanes the walk masks out): what the walk gathers the overlaps by.
-    ids: Vec<[u32; 8]>,
-    /// Suffix minima along the order (entry `k`: over `slots[k..]`), one entry more (+∞).
-    spp: Vec<f32>,
-    a: Vec<f32>,
-    b: Vec<f32>,
-    cap: Vec<f32>,
+    /// The order eight positions per chunk (the walk's step), each with what the walk's
+    /// bound needs at the chunk's first position; the last chunk padded.
+    chunks: Vec<Chunk>,
     /// Occupied slots left out of `slots`: costed one by one by every decision.
     loose: Vec<u32>,
     /// The slots of `slots` with a finite `least_load` cost, by that cost (then slot).
     least: Vec<u32>,
+}
+
+/// Eight consecutive positions of the [`Order`] (positions `8j..8j + 8` of chunk `j`).
+#[derive(Clone, Debug)]
+struct Chunk {
+    /// Per coefficient (`cap`, `q1`, `room`, `spp`, `a`, `b`, `start`, `barrier`; module
+    /// `coef`), the values of the eight positions; padding positions have `start` +∞ (a
+    /// cost of +∞, never eligible) and zeros elsewhere.
+    cols: [[f32; 8]; 8],
+    /// The positions' slots (padding: slot 0, whose lanes the walk masks out): what the
+    /// walk gathers the overlaps by.
+    ids: [u32; 8],
+    /// `κ` of the chunk's first position and the suffix minima of `cap`, `spp`, `a` and
+    /// `b` from it to the order's end: the walk's lower bound for every position from
+    /// here on (module docs).
+    head: Head,
+}
+
+/// See [`Chunk::head`].
+#[derive(Clone, Copy, Debug)]
+struct Head {
+    kappa: f32,
+    cap: f32,
+    spp: f32,
+    a: f32,
+    b: f32,
 }
 
 impl Order {
@@ -145,36 +159,39 @@ impl Order {
                 .total_cmp(&k.least[y as usize])
                 .then(x.cmp(&y))
         });
-        self.kappa.clear();
-        self.kappa.extend(self.slots.iter().map(|&i| kap(i)));
-        self.cols.clear();
-        self.ids.clear();
+        self.chunks.clear();
         for chunk in self.slots.chunks(8) {
             let mut ids = [0u32; 8];
             ids[..chunk.len()].copy_from_slice(chunk);
-            self.ids.push(ids);
-            // Padding: +∞ start, zeros elsewhere (a cost of +∞, never eligible).
-            let mut block = [[0.0f32; 8]; 8];
-            block[START] = [f32::INFINITY; 8];
+            let mut cols = [[0.0f32; 8]; 8];
+            cols[START] = [f32::INFINITY; 8];
             for (j, &i) in chunk.iter().enumerate() {
                 for (c, v) in Packed::of(f, i as usize).0.into_iter().enumerate() {
-                    block[c][j] = v;
+                    cols[c][j] = v;
                 }
             }
-            self.cols.push(block);
+            let head = Head {
+                kappa: kap(chunk[0]),
+                cap: f32::INFINITY,
+                spp: f32::INFINITY,
+                a: f32::INFINITY,
+                b: f32::INFINITY,
+            };
+            self.chunks.push(Chunk { cols, ids, head });
         }
-        let n = self.slots.len();
-        for (lane, src) in [
-            (&mut self.spp, &k.spp),
-            (&mut self.a, &k.a),
-            (&mut self.b, &f.dbase),
-            (&mut self.cap, &k.cap),
-        ] {
-            lane.clear();
-            lane.resize(n + 1, f32::INFINITY);
-            for j in (0..n).rev() {
-                let v = src[self.slots[j] as usize];
-                lane[j] = if v < lane[j + 1] { v } else { lane[j + 1] };
+        // The suffix minima, from the order's end back to each chunk's first position.
+        let mut least = [f32::INFINITY; 4];
+        for j in (0..self.slots.len()).rev() {
+            let i = self.slots[j] as usize;
+            for (l, v) in least
+                .iter_mut()
+                .zip([k.cap[i], k.spp[i], k.a[i], f.dbase[i]])
+            {
+                *l = if v < *l { v } else { *l };
+            }
+            if j % 8 == 0 {
+                let h = &mut self.chunks[j / 8].head;
+                [h.cap, h.spp, h.a, h.b] = least;
             }
         }
         self.key = Some(key);
@@ -430,27 +447,26 @@ fn decide<V: Gather>(
     let budget = walk_budget(n);
     // The match buffer's entries while the fleet's overlap lane is not converted.
     let raw = f.deferred_overlaps();
-    let mut k = 0;
-    while k < n {
+    for (c, chunk) in o.chunks.iter().enumerate() {
+        let k = c * 8;
         let limit = band_limit(m, rule.band);
-        let nu = o.cap[k].min_(lifted);
-        let lb =
-            o.kappa[k] + nu * (u_c * o.spp[k]) + p.output * (o.b[k] + (nu + nu - 1.0) * o.a[k]);
+        let h = chunk.head;
+        let nu = h.cap.min_(lifted);
+        let lb = h.kappa + nu * (u_c * h.spp) + p.output * (h.b + (nu + nu - 1.0) * h.a);
         if lb * (1.0 - 1.0 / 16_384.0) - 1e-30 > limit {
             break;
         }
         if k >= budget {
             return Outcome::Dense;
         }
-        let end = (k + 8).min(n);
-        let block = &o.cols[k / 8];
-        let cols = columns(block);
-        let slots = &o.slots[k..end];
+        let lanes = (n - k).min(8);
+        let cols = columns(&chunk.cols);
+        let slots = &chunk.ids;
         let ov = match raw {
-            Some(raw) => V::overlaps(raw, &o.ids[k / 8], end - k),
+            Some(raw) => V::overlaps(raw, slots, lanes),
             None => {
                 let mut ov = [0f32; 8];
-                for (x, &i) in ov.iter_mut().zip(slots) {
+                for (x, &i) in ov.iter_mut().zip(slots).take(lanes) {
                     *x = f.overlap_at(i as usize);
                 }
                 V::load(ov)
@@ -466,7 +482,7 @@ fn decide<V: Gather>(
         let least = if any_held {
             // A slot holding a reservation has other coefficients now than the order's
             // (it was costed above).
-            for (j, &i) in slots.iter().enumerate() {
+            for (j, &i) in slots.iter().enumerate().take(lanes) {
                 if has(&s.held, i as usize) {
                     ok &= !(1 << j);
                 }
@@ -492,7 +508,6 @@ fn decide<V: Gather>(
             s.seen.push((slots[j], costs[j]));
             within &= within - 1;
         }
-        k = end;
     }
     if s.seen.is_empty() {
         return Outcome::NoneEligible;
