@@ -415,16 +415,22 @@ fn decide<V: Gather>(
 ) -> Outcome {
     let o = &f.order;
     let mut m = f32::INFINITY;
-    // The special slots, each costed from its own lanes once.
-    let specials = f
-        .reserved_slots()
-        .chain(tail.iter().map(|&i| i as usize))
-        .chain(o.loose.iter().map(|&i| i as usize));
-    for i in specials {
-        if i >= f.len || f.occupied[i] <= 0.0 || s.special.contains(&(i as u32)) {
-            continue;
+    // The special slots, each costed from its own lanes once (three plain loops: a
+    // chained iterator is not inlined into the kernel).
+    let special = &mut s.special;
+    let mut add = |i: usize| {
+        if i < f.len && f.occupied[i] > 0.0 && !special.iter().any(|&x| x as usize == i) {
+            special.push(i as u32);
         }
-        s.special.push(i as u32);
+    };
+    for i in f.reserved_slots() {
+        add(i);
+    }
+    for &i in tail {
+        add(i as usize);
+    }
+    for &i in &o.loose {
+        add(i as usize);
     }
     // Each special slot costed from its own coefficients broadcast to every lane (lane 0
     // read back): no vector is assembled from scalar stores, which a load could not take
@@ -514,8 +520,11 @@ fn decide<V: Gather>(
     }
     // The band, as a sorted list of slots, then the tie keys.
     let limit = band_limit(m, rule.band);
-    s.band
-        .extend(s.seen.iter().filter(|&&(_, c)| c <= limit).map(|&(i, _)| i));
+    for &(i, c) in &s.seen {
+        if c <= limit {
+            s.band.push(i);
+        }
+    }
     s.band.sort_unstable();
     s.band.dedup();
     let Some(pick) = pick_in_list(f, rule, &mut s.band) else {
@@ -525,11 +534,16 @@ fn decide<V: Gather>(
     // reservations and the loose ones from their own lanes, the rest from the order).
     let least = &f.coef.least;
     let mut ml = f32::INFINITY;
-    let loose = o.loose.iter().map(|&i| i as usize);
-    for i in f.reserved_slots().chain(loose) {
+    let mut lower = |i: usize| {
         if i < f.len && f.occupied[i] > 0.0 && least[i].is_finite() && least[i] < ml {
             ml = least[i];
         }
+    };
+    for i in f.reserved_slots() {
+        lower(i);
+    }
+    for &i in &o.loose {
+        lower(i as usize);
     }
     if let Some(&i) = o
         .least
