@@ -13,19 +13,22 @@ use crate::index::Overlaps;
 use crate::index::matching::{MAX_WORDS, TAIL_SLOTS, record_most as record};
 use kvroute_core::SequenceHash;
 
-/// How many leading keys of `keys` equal the hashes of `want` (compared four at a time:
-/// one branch per four keys).
+/// How many leading keys of `keys` equal the hashes of `want` (compared eight at a time,
+/// one branch per eight keys, then one by one from the first group that differs).
 #[inline]
 fn common_prefix(keys: &[u64], want: &[SequenceHash]) -> usize {
     let lim = keys.len().min(want.len());
     let (keys, want) = (&keys[..lim], &want[..lim]);
     let mut m = 0;
-    for (k, w) in keys.chunks_exact(4).zip(want.chunks_exact(4)) {
-        let diff = (k[0] ^ w[0].0) | (k[1] ^ w[1].0) | (k[2] ^ w[2].0) | (k[3] ^ w[3].0);
+    for (k, w) in keys.chunks_exact(8).zip(want.chunks_exact(8)) {
+        let mut diff = 0;
+        for (a, b) in k.iter().zip(w) {
+            diff |= a ^ b.0;
+        }
         if diff != 0 {
             break;
         }
-        m += 4;
+        m += 8;
     }
     while m < lim && keys[m] == want[m].0 {
         m += 1;
@@ -213,6 +216,36 @@ impl RunIndex {
         out.finish(deepest as u32, words * 64);
         if deepest > 0 {
             out.set_deepest_slot(witness);
+        }
+    }
+}
+
+#[cfg(all(test, not(kvroute_loom)))]
+mod tests {
+    use super::*;
+
+    /// The first difference is found wherever it lies in or after the groups of eight,
+    /// whichever of the two is shorter, and a full match is the shorter length.
+    #[test]
+    fn common_prefix_is_the_first_difference_or_the_shorter_length() {
+        for keys_len in 0..=27usize {
+            for want_len in [0, 1, keys_len.saturating_sub(3), keys_len, keys_len + 5] {
+                let keys: Vec<u64> = (0..keys_len as u64).map(|k| k * 7 + 1).collect();
+                let want: Vec<SequenceHash> = (0..want_len as u64)
+                    .map(|k| SequenceHash(k * 7 + 1))
+                    .collect();
+                let lim = keys_len.min(want_len);
+                assert_eq!(common_prefix(&keys, &want), lim, "{keys_len} {want_len}");
+                for p in 0..lim {
+                    let mut changed = want.clone();
+                    changed[p].0 ^= 1 << (p % 64);
+                    assert_eq!(
+                        common_prefix(&keys, &changed),
+                        p,
+                        "{keys_len} {want_len} {p}"
+                    );
+                }
+            }
         }
     }
 }
