@@ -77,6 +77,10 @@ pub struct RunResult {
     pub rejections: u64,
     /// Requests still in flight (arrived, not finished) when the run ended.
     pub in_flight_at_end: u64,
+    /// The workload's faults (their positions in its fault list) that start after the run
+    /// ended (every request had finished, or the horizon passed): never applied, so the
+    /// run says nothing about them. The command line prints a note for each.
+    pub faults_after_end: Vec<usize>,
     /// Reservations (requests) still held in the router when the run ended: 0 after a run
     /// that completed; at most the requests in flight when a horizon stopped it.
     pub reservations_at_end: u64,

@@ -601,3 +601,30 @@ fn a_table_title_names_the_run_settings() {
         "{defaults}"
     );
 }
+
+/// A run cut so short (`--limit 5`: a couple of seconds) that none of `restart`'s four
+/// scheduled restarts (20, 35, 50 and 65 s) is reached prints, even with `--quiet`, one
+/// note per restart, naming its engine and time.
+#[test]
+fn faults_the_run_never_reached_are_noted() {
+    let out = sim(&[
+        "scenario",
+        "restart",
+        "--limit",
+        "5",
+        "--policies",
+        "round_robin",
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    for (i, (at, engine)) in kvroute_sim::workload::scenarios::faults::RESTARTS
+        .iter()
+        .enumerate()
+    {
+        let want = format!(
+            "note: restart[..5]: fault {i} (engine {engine}, at {at} s) was not applied in 1 of 1 runs"
+        );
+        assert!(err.contains(&want), "missing `{want}` in:\n{err}");
+    }
+}

@@ -376,3 +376,33 @@ fn a_forced_telemetry_mode_overrides_partial_telemetry_faults() {
     assert_eq!(go(&scenario, Some(TelemetryMode::Full)), full);
     assert_eq!(go(&scenario, Some(TelemetryMode::VllmMetrics)), vllm);
 }
+
+/// A fault that starts after the last request has finished is never applied, and the
+/// result names it (by its position in the fault list); one inside the run is not named.
+#[test]
+fn faults_after_the_end_of_the_run_are_named_not_dropped() {
+    let reqs = vec![
+        request(1, 0.0, tokens(1, 500), 10),
+        request(2, 0.2, tokens(2, 500), 10),
+    ];
+    let restart = |at_s| Fault {
+        at_s,
+        engine: 0,
+        kind: FaultKind::Restart,
+    };
+    // Two requests of 500 prompt and 10 output tokens end within a second; the run lasts
+    // until then, far before 1,000 s.
+    let faults = vec![restart(1_000.0), restart(0.1), restart(5_000.0)];
+    let w = workload(
+        2,
+        small_engine(4_000),
+        ChannelConfig::default(),
+        reqs,
+        faults,
+    );
+    let r = run(&w, Policy::RoundRobin, &RunOptions::default());
+    assert_eq!(r.error, None);
+    assert!(r.end_s < 1_000.0, "{}", r.end_s);
+    assert_eq!(r.faults_after_end, vec![0, 2]);
+    assert_totals(&r);
+}

@@ -172,6 +172,13 @@ fn run_and_report(common: &Common, workloads: &[Workload], rate_scale: f64) -> R
         }
         emit(&w.table())?;
     }
+    // Always on standard error, `--quiet` or not: a fault the runs never reached is not
+    // to pass unseen.
+    for (w, workload) in runs.iter().zip(workloads) {
+        for note in unapplied_faults(w, workload) {
+            eprintln!("note: {note}");
+        }
+    }
     if !common.quiet {
         let n = workloads.len() * policies.len();
         eprintln!(
@@ -255,4 +262,29 @@ fn list() -> String {
         let _ = writeln!(out, "  {line}");
     }
     out
+}
+
+/// One line per fault of `workload` that some of its runs `w` ended before: how many, and
+/// when the latest of them ended.
+fn unapplied_faults(w: &WorkloadRuns, workload: &Workload) -> Vec<String> {
+    let mut late: std::collections::BTreeMap<usize, (usize, f64)> = Default::default();
+    for r in &w.runs {
+        for &i in &r.result.faults_after_end {
+            let e = late.entry(i).or_insert((0, 0.0));
+            e.0 += 1;
+            e.1 = e.1.max(r.result.end_s);
+        }
+    }
+    late.into_iter()
+        .map(|(i, (n, end))| {
+            let at = workload.faults.get(i).map_or(f64::NAN, |f| f.at_s);
+            format!(
+                "{}: fault {i} (engine {}, at {at} s) was not applied in {n} of {} runs: \
+                 each ended first (the latest at {end:.1} s)",
+                w.name,
+                workload.faults.get(i).map_or(0, |f| f.engine),
+                w.runs.len()
+            )
+        })
+        .collect()
 }

@@ -149,9 +149,28 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
             ));
         }
         let m = compute(&policies[p].to_string(), &r);
-        Ok(SWEEP_METRICS.map(|metric| metric.of(&m)))
+        Ok((
+            SWEEP_METRICS.map(|metric| metric.of(&m)),
+            r.faults_after_end,
+        ))
     });
-    let values: Vec<_> = results.into_iter().collect::<Result<_, String>>()?;
+    let results: Vec<_> = results.into_iter().collect::<Result<_, String>>()?;
+    // Always on standard error: faults some runs never reached (each ended first).
+    for (s, scale) in scales.iter().enumerate() {
+        let late: Vec<&Vec<usize>> = (results.iter().enumerate())
+            .filter(|(i, r)| (i / nk) % ns == s && !r.1.is_empty())
+            .map(|(_, r)| &r.1)
+            .collect();
+        if let Some(first) = late.first() {
+            eprintln!(
+                "note: {name} at x{scale}: {} of {} runs ended before some of the workload's \
+                 faults started (never applied; faults {first:?} in the first of them)",
+                late.len(),
+                np * nk
+            );
+        }
+    }
+    let values: Vec<_> = results.into_iter().map(|r| r.0).collect();
     let samples = SweepSamples {
         workload: name,
         policies: policies.iter().map(Policy::to_string).collect(),

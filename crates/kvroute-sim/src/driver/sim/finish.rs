@@ -13,6 +13,10 @@ impl<'a> Sim<'a> {
     pub(in crate::driver) fn finish(mut self) -> RunResult {
         let mut res = std::mem::take(&mut self.res);
         res.end_s = secs(self.now);
+        res.faults_after_end = (self.w.faults.iter().enumerate())
+            .filter(|(_, f)| crate::fault::secs_to_ns(f.at_s) > self.now)
+            .map(|(i, _)| i)
+            .collect();
         let mut records: Vec<RequestRecord> = self
             .w
             .requests
