@@ -628,3 +628,45 @@ fn faults_the_run_never_reached_are_noted() {
         assert!(err.contains(&want), "missing `{want}` in:\n{err}");
     }
 }
+
+/// `sweep --workload NAME --limit N` cuts the named workload as `scenario --limit` does
+/// (its name gets the `[..N]` suffix), and a cut so short that none of `restart`'s four
+/// restarts is reached is noted for every rate scale: all 2 policies x 2 seeds runs at
+/// each. `--whole-trace` with a named workload is refused.
+#[test]
+fn sweep_cuts_a_named_workload_and_notes_the_faults_it_never_reached() {
+    let out = sim(&[
+        "sweep",
+        "--workload",
+        "restart",
+        "--limit",
+        "5",
+        "--policies",
+        "round_robin",
+        "--rate-scales",
+        "1,2",
+        "--seeds",
+        "2",
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        stdout.contains("== sweep: restart[..5], 2 policies"),
+        "{stdout}"
+    );
+    for scale in ["x1", "x2"] {
+        let want = format!(
+            "note: restart[..5] at {scale}: 4 of 4 runs ended before some of the workload's \
+             faults started (never applied; faults [0, 1, 2, 3] in the first of them)"
+        );
+        assert!(stderr.contains(&want), "missing `{want}` in:\n{stderr}");
+    }
+    let out = sim(&["sweep", "--workload", "restart", "--whole-trace", "--quiet"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--whole-trace is for --trace"),
+        "{}",
+        text(&out.stderr)
+    );
+}

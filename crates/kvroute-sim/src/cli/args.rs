@@ -196,7 +196,8 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub seeds: u32,
     /// Keep only the first N requests of the trace, N >= 1 (default: the documented
-    /// default slice, see `--whole-trace`).
+    /// default slice, see `--whole-trace`); with `--workload`, its first N routed requests
+    /// (its pinned setup requests kept; default: all of them).
     #[arg(long, value_name = "N", value_parser = parse_limit, conflicts_with = "whole_trace")]
     pub limit: Option<usize>,
     /// Sweep the whole trace instead of its default slice.

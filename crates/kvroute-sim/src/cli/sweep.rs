@@ -39,7 +39,9 @@ pub fn default_policies() -> Vec<Policy> {
 /// for each seed.
 enum Source {
     Trace(Box<Workload>),
-    Named(&'static Scenario),
+    /// A named workload, cut to its first `N` routed requests when `--limit N` is given
+    /// (as `scenario --limit` cuts it: pinned setup requests kept).
+    Named(&'static Scenario, Option<usize>),
 }
 
 impl Source {
@@ -48,7 +50,8 @@ impl Source {
     fn workload(&self, scale: f64, seed: u64, jitter_s: f64) -> Result<Workload, String> {
         let mut w = match self {
             Source::Trace(w) => (**w).clone(),
-            Source::Named(s) => s.build(seed),
+            Source::Named(s, None) => s.build(seed),
+            Source::Named(s, Some(n)) => kvroute_sim::workload::synth::truncate(s.build(seed), *n),
         };
         scale_arrivals(&mut w, scale).map_err(|e| e.to_string())?;
         jitter_arrivals(&mut w, jitter_s, seed).map_err(|e| e.to_string())?;
@@ -58,8 +61,14 @@ impl Source {
 
 fn source(common: &Common, args: &SweepArgs) -> Result<Source, String> {
     if let Some(name) = &args.workload {
+        if args.whole_trace {
+            return Err(
+                "--whole-trace is for --trace; a named workload runs whole unless --limit cuts it"
+                    .to_string(),
+            );
+        }
         return kvroute_sim::workload::find_named(name)
-            .map(Source::Named)
+            .map(|s| Source::Named(s, args.limit))
             .ok_or_else(|| format!("unknown workload `{name}`"));
     }
     let Some(trace) = &args.trace else {
@@ -129,7 +138,7 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
         let w = src.workload(scales[s], seeds[k], args.arrival_jitter)?;
         let shared = match src {
             Source::Trace(_) => &hashes[0],
-            Source::Named(_) => &hashes[k],
+            Source::Named(..) => &hashes[k],
         };
         let h = shared.get_or_init(|| PromptHashes::of(&w));
         let opts = RunOptions {
