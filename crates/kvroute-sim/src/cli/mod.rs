@@ -277,12 +277,14 @@ fn unapplied_faults(w: &WorkloadRuns, workload: &Workload) -> Vec<String> {
     }
     late.into_iter()
         .map(|(i, (n, end))| {
-            let at = workload.faults.get(i).map_or(f64::NAN, |f| f.at_s);
+            let (engine, at) = workload
+                .faults
+                .get(i)
+                .map_or((0, f64::NAN), |f| (f.engine, f.at_s));
             format!(
-                "{}: fault {i} (engine {}, at {at} s) was not applied in {n} of {} runs: \
+                "{}: fault {i} (engine {engine}, at {at} s) was not applied in {n} of {} runs: \
                  each ended first (the latest at {end:.1} s)",
                 w.name,
-                workload.faults.get(i).map_or(0, |f| f.engine),
                 w.runs.len()
             )
         })
