@@ -703,6 +703,32 @@ pub(crate) fn pick_in_list(f: &Fleet, rule: &TieRule, band: &mut Vec<u32>) -> Op
         let k = r % (band.len() as u64).max(1);
         return band.get(k as usize).map(|&i| i as usize);
     }
+    if rule.load && rule.overlap {
+        // Both keys in one pass: the least requests, and the most overlap among the slots
+        // the load key keeps (those at the least requests, and those whose requests are
+        // NaN, which `!(r > min)` keeps); then one compaction. Keeps what the two passes
+        // below keep.
+        let (mut min_req, mut top, mut top_nan) =
+            (f32::INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY);
+        for &i in band.iter() {
+            let (r, o) = (req(i), ovl(i));
+            if r < min_req {
+                min_req = r;
+                top = f32::NEG_INFINITY;
+            }
+            if r == min_req {
+                top = if o > top { o } else { top };
+            } else if r.is_nan() {
+                top_nan = if o > top_nan { o } else { top_nan };
+            }
+        }
+        let top = if top_nan > top { top_nan } else { top };
+        keep_where(band, |i| !(req(i) > min_req) && !(ovl(i) < top));
+        if band.is_empty() {
+            return None;
+        }
+        return Some(band[rule.cursor as usize % band.len()] as usize);
+    }
     if rule.load {
         let mut min_req = f32::INFINITY;
         for &i in band.iter() {

@@ -136,6 +136,7 @@ impl FieldCell {
     /// `order` (`Relaxed` or `Release`). Returns the entry and the field's total just before
     /// (the young bucket's exact pre-value plus the old bucket as last read). With `limit`,
     /// refuses (adding nothing) when that total exceeds it.
+    #[inline]
     pub(crate) fn add(
         &self,
         amount: u32,

@@ -637,10 +637,7 @@ impl ReservationTable {
         // stays as small as the loads themselves.
         let groups = n.div_ceil(GROUP_SLOTS);
         for base in (0..groups).step_by(64) {
-            let mut live = 0u64;
-            for (b, group) in (base..groups.min(base + 64)).enumerate() {
-                live |= u64::from(self.inner.groups.live(group) != 0) << b;
-            }
+            let mut live = self.inner.groups.live_bits(base, groups);
             while live != 0 {
                 let group = base + live.trailing_zeros() as usize;
                 live &= live - 1;
