@@ -146,19 +146,22 @@ impl RunIndex {
                     alive[wi] &= !bit;
                 }
             }
+            // First whether anyone dropped out or stays (a reduction without calls, which
+            // the compiler vectorises), then the entries only when someone dropped out.
             let mut dropped_any = 0u64;
             for w in 0..words {
-                // At depth 0 too: a worker without the first run's first block gets its
-                // 0 written here.
-                let dropped = alive[w] & !kept[w];
-                dropped_any |= dropped;
-                record(blocks, w, dropped, d as u32);
-                alive[w] = kept[w];
+                dropped_any |= alive[w] & !kept[w];
                 any |= kept[w];
             }
             if dropped_any != 0 {
+                for w in 0..words {
+                    // At depth 0 too: a worker without the first run's first block gets
+                    // its 0 written here.
+                    record(blocks, w, alive[w] & !kept[w], d as u32);
+                }
                 dropped_max = dropped_max.max(d);
             }
+            alive[..words].copy_from_slice(&kept[..words]);
             if any == 0 {
                 break;
             }
