@@ -21,7 +21,8 @@
 //! it served; they are freed when the thread exits, not when a router is dropped (a
 //! dropped router's set waits to be reused by another router or evicted).
 //!
-//! No `unsafe`, and no atomic but the id counter's (a plain `std` atomic, `Relaxed`: it only
+//! One `unsafe` (the cache's address taken out of the thread-local access, `with`), and no
+//! atomic but the id counter's (a plain `std` atomic, `Relaxed`: it only
 //! hands out distinct numbers and is no protocol the loom models check; a `static` loom
 //! atomic is not possible). The cache is a `RefCell` borrowed for the decision. A
 //! decision that finds it borrowed (it never is: `route` calls nothing that routes) or
@@ -113,15 +114,21 @@ pub(crate) fn next_router_id() -> u64 {
 /// Runs `f` on this thread's buffer set for the router whose id is `tag`, or on a fresh
 /// set when the cache is unavailable (module docs). `f` runs exactly once.
 #[inline]
-pub(crate) fn with<R>(tag: u64, mut f: impl FnMut(&mut Scratch) -> R) -> R {
-    let cached = CACHE.try_with(|c| {
-        let mut c = c.try_borrow_mut().ok()?;
-        Some(f(c.entry(tag)))
-    });
-    match cached {
-        Ok(Some(r)) => r,
-        _ => f(&mut Scratch::default()),
+pub(crate) fn with<R>(tag: u64, f: impl FnOnce(&mut Scratch) -> R) -> R {
+    // The cache's address, not a result carried out of the access's closure: `f`'s value
+    // (a whole decision) is then written once, into this function's return place, instead
+    // of being moved through the closure's `Option` and the access's `Result`.
+    if let Ok(cache) = CACHE.try_with(|c| core::ptr::from_ref(c)) {
+        // SAFETY: `cache` points at this thread's cache, which lives until the thread's
+        // locals are destroyed at its exit; `try_with` just succeeded, so that has not
+        // begun, and it cannot begin while this call runs on this thread. Only a shared
+        // reference is made, and the `RefCell` checks the mutable borrow below.
+        let cell = unsafe { &*cache };
+        if let Ok(mut c) = cell.try_borrow_mut() {
+            return f(c.entry(tag));
+        }
     }
+    f(&mut Scratch::default())
 }
 
 /// How many buffer sets this thread holds (tests).

@@ -148,20 +148,23 @@ impl RunIndex {
             }
             // First whether anyone dropped out or stays (a reduction without calls, which
             // the compiler vectorises), then the entries only when someone dropped out.
+            // `kept` becomes the words of those who dropped out here.
             let mut dropped_any = 0u64;
             for w in 0..words {
-                dropped_any |= alive[w] & !kept[w];
-                any |= kept[w];
+                let (a, k) = (alive[w], kept[w]);
+                kept[w] = a & !k;
+                alive[w] = k;
+                dropped_any |= a & !k;
+                any |= k;
             }
             if dropped_any != 0 {
-                for w in 0..words {
+                for (w, &dropped) in kept[..words].iter().enumerate() {
                     // At depth 0 too: a worker without the first run's first block gets
                     // its 0 written here.
-                    record(blocks, w, alive[w] & !kept[w], d as u32);
+                    record(blocks, w, dropped, d as u32);
                 }
                 dropped_max = dropped_max.max(d);
             }
-            alive[..words].copy_from_slice(&kept[..words]);
             if any == 0 {
                 break;
             }
