@@ -27,7 +27,6 @@
 //! the safe side), or the request of a reservation being returned without its tokens (an
 //! ending request, not a sibling). The `+ 1` of the bound is the unchecked last attempt's.
 
-use kvroute_core::sync::atomic::Ordering::Relaxed;
 use kvroute_load::Work;
 use kvroute_score::{ScoreRequest, TieInput};
 
@@ -98,6 +97,7 @@ impl Router {
             fleet,
             scorer,
             config,
+            seq,
         } = s;
         let bs = self.block_size;
         if req.prompt_tokens == 0 {
@@ -174,7 +174,7 @@ impl Router {
             Some((s, c)) if *s == stamp => c,
             _ => &config.insert(self.score.load_stamped()).1,
         };
-        let seq = self.decision_seq.fetch_add(1, Relaxed);
+        let seq = seq.take(&self.decision_seq);
         // The tie cursor rotates through `u32` (its low half, as a `u32` counter would).
         let cursor = seq as u32;
         let random = (cfg.near_tie_band > 0.0).then(|| self.draw(seq));

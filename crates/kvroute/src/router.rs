@@ -62,9 +62,10 @@ pub struct Router {
     pub(crate) reader: LoadReader,
     pub(crate) table: ReservationTable,
     pub(crate) score: SharedConfig,
-    /// Decisions begun: each takes the next number, one read-modify-write for both of
-    /// its per-decision indices (the rotating tie cursor, its low 32 bits, and the
-    /// near-tie draw).
+    /// Decision numbers handed out in blocks to the threads' scratch buffers
+    /// (`scratch::SeqBlock`): a decision takes the next number of its thread's block,
+    /// which gives both of its per-decision indices (the rotating tie cursor, its low 32
+    /// bits, and the near-tie draw). From one thread: 0, 1, 2, ….
     pub(crate) decision_seq: AtomicU64,
     pub(crate) counters: Counters,
     /// Per-worker breakers fed by request outcomes (`breaker.rs`).

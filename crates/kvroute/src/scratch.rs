@@ -21,10 +21,15 @@
 //! it served; they are freed when the thread exits, not when a router is dropped (a
 //! dropped router's set waits to be reused by another router or evicted).
 //!
-//! One `unsafe` (the cache's address taken out of the thread-local access, `with`), and no
-//! atomic but the id counter's (a plain `std` atomic, `Relaxed`: it only
-//! hands out distinct numbers and is no protocol the loom models check; a `static` loom
-//! atomic is not possible). The cache is a `RefCell` borrowed for the decision. A
+//! A set also holds a block of decision numbers taken from the router it serves
+//! ([`SeqBlock`]), dropped when the set is re-tagged.
+//!
+//! One `unsafe` (the cache's address taken out of the thread-local access, `with`). No
+//! atomic of its own but the id counter's, a plain `std` atomic, `Relaxed`: it only hands
+//! out distinct numbers and is no protocol the loom models check (a `static` loom atomic
+//! is not possible); the decision-number blocks are taken from the router's counter with
+//! one `Relaxed` `fetch_add` each, for the same reason. The cache is a `RefCell` borrowed
+//! for the decision. A
 //! decision that finds it borrowed (it never is: `route` calls nothing that routes) or
 //! runs while the thread's locals are being destroyed uses a fresh set instead.
 
@@ -44,6 +49,42 @@ pub(crate) struct Scratch {
     /// The scorer configuration a decision last loaded, under its stamp: reused while the
     /// cell's stamp is unchanged (no atomic read-modify-write per decision).
     pub config: Option<(u64, Arc<ScoreConfig>)>,
+    /// Decision numbers this set may still hand out for the router it serves.
+    pub seq: SeqBlock,
+}
+
+/// Decision numbers taken from a router's counter [`SEQ_BLOCK`] at a time, so that a
+/// decision numbers itself without an atomic read-modify-write (the router's counter is
+/// one cache line every deciding thread would otherwise write per decision).
+///
+/// The first block a router hands out starts at 0, so a router used from one thread
+/// numbers its decisions 0, 1, 2, … as a shared counter would. Blocks are
+/// `2^32 - 1` long, so the `k`-th block starts `k` below a multiple of `2^32`: the low 32
+/// bits (the rotating tie cursor) of each thread's numbers start one place behind the
+/// previous block's, and threads rotate through ties without starting on the same slot.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SeqBlock {
+    next: u64,
+    end: u64,
+}
+
+/// Length of a [`SeqBlock`]: `2^32 - 1` decision numbers.
+pub(crate) const SEQ_BLOCK: u64 = u32::MAX as u64;
+
+impl SeqBlock {
+    /// The next decision number, taking a new block from `counter` (one `fetch_add`,
+    /// `Relaxed`: the numbers only need to be distinct) when this one is used up.
+    #[inline]
+    pub(crate) fn take(&mut self, counter: &kvroute_core::sync::atomic::AtomicU64) -> u64 {
+        if self.next == self.end {
+            let base = counter.fetch_add(SEQ_BLOCK, kvroute_core::sync::atomic::Ordering::Relaxed);
+            self.next = base;
+            self.end = base.wrapping_add(SEQ_BLOCK);
+        }
+        let n = self.next;
+        self.next = n.wrapping_add(1);
+        n
+    }
 }
 
 /// Buffer sets kept per thread.
@@ -87,6 +128,8 @@ impl Cache {
                     .min_by_key(|&i| self.entries[i].used)
                     .unwrap_or(0);
                 self.entries[lru].tag = tag;
+                // Its numbers were the other router's.
+                self.entries[lru].scratch.seq = SeqBlock::default();
                 lru
             }
         };
@@ -118,7 +161,7 @@ pub(crate) fn with<R>(tag: u64, f: impl FnOnce(&mut Scratch) -> R) -> R {
     // The cache's address, not a result carried out of the access's closure: `f`'s value
     // (a whole decision) is then written once, into this function's return place, instead
     // of being moved through the closure's `Option` and the access's `Result`.
-    if let Ok(cache) = CACHE.try_with(|c| core::ptr::from_ref(c)) {
+    if let Ok(cache) = CACHE.try_with(core::ptr::from_ref) {
         // SAFETY: `cache` points at this thread's cache, which lives until the thread's
         // locals are destroyed at its exit; `try_with` just succeeded, so that has not
         // begun, and it cannot begin while this call runs on this thread. Only a shared
@@ -168,6 +211,49 @@ mod tests {
         assert_eq!(c.entries.len(), KEEP);
         assert!(c.entries.iter().all(|e| e.tag != 2));
         assert!(c.entries.iter().any(|e| e.tag == 99));
+    }
+
+    /// A block hands out consecutive numbers from where the counter stood (0, 1, 2, …
+    /// for the first), takes `2^32 - 1` of the counter's numbers at once, and takes a new
+    /// block only when its own is used up; the second block's numbers start one below
+    /// `2^32`, so their low 32 bits (the tie cursor) start one behind the first block's.
+    #[test]
+    fn decision_numbers_come_in_blocks() {
+        use kvroute_core::sync::atomic::{AtomicU64, Ordering};
+        let counter = AtomicU64::new(0);
+        let mut a = SeqBlock::default();
+        let mut b = SeqBlock::default();
+        assert_eq!(
+            [a.take(&counter), a.take(&counter), a.take(&counter)],
+            [0, 1, 2]
+        );
+        assert_eq!(counter.load(Ordering::Relaxed), (1 << 32) - 1);
+        let first = b.take(&counter);
+        assert_eq!(first, (1 << 32) - 1);
+        assert_eq!(first as u32, u32::MAX);
+        assert_eq!(b.take(&counter) as u32, 0);
+        assert_eq!(counter.load(Ordering::Relaxed), 2 * ((1 << 32) - 1));
+        // The last number of a block, then a fresh block from the counter.
+        let mut c = SeqBlock { next: 41, end: 42 };
+        assert_eq!(c.take(&counter), 41);
+        assert_eq!(c.take(&counter), 2 * ((1 << 32) - 1));
+        assert_eq!(c.take(&counter), 2 * ((1 << 32) - 1) + 1);
+    }
+
+    /// A set taken over by another router drops the numbers it held for the first one.
+    #[test]
+    fn a_retagged_set_drops_its_decision_numbers() {
+        let mut c = cache();
+        for tag in 1..=KEEP as u64 {
+            c.entry(tag).seq = SeqBlock {
+                next: tag,
+                end: 100,
+            };
+        }
+        assert_eq!(c.entry(1).seq, SeqBlock { next: 1, end: 100 });
+        // Tag 2 is the least recently used: its set goes to tag 99, without its numbers.
+        assert_eq!(c.entry(99).seq, SeqBlock::default());
+        assert_eq!(c.entry(3).seq, SeqBlock { next: 3, end: 100 });
     }
 
     /// The thread-local cache holds one set per router that routed on this thread (a
