@@ -8,7 +8,8 @@
 # * kvroute-index: the node protocol and the node table (`loom_models/{node,table}.rs`), and
 #   the run index's publication (`loom_models/runs.rs`);
 # * kvroute-load: snapshot publication and reservations (`loom_models/{snapshot,reservations}.rs`);
-# * kvroute: the decision's optimistic re-score loop on the real reservation table.
+# * kvroute: the decision's optimistic re-score loop on the real reservation table, the
+#   predicted-residency entry's sequence lock and the per-thread decision tallies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"

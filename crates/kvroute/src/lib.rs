@@ -118,6 +118,7 @@ mod route;
 mod router;
 mod scratch;
 mod stats;
+mod tally;
 mod tick;
 
 pub use breaker::{BreakerConfig, BreakerStats, Outcome};

@@ -1,5 +1,6 @@
-//! The loom models of kvroute's own protocols: the re-score loop (`rescore.rs`) and the
-//! predicted-residency entry's sequence lock (`predicted.rs`, at the end). Run with
+//! The loom models of kvroute's own protocols: the re-score loop (`rescore.rs`), the
+//! predicted-residency entry's sequence lock (`predicted.rs`) and the per-thread decision
+//! tallies (`tally.rs`), the last two at the end. Run with
 //! `RUSTFLAGS="--cfg kvroute_loom"` (see `scripts/loom.sh`); built normally, each model runs
 //! once as a smoke test.
 //!
@@ -263,5 +264,38 @@ fn loom_racing_prediction_writers_one_wins() {
         assert!(wa != wb, "exactly one writer wins");
         let winner = if wa { 1 } else { 2 };
         assert_eq!(e.read(), Some((2, fields(winner))));
+    });
+}
+
+/// Per-thread decision tallies (`tally.rs`): two threads count on their own tallies (and
+/// drop them, as a thread that exits does) while the main thread sums twice; the sums never
+/// go down and never pass the decisions made, and once both threads are done the sum is
+/// exact, before and after a registration folds the dropped tallies into the shared
+/// counters. Every access is `Relaxed`, so there is no ordering to weaken; what the model
+/// checks is the one-writer rule: with both threads counting on one tally it fails (a
+/// count lost between a load and its store).
+#[test]
+fn loom_tallies_sum_every_thread_exactly() {
+    use crate::tally::Tallies;
+    use kvroute_core::sync::atomic::AtomicU64;
+    model(|| {
+        // One counter per tally (a router's have one per policy and reason).
+        let shared: Arc<[AtomicU64; 1]> = Arc::new([AtomicU64::new(0)]);
+        let tallies = Arc::new(Tallies::<1>::default());
+        let (a, b) = (tallies.register(&shared), tallies.register(&shared));
+        let ta = thread::spawn(move || {
+            a.add_one(0);
+            a.add_one(0);
+        });
+        let tb = thread::spawn(move || b.add_one(0));
+        let first = tallies.sum(&shared)[0];
+        let second = tallies.sum(&shared)[0];
+        assert!(first <= second && second <= 3, "{first} then {second}");
+        ta.join().unwrap();
+        tb.join().unwrap();
+        assert_eq!(tallies.sum(&shared)[0], 3);
+        let _c = tallies.register(&shared);
+        assert_eq!(shared[0].load(Ordering::Relaxed), 3);
+        assert_eq!(tallies.sum(&shared)[0], 3);
     });
 }

@@ -98,6 +98,8 @@ impl Router {
             scorer,
             config,
             seq,
+            pooled,
+            tally,
         } = s;
         let bs = self.block_size;
         if req.prompt_tokens == 0 {
@@ -175,6 +177,11 @@ impl Router {
             _ => &config.insert(self.score.load_stamped()).1,
         };
         let seq = seq.take(&self.decision_seq);
+        // A set kept in the thread's cache counts its decisions on its own tally (one
+        // registration per set and router); a one-off set counts on the shared counters.
+        if *pooled && tally.is_none() {
+            *tally = Some(self.counters.new_tally());
+        }
         // The tie cursor rotates through `u32` (its low half, as a `u32` counter would).
         let cursor = seq as u32;
         let random = (cfg.near_tie_band > 0.0).then(|| self.draw(seq));
@@ -305,15 +312,18 @@ impl Router {
             Some(_) => (kvroute_score::Reason::LoadEscape, f32::NAN),
             None => (choice.reason, choice.cost),
         };
-        self.counters.decision(&Record {
-            policy: &cfg.policy,
-            reason,
-            fallback: choice.fallback,
-            shadow_disagrees: choice.shadow.is_some_and(|cf| cf.slot != choice.slot),
-            redirected: redirect.is_some(),
-            slot: reservation.slot(),
-            generation: reservation.generation(),
-        });
+        self.counters.decision(
+            &Record {
+                policy: &cfg.policy,
+                reason,
+                fallback: choice.fallback,
+                shadow_disagrees: choice.shadow.is_some_and(|cf| cf.slot != choice.slot),
+                redirected: redirect.is_some(),
+                slot: reservation.slot(),
+                generation: reservation.generation(),
+            },
+            tally.as_deref(),
+        );
         Ok(Decision {
             worker,
             slot: reservation.slot(),

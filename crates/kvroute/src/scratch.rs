@@ -22,7 +22,8 @@
 //! dropped router's set waits to be reused by another router or evicted).
 //!
 //! A set also holds a block of decision numbers taken from the router it serves
-//! ([`SeqBlock`]), dropped when the set is re-tagged.
+//! ([`SeqBlock`]) and its tally of that router's decisions (`tally.rs`), both dropped when
+//! the set is re-tagged (the router keeps the tally's counts).
 //!
 //! One `unsafe` (the cache's address taken out of the thread-local access, `with`). No
 //! atomic of its own but the id counter's, a plain `std` atomic, `Relaxed`: it only hands
@@ -51,6 +52,11 @@ pub(crate) struct Scratch {
     pub config: Option<(u64, Arc<ScoreConfig>)>,
     /// Decision numbers this set may still hand out for the router it serves.
     pub seq: SeqBlock,
+    /// Whether the set is kept in the thread's cache (a one-off set registers no tally).
+    pub pooled: bool,
+    /// This set's tally of decisions for the router it serves (`tally.rs`), registered by
+    /// its first decision there.
+    pub tally: Option<kvroute_core::sync::Arc<crate::tally::Tally>>,
 }
 
 /// Decision numbers taken from a router's counter [`SEQ_BLOCK`] at a time, so that a
@@ -119,7 +125,10 @@ impl Cache {
                 self.entries.push(Entry {
                     tag,
                     used: 0,
-                    scratch: Scratch::default(),
+                    scratch: Scratch {
+                        pooled: true,
+                        ..Scratch::default()
+                    },
                 });
                 self.entries.len() - 1
             }
@@ -128,8 +137,9 @@ impl Cache {
                     .min_by_key(|&i| self.entries[i].used)
                     .unwrap_or(0);
                 self.entries[lru].tag = tag;
-                // Its numbers were the other router's.
+                // Its numbers and its tally were the other router's.
                 self.entries[lru].scratch.seq = SeqBlock::default();
+                self.entries[lru].scratch.tally = None;
                 lru
             }
         };
@@ -240,9 +250,10 @@ mod tests {
         assert_eq!(c.take(&counter), 2 * ((1 << 32) - 1) + 1);
     }
 
-    /// A set taken over by another router drops the numbers it held for the first one.
+    /// A set taken over by another router drops the numbers and the tally it held for the
+    /// first one, and stays a pooled set.
     #[test]
-    fn a_retagged_set_drops_its_decision_numbers() {
+    fn a_retagged_set_drops_its_decision_numbers_and_tally() {
         let mut c = cache();
         for tag in 1..=KEEP as u64 {
             c.entry(tag).seq = SeqBlock {
@@ -251,8 +262,18 @@ mod tests {
             };
         }
         assert_eq!(c.entry(1).seq, SeqBlock { next: 1, end: 100 });
-        // Tag 2 is the least recently used: its set goes to tag 99, without its numbers.
-        assert_eq!(c.entry(99).seq, SeqBlock::default());
+        c.entry(2).tally = Some(kvroute_core::sync::Arc::new(
+            crate::tally::Tally::new_for_test(),
+        ));
+        for tag in [1, 3, 4] {
+            c.entry(tag);
+        }
+        // Tag 2 is the least recently used: its set goes to tag 99, without its numbers
+        // or its tally.
+        let s = c.entry(99);
+        assert_eq!(s.seq, SeqBlock::default());
+        assert!(s.tally.is_none());
+        assert!(s.pooled);
         assert_eq!(c.entry(3).seq, SeqBlock { next: 3, end: 100 });
     }
 

@@ -6,7 +6,8 @@
 //!
 //! Decisions are counted in arrays indexed by the scorer's dense indices
 //! ([`Policy::label_index`], [`Reason::index`], [`FallbackCause::index`]): recording one is
-//! a few array increments, with no name lookup.
+//! a few array increments, with no name lookup. The count by policy and reason goes to the
+//! deciding thread's own tally (`tally.rs`), which a snapshot sums with the others.
 //!
 //! # Per worker
 //! Each slot has one counter per reason, for the tenancy (the [`SlotGeneration`]) that
@@ -30,6 +31,8 @@ use crate::breaker::BreakerStats;
 use crate::carry::CarryStats;
 use crate::error::RouteError;
 use crate::predicted::PredictionStats;
+use crate::tally::{COUNTERS, Tallies, Tally};
+use kvroute_core::sync::Arc;
 
 /// Bits of a per-worker counter holding the generation tag (the rest hold the count).
 const TAG_BITS: u32 = 24;
@@ -331,8 +334,12 @@ impl fmt::Display for RouterStats {
 /// The live counters.
 #[derive(Debug)]
 pub(crate) struct Counters {
-    /// By policy label and reason: `label_index · Reason::COUNT + reason index`.
-    decisions: [AtomicU64; Policy::LABEL_COUNT * Reason::COUNT],
+    /// By policy label and reason: `label_index · Reason::COUNT + reason index`. Decisions
+    /// made with a one-off buffer set, and the folded tallies (`tally.rs`); the rest are
+    /// in `tallies`.
+    decisions: [AtomicU64; COUNTERS],
+    /// The per-thread tallies of the same counts (`tally.rs`).
+    tallies: Tallies,
     /// By slot and reason, tagged with the tenancy (module docs): `slot · Reason::COUNT +
     /// reason index`.
     by_slot: Box<[AtomicU64]>,
@@ -377,6 +384,7 @@ impl Counters {
     pub(crate) fn new(worker_slots: usize) -> Self {
         Self {
             decisions: core::array::from_fn(|_| AtomicU64::new(0)),
+            tallies: Tallies::default(),
             by_slot: (0..worker_slots * Reason::COUNT)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
@@ -405,13 +413,20 @@ impl Counters {
         }
     }
 
-    /// Records one decision.
-    pub(crate) fn decision(&self, d: &Record<'_>) {
+    /// A tally for one thread's buffer set, registered with these counters (`tally.rs`).
+    pub(crate) fn new_tally(&self) -> Arc<Tally> {
+        self.tallies.register(&self.decisions)
+    }
+
+    /// Records one decision, by policy and reason on `tally` (the deciding buffer set's
+    /// own, no read-modify-write) or, without one, on the shared counters.
+    pub(crate) fn decision(&self, d: &Record<'_>, tally: Option<&Tally>) {
         let r = d.reason.index();
-        bump(
-            &self.decisions[d.policy.label_index() * Reason::COUNT + r],
-            1,
-        );
+        let i = d.policy.label_index() * Reason::COUNT + r;
+        match tally {
+            Some(t) => t.add_one(i),
+            None => bump(&self.decisions[i], 1),
+        }
         if let Some(a) = self.slot_counters(d.slot).get(r) {
             bump_tenancy(a, tag(d.generation));
         }
@@ -476,11 +491,11 @@ impl Counters {
         tenants: impl IntoIterator<Item = (Slot, WorkerId, SlotGeneration)>,
     ) -> RouterStats {
         let r = |a: &AtomicU64| a.load(Relaxed);
+        let by_label = self.tallies.sum(&self.decisions);
         let mut decisions = Vec::new();
         for policy in &Policy::LABELED {
             for reason in Reason::ALL {
-                let count =
-                    r(&self.decisions[policy.label_index() * Reason::COUNT + reason.index()]);
+                let count = by_label[policy.label_index() * Reason::COUNT + reason.index()];
                 if count > 0 {
                     decisions.push(DecisionCount {
                         policy: policy.label(),
@@ -555,12 +570,12 @@ mod tests {
             generation,
         };
         c.start_tenancy(Slot(1), old);
-        c.decision(&rec(old, Reason::LeastLoad));
-        c.decision(&rec(old, Reason::LeastLoad));
+        c.decision(&rec(old, Reason::LeastLoad), None);
+        c.decision(&rec(old, Reason::LeastLoad), None);
         assert_eq!(c.worker(Slot(1), w, old).with_reason(Reason::LeastLoad), 2);
         c.start_tenancy(Slot(1), new);
-        c.decision(&rec(old, Reason::LeastLoad));
-        c.decision(&rec(new, Reason::CacheHold));
+        c.decision(&rec(old, Reason::LeastLoad), None);
+        c.decision(&rec(new, Reason::CacheHold), None);
         let now = c.worker(Slot(1), w, new);
         assert_eq!((now.total(), now.with_reason(Reason::CacheHold)), (1, 1));
         // The old tenancy reads as nothing once the slot is re-tenanted, and a slot whose
@@ -573,8 +588,8 @@ mod tests {
 
         let i = Reason::CacheHold.index();
         c.by_slot[Reason::COUNT + i].store(tag(new) | (COUNT_MASK - 1), Relaxed);
-        c.decision(&rec(new, Reason::CacheHold));
-        c.decision(&rec(new, Reason::CacheHold));
+        c.decision(&rec(new, Reason::CacheHold), None);
+        c.decision(&rec(new, Reason::CacheHold), None);
         assert_eq!(
             c.by_slot[Reason::COUNT + i].load(Relaxed),
             tag(new) | COUNT_MASK

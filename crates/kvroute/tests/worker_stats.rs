@@ -123,3 +123,56 @@ fn idle_workers_are_listed_with_zero() {
     let text = s.to_string();
     assert!(text.starts_with("decisions: 0\ndecisions by worker (since each was added):\n  1:0 (slot 0): 0\n  2:0 (slot 1): 0\n"), "{text}");
 }
+
+/// Decisions made on several threads (each counts on its own buffer set's tally) are
+/// counted once each, by policy and reason as by worker, and stay counted after those
+/// threads exit and their tallies are folded into the router's shared counters (at the
+/// next thread's first decision).
+#[test]
+fn decisions_from_several_threads_are_counted_once_each() {
+    let (r, ws) = router(4, 3, |_| {});
+    publish(&r, &ws, &[]);
+    let r = std::sync::Arc::new(r);
+    let per_thread = 25u64;
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let r = r.clone();
+            std::thread::spawn(move || {
+                let prompt = tokens(10 + t as u32, 640);
+                for _ in 0..per_thread {
+                    drop(r.route(&RouteRequest::tokens(&prompt, 64, NOW)).unwrap());
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let count = |s: &kvroute::RouterStats| {
+        (
+            s.total_decisions(),
+            s.workers.iter().map(|w| w.total()).sum::<u64>(),
+        )
+    };
+    assert_eq!(count(&r.stats()), (4 * per_thread, 4 * per_thread));
+    // A fifth thread: its first decision registers its tally and folds the four finished
+    // threads' tallies; nothing is lost or counted twice.
+    let r2 = r.clone();
+    std::thread::spawn(move || {
+        drop(
+            r2.route(&RouteRequest::tokens(&tokens(99, 640), 64, NOW))
+                .unwrap(),
+        );
+    })
+    .join()
+    .unwrap();
+    let s = r.stats();
+    assert_eq!(count(&s), (4 * per_thread + 1, 4 * per_thread + 1));
+    let by_label: u64 = s
+        .decisions
+        .iter()
+        .filter(|d| d.policy == "projected_time")
+        .map(|d| d.count)
+        .sum();
+    assert_eq!(by_label, 4 * per_thread + 1);
+}
