@@ -683,7 +683,8 @@ fn finish<V: Vector>(
 }
 
 /// [`pick_in_band`] on a band given as a list: `band` holds the band's slots in slot order,
-/// each once. The same comparisons in the same order, so the same pick; narrows `band` in
+/// each once. The same kept set in the same order, so the same pick (with both keys on,
+/// in one pass instead of two); narrows `band` in
 /// place.
 // `!(x < y)` is not `x >= y` for a NaN key, which the rule keeps (it never excludes).
 #[allow(clippy::neg_cmp_op_on_partial_ord)]

@@ -57,15 +57,20 @@ impl Router {
     /// identical workers, `N` simultaneous identical requests end at most `ceil(N/W) + 1`
     /// per worker.
     ///
-    /// Takes no lock: the buffers it works in are its thread's own (a thread-local cache
-    /// of a few buffer sets, reused across routers), the scorer configuration is the one
+    /// Takes no lock once warm: the buffers it works in are its thread's own (a
+    /// thread-local cache of a few buffer sets, reused across routers; a set's first
+    /// decision for a router registers the set's decision tally under the router's tally
+    /// lock, as does every decision of a thread that alternates among more routers than
+    /// the cache keeps sets), the scorer configuration is the one
     /// the thread cached under the cell's stamp (one atomic load, and a reference count
     /// only when a new value was installed:
     /// [`SharedConfig::stamp`](kvroute_score::SharedConfig::stamp)), and matching, the load
     /// snapshot, the scoring pass, the stats (array counters indexed by the policy's label
-    /// and the reason, no name compared) and the reservation are lock-free; it never takes
-    /// the router's `membership` or `load` locks. Allocates nothing once warm (the first
-    /// decisions of a thread size its buffers). Never panics on bad input.
+    /// and the reason on the thread's own tally, no name compared) and the reservation are
+    /// lock-free; it never takes the router's `membership` or `load` locks. Allocates
+    /// nothing once warm (the first decisions of a thread size its buffers and register
+    /// its tally; a thread alternating among more routers than its cache keeps sets
+    /// registers a tally per decision). Never panics on bad input.
     ///
     /// # Errors
     /// [`RouteError::ExtraKeysOutOfOrder`] when [`RouteRequest::extra_keys`] is not in

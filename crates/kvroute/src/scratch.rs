@@ -64,10 +64,15 @@ pub(crate) struct Scratch {
 /// one cache line every deciding thread would otherwise write per decision).
 ///
 /// The first block a router hands out starts at 0, so a router used from one thread
-/// numbers its decisions 0, 1, 2, … as a shared counter would. Blocks are
-/// `2^32 - 1` long, so the `k`-th block starts `k` below a multiple of `2^32`: the low 32
-/// bits (the rotating tie cursor) of each thread's numbers start one place behind the
-/// previous block's, and threads rotate through ties without starting on the same slot.
+/// numbers its decisions 0, 1, 2, … as a shared counter would, as long as the thread
+/// keeps its buffer set for that router (it alternates among at most [`KEEP`] routers; a
+/// set taken over by another router, or a one-off set, drops the rest of its block).
+/// Blocks are `2^32 - 1` long, so the `k`-th block starts `k` below a multiple of `2^32`:
+/// the low 32 bits (the rotating tie cursor) of each block start one tie position behind
+/// the previous block's, so the first threads to route start on different slots of a
+/// band of tied slots (blocks `k` and `k + n` start on the same slot of a band of `n`).
+/// Decisions made at the same moment on different threads no longer take consecutive
+/// numbers.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SeqBlock {
     next: u64,
@@ -172,10 +177,16 @@ pub(crate) fn with<R>(tag: u64, f: impl FnOnce(&mut Scratch) -> R) -> R {
     // (a whole decision) is then written once, into this function's return place, instead
     // of being moved through the closure's `Option` and the access's `Result`.
     if let Ok(cache) = CACHE.try_with(core::ptr::from_ref) {
-        // SAFETY: `cache` points at this thread's cache, which lives until the thread's
-        // locals are destroyed at its exit; `try_with` just succeeded, so that has not
-        // begun, and it cannot begin while this call runs on this thread. Only a shared
-        // reference is made, and the `RefCell` checks the mutable borrow below.
+        // SAFETY: `cache` points at this thread's `CACHE`, and the reference made here
+        // does not outlive this call (`R` cannot borrow the `&mut Scratch`). It is valid
+        // for that long because (1) `try_with` just succeeded, so `CACHE`'s destructor has
+        // not run (this may be another thread-local's destructor, during the thread's
+        // teardown, but not `CACHE`'s); (2) it cannot run during this call: a thread's
+        // local destructors run one at a time on this thread, and nothing `f` does ends the
+        // thread or destroys `CACHE`; (3) the standard library keeps a thread-local value
+        // at one address from its first access until its destructor runs. Only a shared
+        // reference is made; the `RefCell` checks the mutable borrow below, so a
+        // re-entrant call gets a fresh set instead.
         let cell = unsafe { &*cache };
         if let Ok(mut c) = cell.try_borrow_mut() {
             return f(c.entry(tag));

@@ -14,23 +14,30 @@
 //! alive, not with every thread that ever routed.
 //!
 //! # Orderings
-//! Everything is `Relaxed`, as for the other counters (`stats.rs`): the tallies publish no
-//! data. Exactness rests on there being one writer per tally (its store of `load + 1`
+//! The counters are `Relaxed`, as the other counters are (`stats.rs`): the tallies publish
+//! no data. Exactness rests on there being one writer per tally (its store of `load + 1`
 //! cannot lose another thread's addition) and on coherence: a snapshot reads some value of
 //! each counter at least as recent as any it read before, so its sums never go down; a
 //! snapshot taken after a decision returned on another thread may miss it, as for every
-//! counter. A tally is folded only once the list holds its last reference: its writer
-//! dropped its own first, which happens-before the registration's `strong_count` read of 1
-//! (the reference count's decrement is a release, the read an acquire, in `Arc`), so the
-//! fold reads its final counts. Folding adds them to the shared counters and removes the
-//! tally under the list's lock, which a snapshot takes too, so a snapshot counts a folded
-//! tally's decisions once.
+//! counter. A tally is folded only once the list holds its last reference: its writer's
+//! drop of its own reference is a `Release` decrement of the count, after its last
+//! additions; the registration reads the count (`Arc::strong_count`, a `Relaxed` load in
+//! `std`), and on reading 1 issues an `Acquire` fence before it reads the tally, so the
+//! drop happens-before the fold's loads and the fold reads the final counts. Folding adds
+//! them to the shared counters and removes the tally under the list's lock, which a
+//! snapshot takes too, so a snapshot counts a folded tally's decisions once.
 //!
 //! The loom model `loom_tallies_sum_every_thread_exactly` (`loom_models.rs`) has two
-//! threads count on their own tallies while a snapshot sums, and checks the sums after
-//! both are done, and a fold of a tally whose owner has dropped it.
+//! threads count on their own tallies and drop them while the main thread sums and
+//! registers (folding whichever tally is already dropped), and checks the sums. Its
+//! `strong_count` synchronises by itself in loom (stronger than `std`'s), so the model
+//! does not show the fence missing; it fails when two threads share one tally.
 
-use kvroute_core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use kvroute_core::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed},
+    fence,
+};
 use kvroute_core::sync::{Arc, Mutex};
 use kvroute_score::{Policy, Reason};
 
@@ -39,8 +46,9 @@ use kvroute_score::{Policy, Reason};
 pub(crate) const COUNTERS: usize = Policy::LABEL_COUNT * Reason::COUNT;
 
 /// One buffer set's decision counts (module docs): `N` counters ([`COUNTERS`] in a
-/// router; fewer in the loom model).
+/// router; fewer in the loom model), on cache lines of their own.
 #[derive(Debug)]
+#[repr(align(64))]
 pub(crate) struct Tally<const N: usize = COUNTERS> {
     counts: [AtomicU64; N],
 }
@@ -91,6 +99,9 @@ impl<const N: usize> Tallies<N> {
             if Arc::strong_count(t) > 1 {
                 return true;
             }
+            // The owner's last additions happen-before its drop (a release); this fence
+            // makes them happen-before the loads below (module docs, *Orderings*).
+            fence(Acquire);
             for (s, c) in shared.iter().zip(&t.counts) {
                 let n = c.load(Relaxed);
                 if n != 0 {
