@@ -61,6 +61,7 @@ pub(crate) enum Claimed<T> {
 ///
 /// # Errors
 /// Whatever `attempt` returns.
+#[inline(always)]
 pub(crate) fn claim_rescoring<T, E>(
     table: &ReservationTable,
     max_rescores: u32,
