@@ -420,6 +420,7 @@ impl Counters {
 
     /// Records one decision, by policy and reason on `tally` (the deciding buffer set's
     /// own, no read-modify-write) or, without one, on the shared counters.
+    #[inline(always)]
     pub(crate) fn decision(&self, d: &Record<'_>, tally: Option<&Tally>) {
         let r = d.reason.index();
         let i = d.policy.label_index() * Reason::COUNT + r;
