@@ -748,6 +748,7 @@ impl ReservationTable {
         self.reserve_inner(slot, generation, work, now, Some(max_prior_requests))
     }
 
+    #[inline(always)]
     fn reserve_inner(
         &self,
         slot: Slot,
