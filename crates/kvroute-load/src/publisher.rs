@@ -189,6 +189,7 @@ pub struct LoadReader {
 impl LoadReader {
     /// The latest published snapshot, pinned until the guard drops: one wait-free atomic
     /// increment (see [`SnapshotReader::load`], including its abort condition).
+    #[inline]
     pub fn load(&self) -> SnapshotGuard<'_, LoadSnapshot> {
         self.inner.load()
     }

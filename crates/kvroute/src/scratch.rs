@@ -119,38 +119,45 @@ struct Cache {
 
 impl Cache {
     /// The set for `tag`: its own, a new one, or the least recently used one re-tagged.
+    #[inline]
     fn entry(&mut self, tag: u64) -> &mut Scratch {
         self.clock = self.clock.wrapping_add(1);
         let i = match self.entries.iter().position(|e| e.tag == tag) {
             Some(i) => i,
-            None if self.entries.len() < KEEP => {
-                if self.entries.capacity() == 0 {
-                    self.entries.reserve_exact(KEEP);
-                }
-                self.entries.push(Entry {
-                    tag,
-                    used: 0,
-                    scratch: Scratch {
-                        pooled: true,
-                        ..Scratch::default()
-                    },
-                });
-                self.entries.len() - 1
-            }
-            None => {
-                let lru = (0..self.entries.len())
-                    .min_by_key(|&i| self.entries[i].used)
-                    .unwrap_or(0);
-                self.entries[lru].tag = tag;
-                // Its numbers and its tally were the other router's.
-                self.entries[lru].scratch.seq = SeqBlock::default();
-                self.entries[lru].scratch.tally = None;
-                lru
-            }
+            None => self.miss(tag),
         };
         let e = &mut self.entries[i];
         e.used = self.clock;
         &mut e.scratch
+    }
+
+    /// [`entry`](Self::entry) for a tag without a set: the index of a new set, or of the
+    /// least recently used one re-tagged.
+    #[cold]
+    #[inline(never)]
+    fn miss(&mut self, tag: u64) -> usize {
+        if self.entries.len() < KEEP {
+            if self.entries.capacity() == 0 {
+                self.entries.reserve_exact(KEEP);
+            }
+            self.entries.push(Entry {
+                tag,
+                used: 0,
+                scratch: Scratch {
+                    pooled: true,
+                    ..Scratch::default()
+                },
+            });
+            return self.entries.len() - 1;
+        }
+        let lru = (0..self.entries.len())
+            .min_by_key(|&i| self.entries[i].used)
+            .unwrap_or(0);
+        self.entries[lru].tag = tag;
+        // Its numbers and its tally were the other router's.
+        self.entries[lru].scratch.seq = SeqBlock::default();
+        self.entries[lru].scratch.tally = None;
+        lru
     }
 }
 
