@@ -216,6 +216,7 @@ impl Fleet {
 
     /// Overlap of slot `i` (blocks; 0 for vacant or out of range), whether or not the
     /// `overlap` lane was converted after [`fill_with_matched`](Self::fill_with_matched).
+    #[inline]
     pub fn overlap(&self, i: usize) -> f32 {
         if self.lane_deferred {
             if i < self.len && self.mask.get(i).is_some_and(|&m| m != 0) {
@@ -258,6 +259,7 @@ impl Fleet {
     /// report ([`Reserved::finished`]: those beyond the reservations the report's
     /// publication absorbed); zero for a fleet made from figures, a slot without any, or out of
     /// range. `O(log k)` in the `k` slots the fill folded in.
+    #[inline]
     pub fn reserved_at(&self, i: usize) -> Reserved {
         self.reserved
             .binary_search_by_key(&i, |(slot, _)| slot.index())
