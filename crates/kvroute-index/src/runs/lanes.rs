@@ -163,10 +163,9 @@ impl LaneMap {
     /// present (the caller's copy or conflict); returns how many it inserted. The same
     /// entries as [`insert_new`](Self::insert_new) one at a time, with the room for all
     /// reserved at once (so a stretch that stops early may leave the table one growth
-    /// step larger than its entries need) and each home slot computed once and
-    /// prefetched 32 entries ahead.
+    /// step larger than its entries need), each home slot computed once and prefetched
+    /// ahead, and the entry count written once ([`HashSlots::insert_new_run`]).
     pub(crate) fn insert_new_stretch(&mut self, blocks: &[(u64, u64)], first: Lane) -> usize {
-        const AHEAD: usize = 32;
         let n = blocks.len();
         let last = Lane {
             run: first.run,
@@ -185,26 +184,10 @@ impl LaneMap {
             }
             return n;
         }
-        self.t.reserve(n);
-        let mut homes = [0usize; AHEAD];
-        for (h, &(eh, _)) in homes.iter_mut().zip(blocks) {
-            *h = self.t.home_slot(eh);
-            self.t.prefetch_home(*h);
-        }
+        // `first + k` packs (the last one does), so its value is `base + k`.
         let base = first.pack();
-        for (k, &(eh, _)) in blocks.iter().enumerate() {
-            let home = homes[k % AHEAD];
-            if let Some(&(ahead, _)) = blocks.get(k + AHEAD) {
-                let h = self.t.home_slot(ahead);
-                self.t.prefetch_home(h);
-                homes[k % AHEAD] = h;
-            }
-            // `first + k` packs (the last one does), so its value is `base + k`.
-            if !self.t.insert_new_at(eh, home, base + k as u32) {
-                return k;
-            }
-        }
-        n
+        self.t
+            .insert_new_run(n, |k| blocks[k].0, |k| base + k as u32)
     }
 
     /// Removes `key`, returning its lane; then gives back slots once the table is below
@@ -227,13 +210,36 @@ impl LaneMap {
         })
     }
 
+    /// Removes each of `keys` that is present, calling `taken(lane)` for each in order;
+    /// returns how many were present. Keeps the slots (the caller calls
+    /// [`shrink_if_sparse`](Self::shrink_if_sparse) once after its batch). The same as
+    /// [`take`](Self::take) once per key, with each home slot computed once and prefetched
+    /// ahead ([`HashSlots::remove_each`]).
+    #[inline(always)]
+    pub(crate) fn take_each(
+        &mut self,
+        keys: &[kvroute_core::EngineHash],
+        mut taken: impl FnMut(Lane),
+    ) -> usize {
+        let LaneMap { t, wide, .. } = self;
+        t.remove_each(
+            keys.len(),
+            |k| keys[k].0,
+            |k, v| {
+                taken(if v == WIDE {
+                    take_wide_from(wide, keys[k].0)
+                } else {
+                    Lane::unpack(v)
+                });
+            },
+        )
+    }
+
     /// The position of a [`WIDE`] slot just removed, out of the side map.
     #[cold]
     #[inline(never)]
     fn take_wide(&mut self, key: u64) -> Lane {
-        self.wide
-            .remove(&key)
-            .expect("a wide slot's position is in the side map")
+        take_wide_from(&mut self.wide, key)
     }
 
     /// Grows the slots once so that `entries` entries fit without a growth (at most 3/4
@@ -295,6 +301,14 @@ impl LaneMap {
     pub(crate) fn heap_bytes(&self) -> usize {
         self.t.heap_bytes() + self.wide.allocation_size()
     }
+}
+
+/// The position of a [`WIDE`] slot just removed, out of the side map `wide`.
+#[cold]
+#[inline(never)]
+fn take_wide_from(wide: &mut HashMap<u64, Lane>, key: u64) -> Lane {
+    wide.remove(&key)
+        .expect("a wide slot's position is in the side map")
 }
 
 #[cfg(all(test, not(kvroute_loom)))]

@@ -869,23 +869,16 @@ impl Writer {
     /// positions into ranges of one run to uncover, and counts the references to drop.
     fn remove_plain(&mut self, s: usize, hashes: &[EngineHash], out: &mut RemoveOutcome) {
         /// Lanes taken from the map per round before their positions are merged.
-        const ROUND: usize = 64;
+        const ROUND: usize = 128;
         let mut u = Unapplied::default();
         let mut taken = [Lane::default(); ROUND];
-        for (c, chunk) in hashes.chunks(ROUND).enumerate() {
+        for chunk in hashes.chunks(ROUND) {
             // Unmap a round of hashes (the map alone is borrowed: a tight loop).
-            let map = &mut self.lanes[s].map;
-            let ahead = &hashes[((c * ROUND) + REMOVE_AHEAD).min(hashes.len())..];
             let mut got = 0;
-            for (k, eh) in chunk.iter().enumerate() {
-                if let Some(next) = ahead.get(k) {
-                    map.prefetch(next.0);
-                }
-                if let Some(lane) = map.take(eh.0) {
-                    taken[got] = lane;
-                    got += 1;
-                }
-            }
+            self.lanes[s].map.take_each(chunk, |lane| {
+                taken[got] = lane;
+                got += 1;
+            });
             out.unknown += chunk.len() - got;
             out.removed += got;
             // Then merge their positions into ranges and their references into counts.

@@ -34,6 +34,10 @@
 //! `(1 + 1 / (1 − a)²) / 2` (Knuth, *The Art of Computer Programming* vol. 3, section 6.4):
 //! 2.5 at 1/2, 3.2 at 4/7, 8.5 at 3/4, 32.5 at 7/8.
 
+mod batch;
+
+pub use batch::AHEAD as BATCH_AHEAD;
+
 /// Empty-slot key.
 const EMPTY: u64 = u64::MAX;
 
@@ -497,6 +501,9 @@ impl<V: Copy + Default> HashSlots<V> {
 pub fn is_size(n: usize) -> bool {
     if n >= 2 && n.is_power_of_two() {
         return true;
+    }
+    if n == 0 {
+        return false;
     }
     // `n = m · 2^k` with `m` in 5, 6, 7 and `2^k >= 4` (so the power below is at least 16).
     let k = n.trailing_zeros();

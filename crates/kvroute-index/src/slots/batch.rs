@@ -1,0 +1,305 @@
+//! Batch operations of [`HashSlots`]: a run of inserts or removals whose keys are known
+//! ahead (the blocks of one KV event), with each key's home slot computed once and
+//! prefetched [`AHEAD`] keys before it is probed, and the entry count written once per
+//! batch instead of once per key.
+//!
+//! Each is the same, entry for entry, as the single-key operation called once per key in
+//! order ([`insert_new`](HashSlots::insert_new), [`remove`](HashSlots::remove)); the tests
+//! below compare them with those on random batches.
+
+use super::{EMPTY, HashSlots, Slot, prefetch_addr};
+
+/// Keys ahead of the one being probed whose home slots are being loaded.
+pub const AHEAD: usize = 16;
+
+/// Starts loading slot `i` of `slots`, both lines when it straddles two.
+#[inline(always)]
+fn prefetch_slot<V>(slots: &[Slot<V>], i: usize) {
+    let p = core::ptr::from_ref(&slots[i]).cast::<u8>();
+    prefetch_addr(p);
+    prefetch_addr(p.wrapping_add(size_of::<Slot<V>>() - 1));
+}
+
+impl<V: Copy + Default> HashSlots<V> {
+    /// Inserts the keys `key(0)`, `key(1)`, …, `key(count − 1)` with the values
+    /// `value(k)`, each unless it is present, and stops at the first key already present;
+    /// returns how many it inserted (`count` when none was present). The entries are those
+    /// of [`insert_new`](Self::insert_new) called once per key in order, except that the
+    /// room for all `count` is reserved first (a batch that stops early may leave the slots
+    /// one growth step larger than its entries need).
+    #[inline(always)]
+    pub fn insert_new_run(
+        &mut self,
+        count: usize,
+        key: impl Fn(usize) -> u64,
+        value: impl Fn(usize) -> V,
+    ) -> usize {
+        if count == 0 {
+            return 0;
+        }
+        self.reserve(count);
+        let mut max_key = self.max_key;
+        let slots = &mut self.slots[..];
+        let n = slots.len();
+        let mut homes = [0usize; AHEAD];
+        for (k, h) in homes.iter_mut().enumerate().take(count) {
+            *h = Self::home_in(key(k), n);
+            prefetch_slot(slots, *h);
+        }
+        let mut added = 0;
+        let mut done = count;
+        for k in 0..count {
+            let kk = key(k);
+            let mut i = homes[k % AHEAD];
+            if k + AHEAD < count {
+                let h = Self::home_in(key(k + AHEAD), n);
+                prefetch_slot(slots, h);
+                homes[k % AHEAD] = h;
+            }
+            if kk == EMPTY {
+                if max_key.is_some() {
+                    done = k;
+                    break;
+                }
+                max_key = Some(value(k));
+                continue;
+            }
+            let inserted = loop {
+                let e = slots[i].key;
+                if e == kk {
+                    break false;
+                }
+                if e == EMPTY {
+                    slots[i] = Slot {
+                        key: kk,
+                        value: value(k),
+                    };
+                    break true;
+                }
+                i += 1;
+                if i >= n {
+                    i = 0;
+                }
+            };
+            if !inserted {
+                done = k;
+                break;
+            }
+            added += 1;
+        }
+        self.len += added;
+        self.max_key = max_key;
+        done
+    }
+
+    /// Removes each of the keys `key(0)`, …, `key(count − 1)` that is present, calling
+    /// `removed(k, value)` for each in order; returns how many were present. The entries
+    /// are those of [`remove`](Self::remove) called once per key in order.
+    #[inline(always)]
+    pub fn remove_each(
+        &mut self,
+        count: usize,
+        key: impl Fn(usize) -> u64,
+        mut removed: impl FnMut(usize, V),
+    ) -> usize {
+        let mut max_key = self.max_key;
+        let slots = &mut self.slots[..];
+        let n = slots.len();
+        let mut gone = 0;
+        let mut max_gone = 0;
+        if n == 0 {
+            for k in 0..count {
+                if key(k) != EMPTY {
+                    continue;
+                }
+                if let Some(v) = max_key.take() {
+                    removed(k, v);
+                    max_gone += 1;
+                }
+            }
+            self.max_key = max_key;
+            return max_gone;
+        }
+        let mut homes = [0usize; AHEAD];
+        for (k, h) in homes.iter_mut().enumerate().take(count) {
+            *h = Self::home_in(key(k), n);
+            prefetch_slot(slots, *h);
+        }
+        for k in 0..count {
+            let kk = key(k);
+            let mut hole = homes[k % AHEAD];
+            if k + AHEAD < count {
+                let h = Self::home_in(key(k + AHEAD), n);
+                prefetch_slot(slots, h);
+                homes[k % AHEAD] = h;
+            }
+            if kk == EMPTY {
+                if let Some(v) = max_key.take() {
+                    removed(k, v);
+                    max_gone += 1;
+                }
+                continue;
+            }
+            let found = loop {
+                let e = slots[hole].key;
+                if e == kk {
+                    break true;
+                }
+                if e == EMPTY {
+                    break false;
+                }
+                hole += 1;
+                if hole >= n {
+                    hole = 0;
+                }
+            };
+            if !found {
+                continue;
+            }
+            let value = slots[hole].value;
+            // Backward shift, as in `remove`: each later entry of the cluster moves back
+            // into the hole unless its home lies cyclically in (hole, j].
+            let mut j = hole + 1;
+            if j >= n {
+                j = 0;
+            }
+            loop {
+                let e = slots[j];
+                if e.key == EMPTY {
+                    break;
+                }
+                let h = Self::home_in(e.key, n);
+                let stays = if hole < j {
+                    hole < h && h <= j
+                } else {
+                    hole < h || h <= j
+                };
+                if !stays {
+                    slots[hole] = e;
+                    hole = j;
+                }
+                j += 1;
+                if j >= n {
+                    j = 0;
+                }
+            }
+            slots[hole].key = EMPTY;
+            gone += 1;
+            removed(k, value);
+        }
+        self.len -= gone;
+        self.max_key = max_key;
+        gone + max_gone
+    }
+}
+
+#[cfg(all(test, not(kvroute_loom)))]
+mod tests {
+    use super::super::Growth;
+    use super::*;
+
+    /// A small xorshift generator (the tests need no dependency for it).
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// Every entry of `t` (the slotted ones and the one beside them), sorted.
+    fn entries(t: &HashSlots<u32>) -> Vec<(u64, u32)> {
+        let mut v: Vec<(u64, u32)> = t
+            .slots
+            .iter()
+            .filter(|e| e.key != EMPTY)
+            .map(|e| (e.key, e.value))
+            .collect();
+        v.extend(t.max_key.map(|x| (EMPTY, x)));
+        v.sort_unstable();
+        v
+    }
+
+    /// Random batches of inserts and removals, keys drawn from a small range (so batches
+    /// hit present keys and crowd a few homes) with the empty-slot key among them: the
+    /// batch and the single-key operations leave the same entries in the same slots,
+    /// with the same counts and the same values reported, at both growths.
+    #[test]
+    fn batches_equal_single_key_operations() {
+        for growth in [Growth::Halves, Growth::Quarters] {
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+            let mut batch = HashSlots::<u32>::with_growth(growth);
+            let mut single = HashSlots::<u32>::with_growth(growth);
+            for round in 0..400 {
+                let len = (rng.next() % 70) as usize;
+                let keys: Vec<u64> = (0..len)
+                    .map(|_| match rng.next() % 40 {
+                        0 => EMPTY,
+                        _ => rng.next() % 300,
+                    })
+                    .collect();
+                if rng.next() % 2 == 0 {
+                    let base = (round * 1000) as u32;
+                    let got = batch.insert_new_run(len, |k| keys[k], |k| base + k as u32);
+                    // The single-key form: reserve for the batch, then one at a time,
+                    // stopping at the first present key.
+                    single.reserve(len);
+                    let mut want = len;
+                    for (k, &key) in keys.iter().enumerate() {
+                        if !single.insert_new(key, base + k as u32) {
+                            want = k;
+                            break;
+                        }
+                    }
+                    assert_eq!(got, want, "round {round}: inserted");
+                } else {
+                    let mut seen = Vec::new();
+                    let got = batch.remove_each(len, |k| keys[k], |k, v| seen.push((k, v)));
+                    let mut want = Vec::new();
+                    for (k, &key) in keys.iter().enumerate() {
+                        if let Some(v) = single.remove(key) {
+                            want.push((k, v));
+                        }
+                    }
+                    assert_eq!(seen, want, "round {round}: removed");
+                    assert_eq!(got, want.len(), "round {round}: count");
+                }
+                assert_eq!(batch.len(), single.len(), "round {round}: len");
+                assert_eq!(entries(&batch), entries(&single), "round {round}: entries");
+                assert_eq!(
+                    batch.slots.len(),
+                    single.slots.len(),
+                    "round {round}: slot count"
+                );
+                for (i, (a, b)) in batch.slots.iter().zip(&single.slots).enumerate() {
+                    let (ak, bk) = (a.key, b.key);
+                    assert_eq!(ak, bk, "round {round}: slot {i}");
+                }
+            }
+        }
+    }
+
+    /// Hand case: a batch that meets a present key stops there, keeping what it inserted
+    /// before it, and a removal batch reports each present key once, in order.
+    #[test]
+    fn an_insert_batch_stops_at_a_present_key() {
+        let mut t = HashSlots::<u32>::with_slots(16);
+        assert!(t.insert_new(7, 70));
+        let keys = [1u64, 2, 7, 3];
+        assert_eq!(t.insert_new_run(4, |k| keys[k], |k| k as u32), 2);
+        assert_eq!(t.get(1), Some(0));
+        assert_eq!(t.get(2), Some(1));
+        assert_eq!(t.get(7), Some(70), "the present key keeps its value");
+        assert_eq!(t.get(3), None, "nothing after the present key");
+        assert_eq!(t.len(), 3);
+        let gone = [2u64, 9, 7, 2];
+        let mut seen = Vec::new();
+        assert_eq!(t.remove_each(4, |k| gone[k], |k, v| seen.push((k, v))), 2);
+        assert_eq!(seen, vec![(0, 1), (2, 70)]);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.get(1), Some(0));
+    }
+}
