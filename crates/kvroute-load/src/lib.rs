@@ -2,7 +2,9 @@
 //! reservations.
 //!
 //! * [`publish`]: a single-writer publication cell (RCU over a ring of buffers, split
-//!   reference counts); readers never lock and never wait.
+//!   reference counts); readers never lock and never wait. A [`PinnedReader`] (module
+//!   `pinned`) announces the buffer it reads in a slot of its own instead, so loads from
+//!   many threads write no shared cache line.
 //! * [`LoadPublisher`] (module `publisher`): the telemetry thread's handle: engine-neutral
 //!   updates (a `kvroute_core::LoadSample` per rank, or an engine's `kvroute_core::RankReport`s with
 //!   the engine's own timestamps), validity, per-engine grouping, publication of a
@@ -21,6 +23,7 @@ mod drain;
 mod lanes;
 #[cfg(test)]
 mod loom_models;
+mod pinned;
 pub mod publish;
 mod publisher;
 pub mod reconcile;
@@ -28,6 +31,7 @@ pub mod reserve;
 mod snapshot;
 
 pub use lanes::{LANE_PAD, Validity, padded_len};
+pub use pinned::{PinnedGuard, PinnedReader};
 pub use publish::{PublishError, SnapshotGuard, SnapshotReader, SnapshotWriter, snapshot_cell};
 pub use publisher::{
     BUFFERS, CAPACITY, DP_SIZE, ENGINE_TPS, EngineConfig, LastReport, LoadConfig, LoadPublisher,

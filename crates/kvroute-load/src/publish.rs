@@ -56,8 +56,10 @@ use core::fmt;
 use core::ops::Deref;
 use kvroute_core::Nanos;
 
-use kvroute_core::sync::Arc;
-use kvroute_core::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use kvroute_core::sync::atomic::{AtomicI64, AtomicU64, Ordering, fence};
+use kvroute_core::sync::{Arc, Mutex};
+
+use crate::pinned::Announce;
 
 use kvroute_core::sync::cell::{ConstPtr, UnsafeCell};
 
@@ -73,20 +75,42 @@ fn pack(index: usize, count: u64) -> u64 {
     ((index as u64) << INDEX_SHIFT) | count
 }
 
-fn index_of(word: u64) -> usize {
+pub(crate) fn index_of(word: u64) -> usize {
     (word >> INDEX_SHIFT) as usize
 }
 
-struct Buffer<T> {
+pub(crate) struct Buffer<T> {
     /// Guards held on this buffer after it stopped being current, minus returns; see the
     /// module docs. Zero for a free buffer.
     refs: AtomicI64,
-    value: UnsafeCell<T>,
+    pub(crate) value: UnsafeCell<T>,
 }
 
-struct Shared<T> {
-    current: AtomicU64,
-    buffers: Box<[Buffer<T>]>,
+pub(crate) struct Shared<T> {
+    pub(crate) current: AtomicU64,
+    pub(crate) buffers: Box<[Buffer<T>]>,
+    /// The announcement slots of the pinned readers (module `pinned`), registered under
+    /// this lock and scanned by the writer's `begin`.
+    announced: Mutex<Vec<Arc<Announce>>>,
+}
+
+impl<T> Shared<T> {
+    /// Registers a pinned reader's slot.
+    pub(crate) fn register(&self, slot: Arc<Announce>) {
+        self.announced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(slot);
+    }
+
+    /// Registered announcement slots (tests).
+    #[cfg(test)]
+    pub(crate) fn announced_len(&self) -> usize {
+        self.announced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
 }
 
 // SAFETY: `Shared` hands out `&T` to many threads (needs `T: Sync`) and moves `T` values
@@ -156,6 +180,7 @@ pub fn snapshot_cell<T: Send + Sync>(
     let shared = Arc::new(Shared {
         current: AtomicU64::new(pack(0, 0)),
         buffers,
+        announced: Mutex::new(Vec::new()),
     });
     Ok((
         SnapshotWriter {
@@ -194,12 +219,26 @@ impl<T: Send + Sync> SnapshotWriter<T> {
     /// [`PublishError::AllBuffersPinned`] when every non-current buffer is held by a reader.
     pub fn begin(&mut self) -> Result<Staged<'_, T>, PublishError> {
         let n = self.shared.buffers.len();
+        let mut announced = self
+            .shared
+            .announced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // Slots whose reader is gone and which announce nothing are dropped (a clear slot
+        // pins nothing; one left announcing by a forgotten guard keeps its buffer pinned).
+        announced.retain(|a| Arc::strong_count(a) > 1 || !a.is_clear());
         // Prefer the buffer after the current one, so buffers rotate and a just-retired one
-        // (most likely still read) is tried last.
+        // (most likely still read) is tried last. A buffer is free when no ordinary guard
+        // holds it and no pinned reader announces it (module `pinned`: this `begin` comes
+        // after the `fence(SeqCst)` of the `publish` that retired it).
         let free = (1..n)
             .map(|k| (self.current + k) % n)
-            .find(|&i| self.shared.buffers[i].refs.load(Ordering::Acquire) == 0)
+            .find(|&i| {
+                self.shared.buffers[i].refs.load(Ordering::Acquire) == 0
+                    && !announced.iter().any(|a| a.holds(i))
+            })
             .ok_or(PublishError::AllBuffersPinned)?;
+        drop(announced);
         Ok(Staged {
             writer: self,
             index: free,
@@ -261,6 +300,9 @@ impl<T: Send + Sync> Staged<'_, T> {
         w.shared.buffers[old_index]
             .refs
             .fetch_add(outstanding, Ordering::AcqRel);
+        // Between the store that retired the old buffer and the next `begin`'s loads of
+        // the pinned readers' announcements (module `pinned`, Dekker's pattern).
+        fence(Ordering::SeqCst);
         w.current = self.index;
         w.publications += 1;
         w.publications
@@ -283,6 +325,13 @@ impl<T> Clone for SnapshotReader<T> {
 impl<T> fmt::Debug for SnapshotReader<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SnapshotReader").finish_non_exhaustive()
+    }
+}
+
+impl<T> SnapshotReader<T> {
+    /// The cell.
+    pub(crate) fn shared(&self) -> &Arc<Shared<T>> {
+        &self.shared
     }
 }
 

@@ -33,6 +33,7 @@ use kvroute_core::{
 };
 
 use crate::lanes::Validity;
+use crate::pinned::PinnedReader;
 use crate::publish::{PublishError, SnapshotGuard, SnapshotReader, SnapshotWriter, snapshot_cell};
 use crate::reserve::ReservationTable;
 use crate::snapshot::{EngineLoad, LoadSnapshot, LoadStats, NO_ENGINE};
@@ -192,6 +193,14 @@ impl LoadReader {
     #[inline]
     pub fn load(&self) -> SnapshotGuard<'_, LoadSnapshot> {
         self.inner.load()
+    }
+
+    /// A reader of the same snapshots with an announcement slot of its own, for a thread
+    /// that loads many times: its loads write only that slot's cache line, none that
+    /// other readers write (see [`SnapshotReader::pinned`] and [`PinnedReader::load`]).
+    /// Registers the slot under the cell's registration lock.
+    pub fn pinned(&self) -> PinnedReader<LoadSnapshot> {
+        self.inner.pinned()
     }
 }
 

@@ -105,6 +105,7 @@ impl Router {
             seq,
             pooled,
             tally,
+            pin,
         } = s;
         let bs = self.block_size;
         if req.prompt_tokens == 0 {
@@ -187,6 +188,11 @@ impl Router {
         if *pooled && tally.is_none() {
             *tally = Some(self.counters.new_tally());
         }
+        // Likewise its own reader of the load snapshots (one registration per set and
+        // router): a one-off set loads through the router's shared reader.
+        if *pooled && pin.is_none() {
+            *pin = Some(self.reader.pinned());
+        }
         // The tie cursor rotates through `u32` (its low half, as a `u32` counter would).
         let cursor = seq as u32;
         let random = (cfg.near_tie_band > 0.0).then(|| self.draw(seq));
@@ -202,7 +208,10 @@ impl Router {
         let claimed = claim_rescoring(&self.table, max, req.now, |attempt| {
             current = attempt;
             // The snapshot is loaded before the counters are read (reconciliation rule).
-            let snap = self.reader.load();
+            let snap = match pin {
+                Some(p) => Snap::Pinned(p.load()),
+                None => Snap::Shared(self.reader.load()),
+            };
             // A snapshot older than the staleness bound at the request's time means the
             // telemetry thread stopped publishing: no slot's figures are current then,
             // whatever the snapshot said when it was published.
@@ -344,6 +353,25 @@ impl Router {
             rescores: attempt,
             reservation,
         })
+    }
+}
+
+/// A load snapshot as a decision reads it: through its buffer set's own pinned reader, or
+/// through the router's shared reader (a one-off set).
+enum Snap<'a> {
+    Pinned(kvroute_load::PinnedGuard<'a, kvroute_load::LoadSnapshot>),
+    Shared(kvroute_load::SnapshotGuard<'a, kvroute_load::LoadSnapshot>),
+}
+
+impl core::ops::Deref for Snap<'_> {
+    type Target = kvroute_load::LoadSnapshot;
+
+    #[inline(always)]
+    fn deref(&self) -> &kvroute_load::LoadSnapshot {
+        match self {
+            Snap::Pinned(g) => g,
+            Snap::Shared(g) => g,
+        }
     }
 }
 

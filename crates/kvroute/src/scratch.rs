@@ -22,8 +22,11 @@
 //! dropped router's set waits to be reused by another router or evicted).
 //!
 //! A set also holds a block of decision numbers taken from the router it serves
-//! ([`SeqBlock`]) and its tally of that router's decisions (`tally.rs`), both dropped when
-//! the set is re-tagged (the router keeps the tally's counts).
+//! ([`SeqBlock`]), its tally of that router's decisions (`tally.rs`) and its reader of that
+//! router's load snapshots with an announcement slot of its own
+//! (`kvroute_load::PinnedReader`: loading a snapshot then writes no cache line other
+//! threads write), all dropped when the set is re-tagged (the router keeps the tally's
+//! counts).
 //!
 //! One `unsafe` (the cache's address taken out of the thread-local access, `with`). No
 //! atomic of its own but the id counter's, a plain `std` atomic, `Relaxed`: it only hands
@@ -57,6 +60,10 @@ pub(crate) struct Scratch {
     /// This set's tally of decisions for the router it serves (`tally.rs`), registered by
     /// its first decision there.
     pub tally: Option<kvroute_core::sync::Arc<crate::tally::Tally>>,
+    /// This set's reader of the load snapshots of the router it serves, with an
+    /// announcement slot of its own (`kvroute_load::PinnedReader`), registered by its
+    /// first decision there.
+    pub pin: Option<kvroute_load::PinnedReader<kvroute_load::LoadSnapshot>>,
 }
 
 /// Decision numbers taken from a router's counter [`SEQ_BLOCK`] at a time, so that a
@@ -157,6 +164,7 @@ impl Cache {
         // Its numbers and its tally were the other router's.
         self.entries[lru].scratch.seq = SeqBlock::default();
         self.entries[lru].scratch.tally = None;
+        self.entries[lru].scratch.pin = None;
         lru
     }
 }

@@ -1,0 +1,171 @@
+//! Decision throughput with several threads routing on one `Router` at once: what the
+//! cache lines every deciding thread writes cost when threads decide concurrently.
+//!
+//! Run: `cargo run --release -p kvroute-bench --bin route_threads [-- WORKERS DECISIONS
+//! ROUNDS THREADS...]` (defaults: 512 workers, 100,000 decisions per thread per round, 5
+//! rounds, thread counts 1, 2 and the machine's available parallelism when larger).
+//!
+//! The fleet and the requests are the `route` bench's (`kvroute_bench::route`): warm
+//! 128-block requests, policy `projected_time`. Each thread routes requests from its own
+//! place in the fleet's rotating order (thread `t` starts `t · order.len() / threads` in, so
+//! threads route different conversations) and drops each decision at once, which releases
+//! its reservation; the threads start together on a barrier, and a round's time is the
+//! slowest thread's. Rounds alternate over the thread counts; per count the bench prints
+//! the median over rounds of the aggregate decisions per second, the nanoseconds per
+//! decision on each thread, and the aggregate against `threads` times the one-thread
+//! rate (1.0 = every thread as fast as one alone). Before that it times the load
+//! snapshot's read alone on the same thread counts: a guard taken and returned through
+//! the router's shared `LoadReader` (two read-modify-writes on the cell's one shared
+//! word) against one through a `PinnedReader` of the thread's own (a store and a fence on
+//! its own line). A thread count above the cores measures time-sharing, not contention. This is a measurement, not a test: it asserts
+//! nothing about the figures.
+
+use std::sync::Barrier;
+use std::time::Instant;
+
+use kvroute::Router;
+use kvroute_bench::route::{request, router};
+use kvroute_bench::{ConversationFleet, FLEET_SEED, ORDER_SEED};
+
+/// Routes `count` requests from position `start` of `order`; returns the seconds taken.
+fn route_for(
+    router: &Router,
+    fleet: &ConversationFleet,
+    order: &[usize],
+    start: usize,
+    count: usize,
+) -> f64 {
+    let t = Instant::now();
+    for k in 0..count {
+        let q = &fleet.requests[order[(start + k) % order.len()]];
+        let d = router.route(&request(q)).expect("routes");
+        std::hint::black_box(d.slot);
+    }
+    t.elapsed().as_secs_f64()
+}
+
+/// One round with `threads` threads; returns the slowest thread's seconds.
+fn round(
+    router: &Router,
+    fleet: &ConversationFleet,
+    order: &[usize],
+    threads: usize,
+    count: usize,
+) -> f64 {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let start = t * order.len() / threads;
+                    // A few decisions first so each thread's buffers are sized.
+                    route_for(router, fleet, order, start, 64);
+                    barrier.wait();
+                    route_for(router, fleet, order, start, count)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .fold(0.0, f64::max)
+    })
+}
+
+/// One round of snapshot loads alone on `threads` threads, each taking and returning
+/// `count` guards through the router's shared reader (`pinned` false) or through a pinned
+/// reader of its own; returns the slowest thread's seconds.
+fn snapshot_round(router: &Router, threads: usize, count: usize, pinned: bool) -> f64 {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let reader = router.load_reader();
+                    let mut pin = reader.pinned();
+                    barrier.wait();
+                    let t = Instant::now();
+                    for _ in 0..count {
+                        if pinned {
+                            std::hint::black_box(pin.load().seq());
+                        } else {
+                            std::hint::black_box(reader.load().seq());
+                        }
+                    }
+                    t.elapsed().as_secs_f64()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .fold(0.0, f64::max)
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let workers: usize = args.next().map_or(512, |a| a.parse().expect("WORKERS"));
+    let count: usize = args
+        .next()
+        .map_or(100_000, |a| a.parse().expect("DECISIONS"));
+    let rounds: usize = args.next().map_or(5, |a| a.parse().expect("ROUNDS"));
+    let mut counts: Vec<usize> = args.map(|a| a.parse().expect("THREADS")).collect();
+    if counts.is_empty() {
+        counts = vec![1, 2];
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cores > 2 {
+            counts.push(cores);
+        }
+    }
+    let fleet = ConversationFleet::new(workers, FLEET_SEED);
+    let router = router(&fleet);
+    let order = fleet.query_order(ORDER_SEED);
+    println!(
+        "route_threads: {workers} workers, warm 128-block requests, projected_time, {count} decisions per thread, {rounds} rounds"
+    );
+    let mut secs = vec![Vec::new(); counts.len()];
+    for _ in 0..rounds {
+        for (i, &t) in counts.iter().enumerate() {
+            secs[i].push(round(&router, &fleet, &order, t, count));
+        }
+    }
+    // The load snapshot's read alone, shared reader against pinned readers (the one part
+    // of a decision whose every thread wrote one cache line before the pinned readers).
+    let loads = count * 10;
+    for &t in &counts {
+        let (mut shared, mut pinned) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            shared.push(snapshot_round(&router, t, loads, false));
+            pinned.push(snapshot_round(&router, t, loads, true));
+        }
+        println!(
+            "{t:>3} threads: snapshot load + drop {:>6.1} ns shared reader, {:>6.1} ns pinned reader (per load per thread)",
+            median(shared) * 1e9 / loads as f64,
+            median(pinned) * 1e9 / loads as f64
+        );
+    }
+    let mut one = None;
+    for (&t, s) in counts.iter().zip(secs) {
+        let m = median(s);
+        let rate = (t * count) as f64 / m;
+        if t == 1 {
+            one = Some(rate);
+        }
+        let scaling = one.map_or(String::from("-"), |r| {
+            format!("{:.2}", rate / (r * t as f64))
+        });
+        println!(
+            "{t:>3} threads: {:>6.2} M decisions/s  {:>6.0} ns per decision per thread  scaling {scaling}",
+            rate / 1e6,
+            m * 1e9 / count as f64
+        );
+    }
+}
