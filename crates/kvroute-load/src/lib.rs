@@ -40,6 +40,6 @@ pub use publisher::{
 pub use reconcile::{EffectiveLoad, effective_load};
 pub use reserve::{
     GROUP_SLOTS, Reservation, ReservationStats, ReservationTable, ReserveError, Reserved,
-    SweepReport, TableError, Work,
+    SweepReport, TableError, TableLease, Work,
 };
 pub use snapshot::{EngineLoad, LoadSnapshot, LoadStats, NO_ENGINE, SlotLoad};

@@ -172,6 +172,49 @@ fn saturation_is_refused_without_residue() {
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
 }
 
+/// Guards made through a lease count in the same slots as the table's own, see the
+/// table's guards as siblings (and are seen by them), and return what they hold after the
+/// table handle and the lease they were made through are dropped.
+#[test]
+fn a_lease_reserves_on_the_same_slots_and_keeps_the_table_alive() {
+    let t = table(2);
+    t.add_worker(Slot(1), G1, Nanos(0)).unwrap();
+    let lease = t.lease();
+    let a = t.reserve(Slot(1), G1, work(1000, 200), Nanos(5)).unwrap();
+    let b = lease.reserve(Slot(1), G1, work(300, 50), Nanos(6)).unwrap();
+    assert_eq!(
+        b.prior(),
+        r(1, 1000, 200),
+        "the lease's guard sees the table's"
+    );
+    assert_eq!(
+        lease
+            .reserve_at_most(Slot(1), G1, work(1, 1), Nanos(7), 1)
+            .err(),
+        Some(ReserveError::Contended {
+            slot: Slot(1),
+            prior_requests: 2
+        }),
+        "two held, at most one allowed"
+    );
+    let c = lease
+        .reserve_at_most(Slot(1), G1, work(7, 3), Nanos(8), 2)
+        .unwrap();
+    assert_eq!(t.reserved(Slot(1)), r(3, 1307, 253));
+    assert_eq!(lease.table().reserved(Slot(1)), r(3, 1307, 253));
+    drop(a);
+    assert_eq!(t.reserved(Slot(1)), r(2, 307, 53));
+    // The table handle and the lease go; the guards still return what they hold.
+    let probe = t.clone();
+    drop(t);
+    drop(lease);
+    assert_eq!(b.release(), r(1, 300, 50));
+    drop(c);
+    assert_eq!(probe.reserved(Slot(1)), r(0, 0, 0));
+    assert_eq!(probe.stats().rejected_contended, 1);
+    assert_eq!(probe.stats().underflow_clamped, 0);
+}
+
 #[test]
 fn reserve_at_most_lets_only_one_sibling_take_an_idle_slot() {
     let t = table(2);

@@ -72,7 +72,7 @@ fn decide(
     max_rescores: u32,
     rendezvous: Option<&Rendezvous>,
 ) -> (Reservation, u32) {
-    let claimed = claim_rescoring(t, max_rescores, NOW, |attempt| {
+    let claimed = claim_rescoring(t, None, max_rescores, NOW, |attempt| {
         let read = [0, 1].map(|s| t.reserved_for(Slot(s), G).unwrap().requests);
         let slot = usize::from(read[1] < read[0]);
         if attempt == 0 {

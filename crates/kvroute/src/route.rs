@@ -106,6 +106,7 @@ impl Router {
             pooled,
             tally,
             pin,
+            lease,
         } = s;
         let bs = self.block_size;
         if req.prompt_tokens == 0 {
@@ -193,6 +194,10 @@ impl Router {
         if *pooled && pin.is_none() {
             *pin = Some(self.reader.pinned());
         }
+        // And its own lease of the reservation table.
+        if *pooled && lease.is_none() {
+            *lease = Some(self.table.lease());
+        }
         // The tie cursor rotates through `u32` (its low half, as a `u32` counter would).
         let cursor = seq as u32;
         let random = (cfg.near_tie_band > 0.0).then(|| self.draw(seq));
@@ -205,7 +210,7 @@ impl Router {
         // The attempt in progress, so that an exit with an error still counts the re-scores
         // made before it.
         let mut current = 0;
-        let claimed = claim_rescoring(&self.table, max, req.now, |attempt| {
+        let claimed = claim_rescoring(&self.table, lease.as_ref(), max, req.now, |attempt| {
             current = attempt;
             // The snapshot is loaded before the counters are read (reconciliation rule).
             let snap = match pin {

@@ -22,11 +22,14 @@
 //! dropped router's set waits to be reused by another router or evicted).
 //!
 //! A set also holds a block of decision numbers taken from the router it serves
-//! ([`SeqBlock`]), its tally of that router's decisions (`tally.rs`) and its reader of that
+//! ([`SeqBlock`]), its tally of that router's decisions (`tally.rs`), its reader of that
 //! router's load snapshots with an announcement slot of its own
 //! (`kvroute_load::PinnedReader`: loading a snapshot then writes no cache line other
-//! threads write), all dropped when the set is re-tagged (the router keeps the tally's
-//! counts).
+//! threads write) and its lease of the router's reservation table
+//! (`kvroute_load::TableLease`: its reservations count on the lease's reference count, not
+//! on the table's), all dropped when the set is re-tagged (the router keeps the tally's
+//! counts). Until then the set keeps that router's snapshot buffers and reservation table
+//! allocated, even after the router is dropped (at most [`KEEP`] routers' per thread).
 //!
 //! One `unsafe` (the cache's address taken out of the thread-local access, `with`). No
 //! atomic of its own but the id counter's, a plain `std` atomic, `Relaxed`: it only hands
@@ -64,6 +67,10 @@ pub(crate) struct Scratch {
     /// announcement slot of its own (`kvroute_load::PinnedReader`), registered by its
     /// first decision there.
     pub pin: Option<kvroute_load::PinnedReader<kvroute_load::LoadSnapshot>>,
+    /// This set's lease of the reservation table of the router it serves
+    /// (`kvroute_load::TableLease`: its guards count on the lease's reference count, not
+    /// the table's), made by its first decision there.
+    pub lease: Option<kvroute_load::TableLease>,
 }
 
 /// Decision numbers taken from a router's counter [`SEQ_BLOCK`] at a time, so that a
@@ -165,6 +172,7 @@ impl Cache {
         self.entries[lru].scratch.seq = SeqBlock::default();
         self.entries[lru].scratch.tally = None;
         self.entries[lru].scratch.pin = None;
+        self.entries[lru].scratch.lease = None;
         lru
     }
 }

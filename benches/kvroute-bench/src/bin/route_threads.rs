@@ -17,7 +17,10 @@
 //! snapshot's read alone on the same thread counts: a guard taken and returned through
 //! the router's shared `LoadReader` (two read-modify-writes on the cell's one shared
 //! word) against one through a `PinnedReader` of the thread's own (a store and a fence on
-//! its own line). A thread count above the cores measures time-sharing, not contention. This is a measurement, not a test: it asserts
+//! its own line), and a reservation and its release alone, on a slot of each thread's
+//! own, through the table (its reference count cloned and dropped: one line every thread
+//! writes) against through a `TableLease` of the thread's own. A thread count above the
+//! cores measures time-sharing, not contention. This is a measurement, not a test: it asserts
 //! nothing about the figures.
 
 use std::sync::Barrier;
@@ -26,6 +29,8 @@ use std::time::Instant;
 use kvroute::Router;
 use kvroute_bench::route::{request, router};
 use kvroute_bench::{ConversationFleet, FLEET_SEED, ORDER_SEED};
+use kvroute_core::{Nanos, Slot, SlotGeneration};
+use kvroute_load::{ReservationTable, Work};
 
 /// Routes `count` requests from position `start` of `order`; returns the seconds taken.
 fn route_for(
@@ -105,6 +110,44 @@ fn snapshot_round(router: &Router, threads: usize, count: usize, pinned: bool) -
     })
 }
 
+/// One round of reservations alone on `threads` threads, each reserving and dropping
+/// `count` times on a slot of its own (64 slots apart, so in different slot groups) of
+/// `table`, through the table itself (`leased` false) or through a lease of its own;
+/// returns the slowest thread's seconds.
+fn reserve_round(table: &ReservationTable, threads: usize, count: usize, leased: bool) -> f64 {
+    let barrier = Barrier::new(threads);
+    let work = Work {
+        prefill_tokens: 1_000,
+        decode_tokens: 200,
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let lease = table.lease();
+                    let slot = Slot((t * 64) as u32);
+                    barrier.wait();
+                    let start = Instant::now();
+                    for _ in 0..count {
+                        let g = if leased {
+                            lease.reserve(slot, SlotGeneration(1), work, Nanos(1))
+                        } else {
+                            table.reserve(slot, SlotGeneration(1), work, Nanos(1))
+                        };
+                        drop(std::hint::black_box(g.expect("reserves")));
+                    }
+                    start.elapsed().as_secs_f64()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .fold(0.0, f64::max)
+    })
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -150,6 +193,28 @@ fn main() {
             "{t:>3} threads: snapshot load + drop {:>6.1} ns shared reader, {:>6.1} ns pinned reader (per load per thread)",
             median(shared) * 1e9 / loads as f64,
             median(pinned) * 1e9 / loads as f64
+        );
+    }
+    // A reservation and its release alone, through the table against through a lease of
+    // the thread's own (the table's reference count is one cache line every reserving
+    // thread writes twice per reservation without leases).
+    let most = counts.iter().copied().max().unwrap_or(1);
+    let table = ReservationTable::new(64 * most, Nanos::from_secs(60)).expect("table");
+    for t in 0..most {
+        table
+            .add_worker(Slot((t * 64) as u32), SlotGeneration(1), Nanos(0))
+            .expect("slot");
+    }
+    for &t in &counts {
+        let (mut shared, mut leased) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            shared.push(reserve_round(&table, t, count, false));
+            leased.push(reserve_round(&table, t, count, true));
+        }
+        println!(
+            "{t:>3} threads: reserve + drop {:>6.1} ns through the table, {:>6.1} ns through a lease (per reservation per thread)",
+            median(shared) * 1e9 / count as f64,
+            median(leased) * 1e9 / count as f64
         );
     }
     let mut one = None;

@@ -12,7 +12,8 @@
 //!
 //! # Orderings
 //! The guard performs no atomic operation of its own; it calls the field operations of
-//! `field.rs` (exact by per-word modification order) and holds an `Arc` of the table.
+//! `field.rs` (exact by per-word modification order) and holds an `Arc` of the lease it
+//! was made through (the table's own, or a `TableLease`'s), which holds the table.
 //! Two of them are ordered for readers of totals (`table.rs`, `# Orderings`):
 //! * Returning: the request count is taken back before the tokens (all `Relaxed`), so a
 //!   reservation being returned never shows its request without its tokens for longer than
@@ -33,7 +34,7 @@ use kvroute_core::sync::atomic::{Ordering, fence};
 use kvroute_core::{Slot, SlotGeneration};
 
 use super::field::Entry;
-use super::table::{DECODE, Inner, PREFILL, REQUESTS, Reserved, Work};
+use super::table::{DECODE, Lease, PREFILL, REQUESTS, Reserved, Work};
 use kvroute_core::Nanos;
 
 /// A request's reservation on one worker slot; releases what it still holds when dropped.
@@ -41,7 +42,9 @@ use kvroute_core::Nanos;
 /// `Send` and `Sync`: it may travel with the request across threads and `await`s.
 #[must_use = "dropping a reservation releases it at once"]
 pub struct Reservation {
-    table: Arc<Inner>,
+    /// The lease it was made through (the table's own, or a `TableLease`'s): what keeps
+    /// the table alive.
+    lease: Arc<Lease>,
     slot: Slot,
     generation: SlotGeneration,
     reserved_at: Nanos,
@@ -66,9 +69,9 @@ pub(crate) struct Made {
 }
 
 impl Reservation {
-    pub(crate) fn new(table: Arc<Inner>, slot: Slot, generation: SlotGeneration, m: Made) -> Self {
+    pub(crate) fn new(lease: Arc<Lease>, slot: Slot, generation: SlotGeneration, m: Made) -> Self {
         Self {
-            table,
+            lease,
             slot,
             generation,
             reserved_at: m.reserved_at,
@@ -146,7 +149,7 @@ impl Reservation {
         let Some(pre) = self.entries[PREFILL].take() else {
             return false;
         };
-        let cell = self.table.slot_cell(self.slot);
+        let cell = self.lease.table.slot_cell(self.slot);
         let mut grown = 0;
         if pre.amount > 0 {
             if let Some(dec) = self.entries[DECODE].as_mut() {
@@ -157,6 +160,7 @@ impl Reservation {
             }
         }
         if self
+            .lease
             .table
             .count_return(cell.fields[PREFILL].sub(pre, Ordering::Release))
         {
@@ -171,6 +175,7 @@ impl Reservation {
                 };
                 dec.amount -= grown;
                 if !self
+                    .lease
                     .table
                     .count_return(cell.fields[DECODE].sub(moved, Ordering::Relaxed))
                 {
@@ -198,13 +203,14 @@ impl Reservation {
     /// Returns what is still held; `ended`: the request left the engine (drop, release),
     /// as opposed to being handed over to its telemetry (commit).
     fn return_all(&mut self, ended: bool) -> Reserved {
-        let cell = self.table.slot_cell(self.slot);
+        let cell = self.lease.table.slot_cell(self.slot);
         let mut live = Reserved::default();
         for f in [REQUESTS, PREFILL, DECODE] {
             let Some(e) = self.entries[f].take() else {
                 continue;
             };
             if self
+                .lease
                 .table
                 .count_return(cell.fields[f].sub(e, Ordering::Relaxed))
             {
@@ -220,15 +226,15 @@ impl Reservation {
                 // clearing's `Release`, so the reconciliation's new tag is seen; the group
                 // is raised first and the raise kept only for the count's 0 → 1 step.
                 fence(Ordering::Acquire);
-                self.table.groups.raise(self.slot.index());
+                self.lease.table.groups.raise(self.slot.index());
                 if cell.finished.count_end(self.since) != Some(true) {
-                    self.table.groups.lower(self.slot.index());
+                    self.lease.table.groups.lower(self.slot.index());
                 }
             }
         }
         // After the per-slot amounts are returned, once (`group.rs`).
         if core::mem::take(&mut self.counted) {
-            self.table.groups.lower(self.slot.index());
+            self.lease.table.groups.lower(self.slot.index());
         }
         live
     }

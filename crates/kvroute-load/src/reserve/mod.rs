@@ -44,5 +44,6 @@ mod table;
 pub use group::GROUP_SLOTS;
 pub use guard::Reservation;
 pub use table::{
-    ReservationStats, ReservationTable, ReserveError, Reserved, SweepReport, TTL, TableError, Work,
+    ReservationStats, ReservationTable, ReserveError, Reserved, SweepReport, TTL, TableError,
+    TableLease, Work,
 };

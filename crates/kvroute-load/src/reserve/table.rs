@@ -412,11 +412,88 @@ impl Inner {
     }
 }
 
+/// What a guard holds to keep its table alive: the table, behind a reference count of
+/// its own, so that guards made through one [`TableLease`] count on that lease's line
+/// and not on the line every deciding thread writes. Aligned to a cache line, so that two
+/// threads' leases never share one.
+#[repr(align(64))]
+pub(crate) struct Lease {
+    pub(crate) table: Arc<Inner>,
+}
+
 /// Per-slot reservation counters; see the [module docs](crate::reserve). A cheap handle:
 /// clones share one table (one `Arc`), and every method takes `&self`.
 #[derive(Clone)]
 pub struct ReservationTable {
     inner: Arc<Inner>,
+    /// The lease of the guards made through the table itself (not through a
+    /// [`TableLease`]).
+    shared: Arc<Lease>,
+}
+
+/// A handle that reserves on one [`ReservationTable`] with guards of its own: each
+/// guard it makes holds a reference to this lease (which holds the table), so making and
+/// dropping guards counts on the lease's reference count, not the table's. A thread that
+/// reserves often keeps a lease of its own, so that its reservations write no reference
+/// count that other threads write (the table's, without leases, is one cache line every
+/// reserving thread writes twice per reservation). Made by [`ReservationTable::lease`];
+/// keeps the table alive while it or any of its guards lives. Cloning shares the lease.
+#[derive(Clone)]
+pub struct TableLease {
+    table: ReservationTable,
+    lease: Arc<Lease>,
+}
+
+impl fmt::Debug for TableLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableLease")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TableLease {
+    /// [`ReservationTable::reserve`], the guard held through this lease.
+    ///
+    /// # Errors
+    /// As [`ReservationTable::reserve`].
+    pub fn reserve(
+        &self,
+        slot: Slot,
+        generation: SlotGeneration,
+        work: Work,
+        now: Nanos,
+    ) -> Result<Reservation, ReserveError> {
+        self.table
+            .reserve_inner(slot, generation, work, now, None, &self.lease)
+    }
+
+    /// [`ReservationTable::reserve_at_most`], the guard held through this lease.
+    ///
+    /// # Errors
+    /// As [`ReservationTable::reserve_at_most`].
+    pub fn reserve_at_most(
+        &self,
+        slot: Slot,
+        generation: SlotGeneration,
+        work: Work,
+        now: Nanos,
+        max_prior_requests: u64,
+    ) -> Result<Reservation, ReserveError> {
+        self.table.reserve_inner(
+            slot,
+            generation,
+            work,
+            now,
+            Some(max_prior_requests),
+            &self.lease,
+        )
+    }
+
+    /// The table it reserves on.
+    pub fn table(&self) -> &ReservationTable {
+        &self.table
+    }
 }
 
 impl fmt::Debug for ReservationTable {
@@ -451,17 +528,30 @@ impl ReservationTable {
                 finished: FinishedCell::new(),
             })
             .collect();
-        Ok(Self {
-            inner: Arc::new(Inner {
-                slots,
-                groups: GroupCounts::new(capacity),
-                ttl,
-                admin: Mutex::new(Admin {
-                    last_aged: vec![Nanos::ZERO; capacity],
-                }),
-                stats: Stats::new(),
+        let inner = Arc::new(Inner {
+            slots,
+            groups: GroupCounts::new(capacity),
+            ttl,
+            admin: Mutex::new(Admin {
+                last_aged: vec![Nanos::ZERO; capacity],
             }),
-        })
+            stats: Stats::new(),
+        });
+        let shared = Arc::new(Lease {
+            table: inner.clone(),
+        });
+        Ok(Self { inner, shared })
+    }
+
+    /// A [`TableLease`] of this table: guards of their own reference count (for a thread
+    /// that reserves often). One allocation.
+    pub fn lease(&self) -> TableLease {
+        TableLease {
+            table: self.clone(),
+            lease: Arc::new(Lease {
+                table: self.inner.clone(),
+            }),
+        }
     }
 
     /// Number of slots.
@@ -727,7 +817,7 @@ impl ReservationTable {
         work: Work,
         now: Nanos,
     ) -> Result<Reservation, ReserveError> {
-        self.reserve_inner(slot, generation, work, now, None)
+        self.reserve_inner(slot, generation, work, now, None, &self.shared)
     }
 
     /// Like [`reserve`](Self::reserve), but reserves only if the slot holds at most
@@ -745,7 +835,14 @@ impl ReservationTable {
         now: Nanos,
         max_prior_requests: u64,
     ) -> Result<Reservation, ReserveError> {
-        self.reserve_inner(slot, generation, work, now, Some(max_prior_requests))
+        self.reserve_inner(
+            slot,
+            generation,
+            work,
+            now,
+            Some(max_prior_requests),
+            &self.shared,
+        )
     }
 
     #[inline(always)]
@@ -756,6 +853,7 @@ impl ReservationTable {
         work: Work,
         now: Nanos,
         limit: Option<u64>,
+        lease: &Arc<Lease>,
     ) -> Result<Reservation, ReserveError> {
         let cell = self.cell(slot).ok_or(ReserveError::UnknownSlot(slot))?;
         let stale = || {
@@ -840,7 +938,7 @@ impl ReservationTable {
         // call has returned.
         self.inner.groups.raise(slot.index());
         Ok(Reservation::new(
-            self.inner.clone(),
+            lease.clone(),
             slot,
             generation,
             Made {
