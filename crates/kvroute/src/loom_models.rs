@@ -72,7 +72,9 @@ fn decide(
     max_rescores: u32,
     rendezvous: Option<&Rendezvous>,
 ) -> (Reservation, u32) {
-    let claimed = claim_rescoring(t, None, max_rescores, NOW, |attempt| {
+    // Each decision through a lease of its own, as a decision's buffer set reserves.
+    let lease = t.lease();
+    let claimed = claim_rescoring(&lease, max_rescores, NOW, |attempt| {
         let read = [0, 1].map(|s| t.reserved_for(Slot(s), G).unwrap().requests);
         let slot = usize::from(read[1] < read[0]);
         if attempt == 0 {

@@ -10,7 +10,7 @@
 
 use kvroute_core::Nanos;
 use kvroute_core::{Slot, SlotGeneration};
-use kvroute_load::{Reservation, ReservationTable, ReserveError, TableLease, Work};
+use kvroute_load::{Reservation, ReserveError, TableLease, Work};
 
 /// What one attempt of a decision claims.
 #[derive(Clone, Copy, Debug)]
@@ -55,17 +55,16 @@ pub(crate) enum Claimed<T> {
 }
 
 /// Runs up to `max_rescores + 1` attempts: `attempt(n)` reads and picks (its error ends the
-/// loop at once), then the claim is reserved on `table` at `now` (through `lease` when
-/// given: a lease of `table`, so that the guard counts on the lease's reference count),
-/// bounded by `seen` on every attempt but the last, which is bounded by `last_limit`. A
-/// refusal as contended, stale or unknown slot starts the next attempt.
+/// loop at once), then the claim is reserved through `lease` (its table, the guard counted
+/// on the lease's reference count) at `now`, bounded by `seen` on every attempt but the
+/// last, which is bounded by `last_limit`. A refusal as contended, stale or unknown slot
+/// starts the next attempt.
 ///
 /// # Errors
 /// Whatever `attempt` returns.
 #[inline(always)]
 pub(crate) fn claim_rescoring<T, E>(
-    table: &ReservationTable,
-    lease: Option<&TableLease>,
+    lease: &TableLease,
     max_rescores: u32,
     now: Nanos,
     mut attempt: impl FnMut(u32) -> Result<(Claim, T), E>,
@@ -78,11 +77,9 @@ pub(crate) fn claim_rescoring<T, E>(
             Some(claim.seen)
         };
         let (slot, generation, work) = (claim.slot, claim.generation, claim.work);
-        let reserved = match (lease, limit) {
-            (Some(t), Some(l)) => t.reserve_at_most(slot, generation, work, now, l),
-            (Some(t), None) => t.reserve(slot, generation, work, now),
-            (None, Some(l)) => table.reserve_at_most(slot, generation, work, now, l),
-            (None, None) => table.reserve(slot, generation, work, now),
+        let reserved = match limit {
+            Some(l) => lease.reserve_at_most(slot, generation, work, now, l),
+            None => lease.reserve(slot, generation, work, now),
         };
         match reserved {
             Ok(reservation) => {

@@ -60,8 +60,9 @@ impl Router {
     /// Takes no lock once warm: the buffers it works in are its thread's own (a
     /// thread-local cache of a few buffer sets, reused across routers; a set's first
     /// decision for a router registers the set's decision tally under the router's tally
-    /// lock, as does every decision of a thread that alternates among more routers than
-    /// the cache keeps sets), the scorer configuration is the one
+    /// lock and its own snapshot reader under the snapshot cell's registration lock, as
+    /// does every decision of a thread that alternates among more routers than the cache
+    /// keeps sets), the scorer configuration is the one
     /// the thread cached under the cell's stamp (one atomic load, and a reference count
     /// only when a new value was installed:
     /// [`SharedConfig::stamp`](kvroute_score::SharedConfig::stamp)), and matching, the load
@@ -69,8 +70,9 @@ impl Router {
     /// and the reason on the thread's own tally, no name compared) and the reservation are
     /// lock-free; it never takes the router's `membership` or `load` locks. Allocates
     /// nothing once warm (the first decisions of a thread size its buffers and register
-    /// its tally; a thread alternating among more routers than its cache keeps sets
-    /// registers a tally per decision). Never panics on bad input.
+    /// its tally, its snapshot reader and its reservation table lease; a thread
+    /// alternating among more routers than its cache keeps sets registers them per
+    /// decision). Never panics on bad input.
     ///
     /// # Errors
     /// [`RouteError::ExtraKeysOutOfOrder`] when [`RouteRequest::extra_keys`] is not in
@@ -189,15 +191,11 @@ impl Router {
         if *pooled && tally.is_none() {
             *tally = Some(self.counters.new_tally());
         }
-        // Likewise its own reader of the load snapshots (one registration per set and
-        // router): a one-off set loads through the router's shared reader.
-        if *pooled && pin.is_none() {
-            *pin = Some(self.reader.pinned());
-        }
-        // And its own lease of the reservation table.
-        if *pooled && lease.is_none() {
-            *lease = Some(self.table.lease());
-        }
+        // Its own reader of the load snapshots and its own lease of the reservation
+        // table, made by its first decision for the router (a one-off set, which only a
+        // decision during the thread's teardown uses, makes them for its one decision).
+        let pin = pin.get_or_insert_with(|| self.reader.pinned());
+        let lease = lease.get_or_insert_with(|| self.table.lease());
         // The tie cursor rotates through `u32` (its low half, as a `u32` counter would).
         let cursor = seq as u32;
         let random = (cfg.near_tie_band > 0.0).then(|| self.draw(seq));
@@ -210,13 +208,10 @@ impl Router {
         // The attempt in progress, so that an exit with an error still counts the re-scores
         // made before it.
         let mut current = 0;
-        let claimed = claim_rescoring(&self.table, lease.as_ref(), max, req.now, |attempt| {
+        let claimed = claim_rescoring(lease, max, req.now, |attempt| {
             current = attempt;
             // The snapshot is loaded before the counters are read (reconciliation rule).
-            let snap = match pin {
-                Some(p) => Snap::Pinned(p.load()),
-                None => Snap::Shared(self.reader.load()),
-            };
+            let snap = pin.load();
             // A snapshot older than the staleness bound at the request's time means the
             // telemetry thread stopped publishing: no slot's figures are current then,
             // whatever the snapshot said when it was published.
@@ -358,25 +353,6 @@ impl Router {
             rescores: attempt,
             reservation,
         })
-    }
-}
-
-/// A load snapshot as a decision reads it: through its buffer set's own pinned reader, or
-/// through the router's shared reader (a one-off set).
-enum Snap<'a> {
-    Pinned(kvroute_load::PinnedGuard<'a, kvroute_load::LoadSnapshot>),
-    Shared(kvroute_load::SnapshotGuard<'a, kvroute_load::LoadSnapshot>),
-}
-
-impl core::ops::Deref for Snap<'_> {
-    type Target = kvroute_load::LoadSnapshot;
-
-    #[inline(always)]
-    fn deref(&self) -> &kvroute_load::LoadSnapshot {
-        match self {
-            Snap::Pinned(g) => g,
-            Snap::Shared(g) => g,
-        }
     }
 }
 
