@@ -49,6 +49,24 @@ fn route_for(
     t.elapsed().as_secs_f64()
 }
 
+/// Runs `body(t, barrier)` on threads `t = 0..threads` at once (each waits on the barrier
+/// once its set-up is done, then times its work); returns the slowest thread's seconds.
+fn slowest(threads: usize, body: impl Fn(usize, &Barrier) -> f64 + Sync) -> f64 {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, body) = (&barrier, &body);
+                s.spawn(move || body(t, barrier))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .fold(0.0, f64::max)
+    })
+}
+
 /// One round with `threads` threads; returns the slowest thread's seconds.
 fn round(
     router: &Router,
@@ -57,24 +75,12 @@ fn round(
     threads: usize,
     count: usize,
 ) -> f64 {
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    let start = t * order.len() / threads;
-                    // A few decisions first so each thread's buffers are sized.
-                    route_for(router, fleet, order, start, 64);
-                    barrier.wait();
-                    route_for(router, fleet, order, start, count)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("thread"))
-            .fold(0.0, f64::max)
+    slowest(threads, |t, barrier| {
+        let start = t * order.len() / threads;
+        // A few decisions first so each thread's buffers are sized.
+        route_for(router, fleet, order, start, 64);
+        barrier.wait();
+        route_for(router, fleet, order, start, count)
     })
 }
 
@@ -82,31 +88,19 @@ fn round(
 /// `count` guards through the router's shared reader (`pinned` false) or through a pinned
 /// reader of its own; returns the slowest thread's seconds.
 fn snapshot_round(router: &Router, threads: usize, count: usize, pinned: bool) -> f64 {
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    let reader = router.load_reader();
-                    let mut pin = reader.pinned();
-                    barrier.wait();
-                    let t = Instant::now();
-                    for _ in 0..count {
-                        if pinned {
-                            std::hint::black_box(pin.load().seq());
-                        } else {
-                            std::hint::black_box(reader.load().seq());
-                        }
-                    }
-                    t.elapsed().as_secs_f64()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("thread"))
-            .fold(0.0, f64::max)
+    slowest(threads, |_, barrier| {
+        let reader = router.load_reader();
+        let mut pin = reader.pinned();
+        barrier.wait();
+        let t = Instant::now();
+        for _ in 0..count {
+            if pinned {
+                std::hint::black_box(pin.load().seq());
+            } else {
+                std::hint::black_box(reader.load().seq());
+            }
+        }
+        t.elapsed().as_secs_f64()
     })
 }
 
@@ -115,37 +109,36 @@ fn snapshot_round(router: &Router, threads: usize, count: usize, pinned: bool) -
 /// `table`, through the table itself (`leased` false) or through a lease of its own;
 /// returns the slowest thread's seconds.
 fn reserve_round(table: &ReservationTable, threads: usize, count: usize, leased: bool) -> f64 {
-    let barrier = Barrier::new(threads);
     let work = Work {
         prefill_tokens: 1_000,
         decode_tokens: 200,
     };
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    let lease = table.lease();
-                    let slot = Slot((t * 64) as u32);
-                    barrier.wait();
-                    let start = Instant::now();
-                    for _ in 0..count {
-                        let g = if leased {
-                            lease.reserve(slot, SlotGeneration(1), work, Nanos(1))
-                        } else {
-                            table.reserve(slot, SlotGeneration(1), work, Nanos(1))
-                        };
-                        drop(std::hint::black_box(g.expect("reserves")));
-                    }
-                    start.elapsed().as_secs_f64()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("thread"))
-            .fold(0.0, f64::max)
+    slowest(threads, |t, barrier| {
+        let lease = table.lease();
+        let slot = Slot((t * 64) as u32);
+        barrier.wait();
+        let start = Instant::now();
+        for _ in 0..count {
+            let g = if leased {
+                lease.reserve(slot, SlotGeneration(1), work, Nanos(1))
+            } else {
+                table.reserve(slot, SlotGeneration(1), work, Nanos(1))
+            };
+            drop(std::hint::black_box(g.expect("reserves")));
+        }
+        start.elapsed().as_secs_f64()
     })
+}
+
+/// `rounds` alternated runs of `run(false)` and `run(true)`, each of `ops` operations per
+/// thread; the median of each, in nanoseconds per operation.
+fn alternated(rounds: usize, ops: usize, run: impl Fn(bool) -> f64) -> [f64; 2] {
+    let mut secs = [Vec::new(), Vec::new()];
+    for _ in 0..rounds {
+        secs[0].push(run(false));
+        secs[1].push(run(true));
+    }
+    secs.map(|s| median(s) * 1e9 / ops as f64)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -184,15 +177,9 @@ fn main() {
     // of a decision whose every thread wrote one cache line before the pinned readers).
     let loads = count * 10;
     for &t in &counts {
-        let (mut shared, mut pinned) = (Vec::new(), Vec::new());
-        for _ in 0..rounds {
-            shared.push(snapshot_round(&router, t, loads, false));
-            pinned.push(snapshot_round(&router, t, loads, true));
-        }
+        let [shared, pinned] = alternated(rounds, loads, |p| snapshot_round(&router, t, loads, p));
         println!(
-            "{t:>3} threads: snapshot load + drop {:>6.1} ns shared reader, {:>6.1} ns pinned reader (per load per thread)",
-            median(shared) * 1e9 / loads as f64,
-            median(pinned) * 1e9 / loads as f64
+            "{t:>3} threads: snapshot load + drop {shared:>6.1} ns shared reader, {pinned:>6.1} ns pinned reader (per load per thread)"
         );
     }
     // A reservation and its release alone, through the table against through a lease of
@@ -206,15 +193,9 @@ fn main() {
             .expect("slot");
     }
     for &t in &counts {
-        let (mut shared, mut leased) = (Vec::new(), Vec::new());
-        for _ in 0..rounds {
-            shared.push(reserve_round(&table, t, count, false));
-            leased.push(reserve_round(&table, t, count, true));
-        }
+        let [shared, leased] = alternated(rounds, count, |l| reserve_round(&table, t, count, l));
         println!(
-            "{t:>3} threads: reserve + drop {:>6.1} ns through the table, {:>6.1} ns through a lease (per reservation per thread)",
-            median(shared) * 1e9 / count as f64,
-            median(leased) * 1e9 / count as f64
+            "{t:>3} threads: reserve + drop {shared:>6.1} ns through the table, {leased:>6.1} ns through a lease (per reservation per thread)"
         );
     }
     let mut one = None;

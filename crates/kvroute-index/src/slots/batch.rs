@@ -20,6 +20,47 @@ fn prefetch_slot<V>(slots: &[Slot<V>], i: usize) {
     prefetch_addr(p.wrapping_add(size_of::<Slot<V>>() - 1));
 }
 
+/// The home slots of the next [`AHEAD`] keys of a batch, each prefetched when computed.
+struct Homes([usize; AHEAD]);
+
+impl Homes {
+    /// The homes of keys `0..AHEAD` (those below `count`) among `slots`, prefetched.
+    #[inline(always)]
+    fn start<V>(slots: &[Slot<V>], count: usize, key: &impl Fn(usize) -> u64) -> Self {
+        let n = slots.len();
+        let mut homes = [0usize; AHEAD];
+        for (k, h) in homes.iter_mut().enumerate().take(count) {
+            *h = home_of(key(k), n);
+            prefetch_slot(slots, *h);
+        }
+        Self(homes)
+    }
+
+    /// Key `k`'s home; computes and prefetches key `k + AHEAD`'s in its place.
+    #[inline(always)]
+    fn take<V>(
+        &mut self,
+        k: usize,
+        slots: &[Slot<V>],
+        count: usize,
+        key: &impl Fn(usize) -> u64,
+    ) -> usize {
+        let home = self.0[k % AHEAD];
+        if k + AHEAD < count {
+            let h = home_of(key(k + AHEAD), slots.len());
+            prefetch_slot(slots, h);
+            self.0[k % AHEAD] = h;
+        }
+        home
+    }
+}
+
+/// `HashSlots::home_in` for any value type.
+#[inline(always)]
+fn home_of(key: u64, n: usize) -> usize {
+    HashSlots::<()>::home_in(key, n)
+}
+
 impl<V: Copy + Default> HashSlots<V> {
     /// Inserts the keys `key(0)`, `key(1)`, …, `key(count − 1)` with the values
     /// `value(k)`, each unless it is present, and stops at the first key already present;
@@ -41,21 +82,12 @@ impl<V: Copy + Default> HashSlots<V> {
         let mut max_key = self.max_key;
         let slots = &mut self.slots[..];
         let n = slots.len();
-        let mut homes = [0usize; AHEAD];
-        for (k, h) in homes.iter_mut().enumerate().take(count) {
-            *h = Self::home_in(key(k), n);
-            prefetch_slot(slots, *h);
-        }
+        let mut homes = Homes::start(slots, count, &key);
         let mut added = 0;
         let mut done = count;
         for k in 0..count {
             let kk = key(k);
-            let mut i = homes[k % AHEAD];
-            if k + AHEAD < count {
-                let h = Self::home_in(key(k + AHEAD), n);
-                prefetch_slot(slots, h);
-                homes[k % AHEAD] = h;
-            }
+            let mut i = homes.take(k, slots, count, &key);
             if kk == EMPTY {
                 if max_key.is_some() {
                     done = k;
@@ -120,19 +152,10 @@ impl<V: Copy + Default> HashSlots<V> {
             self.max_key = max_key;
             return max_gone;
         }
-        let mut homes = [0usize; AHEAD];
-        for (k, h) in homes.iter_mut().enumerate().take(count) {
-            *h = Self::home_in(key(k), n);
-            prefetch_slot(slots, *h);
-        }
+        let mut homes = Homes::start(slots, count, &key);
         for k in 0..count {
             let kk = key(k);
-            let mut hole = homes[k % AHEAD];
-            if k + AHEAD < count {
-                let h = Self::home_in(key(k + AHEAD), n);
-                prefetch_slot(slots, h);
-                homes[k % AHEAD] = h;
-            }
+            let mut hole = homes.take(k, slots, count, &key);
             if kk == EMPTY {
                 if let Some(v) = max_key.take() {
                     removed(k, v);
@@ -157,33 +180,7 @@ impl<V: Copy + Default> HashSlots<V> {
                 continue;
             }
             let value = slots[hole].value;
-            // Backward shift, as in `remove`: each later entry of the cluster moves back
-            // into the hole unless its home lies cyclically in (hole, j].
-            let mut j = hole + 1;
-            if j >= n {
-                j = 0;
-            }
-            loop {
-                let e = slots[j];
-                if e.key == EMPTY {
-                    break;
-                }
-                let h = Self::home_in(e.key, n);
-                let stays = if hole < j {
-                    hole < h && h <= j
-                } else {
-                    hole < h || h <= j
-                };
-                if !stays {
-                    slots[hole] = e;
-                    hole = j;
-                }
-                j += 1;
-                if j >= n {
-                    j = 0;
-                }
-            }
-            slots[hole].key = EMPTY;
+            Self::vacate(slots, hole);
             gone += 1;
             removed(k, value);
         }

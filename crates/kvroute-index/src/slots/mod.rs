@@ -169,6 +169,39 @@ impl<V: Copy + Default> HashSlots<V> {
         ((u128::from(key.wrapping_mul(FIBONACCI)) * n as u128) >> 64) as usize
     }
 
+    /// Empties slot `hole` of `slots` (which holds an entry), shifting the later entries
+    /// of its cluster back (backward-shift deletion): each moves into the hole unless its
+    /// home lies cyclically in `(hole, j]`, and the hole then moves to where it was.
+    #[inline(always)]
+    fn vacate(slots: &mut [Slot<V>], mut hole: usize) {
+        let n = slots.len();
+        let mut j = hole + 1;
+        if j >= n {
+            j = 0;
+        }
+        loop {
+            let e = slots[j];
+            if e.key == EMPTY {
+                break;
+            }
+            let h = Self::home_in(e.key, n);
+            let stays = if hole < j {
+                hole < h && h <= j
+            } else {
+                hole < h || h <= j
+            };
+            if !stays {
+                slots[hole] = e;
+                hole = j;
+            }
+            j += 1;
+            if j >= n {
+                j = 0;
+            }
+        }
+        slots[hole].key = EMPTY;
+    }
+
     /// The home slot of `key`. Only called with slots.
     #[inline(always)]
     fn home(&self, key: u64) -> usize {
@@ -382,40 +415,12 @@ impl<V: Copy + Default> HashSlots<V> {
         if self.slots.is_empty() {
             return None;
         }
-        let (mut hole, found) = self.probe(key);
+        let (hole, found) = self.probe(key);
         if !found {
             return None;
         }
         let value = self.slots[hole].value;
-        let slots = &mut self.slots[..];
-        let n = slots.len();
-        // Each later entry of the cluster moves back into the hole unless its home lies
-        // cyclically in (hole, j]; the hole then moves to where it was.
-        let mut j = hole + 1;
-        if j >= n {
-            j = 0;
-        }
-        loop {
-            let e = slots[j];
-            if e.key == EMPTY {
-                break;
-            }
-            let h = Self::home_in(e.key, n);
-            let stays = if hole < j {
-                hole < h && h <= j
-            } else {
-                hole < h || h <= j
-            };
-            if !stays {
-                slots[hole] = e;
-                hole = j;
-            }
-            j += 1;
-            if j >= n {
-                j = 0;
-            }
-        }
-        self.slots[hole].key = EMPTY;
+        Self::vacate(&mut self.slots, hole);
         self.len -= 1;
         Some(value)
     }
