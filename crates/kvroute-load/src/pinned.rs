@@ -32,15 +32,22 @@
 //!   which continues its release sequence), so the buffer's contents happen-before the
 //!   reader's accesses.
 //! * loom gives `SeqCst` loads and stores no more than acquire and release, but models
-//!   `SeqCst` fences; the protocol uses the fences, so the model
-//!   (`loom_models/snapshot.rs`, `loom_pinned_reader_never_sees_a_reused_buffer`) checks it
-//!   as it runs, and fails with the fences weakened to `AcqRel`.
+//!   `SeqCst` fences (more strongly than the language does: each fence happens-after every
+//!   earlier one, which the argument above does not use); the protocol uses the fences, so
+//!   the models (`loom_models/snapshot.rs`, `loom_pinned_reader_never_sees_a_reused_buffer`
+//!   and `loom_pinned_and_plain_readers_with_a_reader_dropped`) check it as it runs: both
+//!   fail with the reader's fence weakened to `AcqRel`, the first with the publisher's too.
+//! * A dropped reader's slot is removed by the writer (or by the next registration) after a
+//!   `fence(Acquire)` that pairs with the reader's `Release` decrement of the slot's count
+//!   (module `publish`, Orderings).
 //!
 //! # Limitations
 //! A pinned reader has one slot, so one guard at a time (`load` takes `&mut self`). A
 //! reader that loads in a loop while the writer publishes faster than it validates retries
 //! (lock-free, not wait-free); publications come at the telemetry thread's pace. Slots of
-//! dropped readers are removed by the writer's next `begin`.
+//! dropped readers are removed by the writer's next `begin` and by the next registration,
+//! so the list stays at the live readers plus those dropped since. A guard forgotten with
+//! `mem::forget` keeps its buffer pinned until its reader is dropped.
 
 use core::fmt;
 use core::ops::Deref;
@@ -64,11 +71,6 @@ impl Announce {
     /// Whether this slot announces buffer `index` (`Acquire`; module docs).
     pub(crate) fn holds(&self, index: usize) -> bool {
         self.0.load(Ordering::Acquire) == index as u64 + 1
-    }
-
-    /// Whether the slot is clear (nothing announced).
-    pub(crate) fn is_clear(&self) -> bool {
-        self.0.load(Ordering::Acquire) == 0
     }
 }
 
@@ -213,5 +215,37 @@ mod tests {
         drop(kept);
         let _ = w.begin().unwrap();
         assert_eq!(r.shared().announced_len(), 0);
+    }
+
+    /// Without any `begin` (a writer that stopped publishing), registering removes the
+    /// slots of readers dropped before: 10,000 readers made and dropped one after another
+    /// leave one slot, not 10,000.
+    #[test]
+    fn registering_removes_the_slots_of_dropped_readers() {
+        let (_w, r) = snapshot_cell(2, |_| 0u64).unwrap();
+        for _ in 0..10_000 {
+            drop(r.pinned());
+        }
+        let last = r.pinned();
+        assert_eq!(r.shared().announced_len(), 1);
+        drop(last);
+    }
+
+    /// A guard forgotten with `mem::forget` keeps its buffer pinned while its reader lives,
+    /// and pins nothing once the reader is dropped (no guard of a dropped reader can exist).
+    #[test]
+    fn a_forgotten_guard_pins_its_buffer_until_its_reader_is_dropped() {
+        let (mut w, r) = snapshot_cell(2, |_| 0u64).unwrap();
+        let mut pin = r.pinned();
+        core::mem::forget(pin.load()); // announces buffer 0
+        let mut s = w.begin().expect("buffer 1 was never read");
+        s.fill(|v| *v = 1);
+        s.publish(); // buffer 0 retired, still announced
+        assert_eq!(w.begin().err(), Some(PublishError::AllBuffersPinned));
+        drop(pin);
+        let mut s = w.begin().expect("the dropped reader's slot pins nothing");
+        s.fill(|v| *v = 2);
+        s.publish();
+        assert_eq!(*r.load(), 2);
     }
 }

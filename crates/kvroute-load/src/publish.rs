@@ -3,9 +3,11 @@
 //! One writer publishes immutable values of `T`; any number of readers load the current one.
 //! A reader's [`SnapshotReader::load`] is one wait-free `fetch_add`; its guard's drop is a
 //! compare-and-swap that retries only when another reader touched the cell at the same
-//! instant, and never waits for the writer. The writer never waits either: when every spare
-//! buffer is still held by a reader, [`SnapshotWriter::begin`] returns
-//! [`PublishError::AllBuffersPinned`] and the caller retries at its next tick.
+//! instant, and never waits for the writer. The writer never waits for a reader either: when
+//! every spare buffer is still held by a reader, [`SnapshotWriter::begin`] returns
+//! [`PublishError::AllBuffersPinned`] and the caller retries at its next tick. (`begin` takes
+//! the cell's registration lock to scan the pinned readers' slots, module `pinned`; a
+//! reader holds it only while it registers, once per pinned reader.)
 //!
 //! # Why not `arc-swap` or `crossbeam-epoch`
 //! Both are well kept, but neither can be explored by loom through kvroute's
@@ -30,7 +32,8 @@
 //!   its buffer's `refs`. Before the writer's transfer `refs` may dip below zero; after it,
 //!   `refs` equals the number of guards still out.
 //! * A non-current buffer is free when its `refs` is zero (checked by the writer only, after
-//!   its own transfer, so the transient negative values are never misread).
+//!   its own transfer, so the transient negative values are never misread) and no pinned
+//!   reader's slot announces it (module `pinned`).
 //!
 //! A buffer still held by a guard is never current again before that guard returns, because
 //! it cannot be free; so "the index in `current` equals my buffer" proves that the guard's
@@ -49,6 +52,15 @@
 //!   so all those readers' accesses happen-before the buffer is rewritten.
 //! * The writer's transfer `refs.fetch_add(L, AcqRel)` is an RMW, so it continues the release
 //!   sequences of returns that came before it.
+//! * Pinned readers (module `pinned`, which has the argument): `publish` runs a
+//!   `fence(SeqCst)` after its `swap`, and `begin` loads every registered slot with `Acquire`
+//!   before counting a buffer free. A slot whose reader is dropped (its `Arc` count read as
+//!   1, `Relaxed` in std) is removed after a `fence(Acquire)`, which pairs with the reader's
+//!   `Release` decrement of that count, so the dropped reader's accesses happen-before any
+//!   later fill; a slot is removed so at every `begin` and at every registration, so the
+//!   list holds at most the live pinned readers plus those dropped since the last of them.
+//!   (Under loom, `strong_count` synchronises by itself, so the models do not show that
+//!   fence missing.)
 //! * `UnsafeCell` accesses are checked by loom under `--cfg kvroute_loom`.
 
 use core::fmt;
@@ -75,6 +87,20 @@ fn pack(index: usize, count: u64) -> u64 {
     ((index as u64) << INDEX_SHIFT) | count
 }
 
+/// Removes the slots whose pinned reader is dropped. No guard of such a reader exists (a
+/// guard borrows its reader), so whatever its slot still announces (a forgotten guard's
+/// buffer) pins nothing. The `Acquire` fence pairs with the reader's `Release` decrement of
+/// the slot's count (module docs, Orderings).
+fn prune(announced: &mut Vec<Arc<Announce>>) {
+    announced.retain(|a| {
+        if Arc::strong_count(a) > 1 {
+            return true;
+        }
+        fence(Ordering::Acquire);
+        false
+    });
+}
+
 pub(crate) fn index_of(word: u64) -> usize {
     (word >> INDEX_SHIFT) as usize
 }
@@ -95,12 +121,11 @@ pub(crate) struct Shared<T> {
 }
 
 impl<T> Shared<T> {
-    /// Registers a pinned reader's slot.
+    /// Registers a pinned reader's slot, removing the slots of dropped readers first.
     pub(crate) fn register(&self, slot: Arc<Announce>) {
-        self.announced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(slot);
+        let mut announced = self.announced.lock().unwrap_or_else(|e| e.into_inner());
+        prune(&mut announced);
+        announced.push(slot);
     }
 
     /// Registered announcement slots (tests).
@@ -115,7 +140,8 @@ impl<T> Shared<T> {
 
 // SAFETY: `Shared` hands out `&T` to many threads (needs `T: Sync`) and moves `T` values
 // between threads through buffer reuse (needs `T: Send`); every access to a buffer's value is
-// ordered by the protocol in the module docs, so no `&T` coexists with the writer's `&mut T`.
+// ordered by the protocol in the module docs (and module `pinned` for pinned readers), so no
+// `&T` coexists with the writer's `&mut T`.
 unsafe impl<T: Send + Sync> Sync for Shared<T> {}
 // SAFETY: as above; the atomics are `Send`, and the values are `Send`.
 unsafe impl<T: Send + Sync> Send for Shared<T> {}
@@ -224,9 +250,7 @@ impl<T: Send + Sync> SnapshotWriter<T> {
             .announced
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        // Slots whose reader is gone and which announce nothing are dropped (a clear slot
-        // pins nothing; one left announcing by a forgotten guard keeps its buffer pinned).
-        announced.retain(|a| Arc::strong_count(a) > 1 || !a.is_clear());
+        prune(&mut announced);
         // Prefer the buffer after the current one, so buffers rotate and a just-retired one
         // (most likely still read) is tried last. A buffer is free when no ordinary guard
         // holds it and no pinned reader announces it (module `pinned`: this `begin` comes
@@ -280,9 +304,15 @@ impl<T: Send + Sync> Staged<'_, T> {
             // SAFETY: (1) the buffer is not current, so no reader can newly acquire it (readers
             // only acquire the index in `current`, and only this writer changes `current`);
             // (2) its `refs` read zero with Acquire after the writer's own transfer, so every
-            // guard ever taken on it was returned, and those readers' accesses happen-before
-            // this write (module docs, Orderings); (3) `&mut self` on the only writer excludes
-            // another writer. `p` comes from a live cell, so it is non-null and aligned.
+            // ordinary guard ever taken on it was returned, and those readers' accesses
+            // happen-before this write (module docs, Orderings); (3) `begin` found no
+            // registered slot announcing it, after the `fence(SeqCst)` of the `publish` that
+            // retired it, so no pinned reader reads it or can validate it before it is current
+            // again, and the readers that announced it before happen-before this write
+            // (module `pinned`, Orderings; a dropped reader's slot is removed only after the
+            // `fence(Acquire)` of the Orderings above); (4) `&mut self` on the only writer
+            // excludes another writer. `p` comes from a live cell, so it is non-null and
+            // aligned.
             fill(unsafe { &mut *p })
         })
     }

@@ -61,13 +61,35 @@ fn home_of(key: u64, n: usize) -> usize {
     HashSlots::<()>::home_in(key, n)
 }
 
+/// A batch's changes to the entry count and to the entry beside the slots, written back to
+/// the map when dropped: at the end of the batch, or while a caller's closure unwinds, so
+/// the count always matches the slots.
+struct Writeback<'a, V: Copy> {
+    len: &'a mut usize,
+    max_key: &'a mut Option<V>,
+    /// Entries put into the slots.
+    added: usize,
+    /// Entries taken out of the slots.
+    taken: usize,
+    /// The entry beside the slots as the batch leaves it.
+    max: Option<V>,
+}
+
+impl<V: Copy> Drop for Writeback<'_, V> {
+    fn drop(&mut self) {
+        *self.len = *self.len + self.added - self.taken;
+        *self.max_key = self.max;
+    }
+}
+
 impl<V: Copy + Default> HashSlots<V> {
     /// Inserts the keys `key(0)`, `key(1)`, …, `key(count − 1)` with the values
     /// `value(k)`, each unless it is present, and stops at the first key already present;
     /// returns how many it inserted (`count` when none was present). The entries are those
     /// of [`insert_new`](Self::insert_new) called once per key in order, except that the
-    /// room for all `count` is reserved first (a batch that stops early may leave the slots
-    /// one growth step larger than its entries need).
+    /// room for all `count` keys is reserved first: a batch that stops early, or whose keys
+    /// repeat or include `u64::MAX` (kept beside the slots), may leave the slots larger
+    /// than its entries need (as large as `count` more entries need).
     #[inline(always)]
     pub fn insert_new_run(
         &mut self,
@@ -79,49 +101,52 @@ impl<V: Copy + Default> HashSlots<V> {
             return 0;
         }
         self.reserve(count);
-        let mut max_key = self.max_key;
-        let slots = &mut self.slots[..];
+        let HashSlots {
+            slots,
+            len,
+            max_key,
+            ..
+        } = self;
+        let slots = &mut slots[..];
         let n = slots.len();
+        let mut w = Writeback {
+            max: *max_key,
+            len,
+            max_key,
+            added: 0,
+            taken: 0,
+        };
         let mut homes = Homes::start(slots, count, &key);
-        let mut added = 0;
-        let mut done = count;
         for k in 0..count {
             let kk = key(k);
             let mut i = homes.take(k, slots, count, &key);
             if kk == EMPTY {
-                if max_key.is_some() {
-                    done = k;
-                    break;
+                if w.max.is_some() {
+                    return k;
                 }
-                max_key = Some(value(k));
+                w.max = Some(value(k));
                 continue;
             }
-            let inserted = loop {
+            loop {
                 let e = slots[i].key;
                 if e == kk {
-                    break false;
+                    return k;
                 }
                 if e == EMPTY {
                     slots[i] = Slot {
                         key: kk,
                         value: value(k),
                     };
-                    break true;
+                    break;
                 }
                 i += 1;
                 if i >= n {
                     i = 0;
                 }
-            };
-            if !inserted {
-                done = k;
-                break;
             }
-            added += 1;
+            w.added += 1;
         }
-        self.len += added;
-        self.max_key = max_key;
-        done
+        count
     }
 
     /// Removes each of the keys `key(0)`, …, `key(count − 1)` that is present, calling
@@ -134,35 +159,36 @@ impl<V: Copy + Default> HashSlots<V> {
         key: impl Fn(usize) -> u64,
         mut removed: impl FnMut(usize, V),
     ) -> usize {
-        let mut max_key = self.max_key;
-        let slots = &mut self.slots[..];
+        let HashSlots {
+            slots,
+            len,
+            max_key,
+            ..
+        } = self;
+        let slots = &mut slots[..];
         let n = slots.len();
-        let mut gone = 0;
+        let mut w = Writeback {
+            max: *max_key,
+            len,
+            max_key,
+            added: 0,
+            taken: 0,
+        };
         let mut max_gone = 0;
-        if n == 0 {
-            for k in 0..count {
-                if key(k) != EMPTY {
-                    continue;
-                }
-                if let Some(v) = max_key.take() {
-                    removed(k, v);
-                    max_gone += 1;
-                }
-            }
-            self.max_key = max_key;
-            return max_gone;
-        }
-        let mut homes = Homes::start(slots, count, &key);
+        let mut homes = (n > 0).then(|| Homes::start(slots, count, &key));
         for k in 0..count {
             let kk = key(k);
-            let mut hole = homes.take(k, slots, count, &key);
+            let hole = homes.as_mut().map(|h| h.take(k, slots, count, &key));
             if kk == EMPTY {
-                if let Some(v) = max_key.take() {
-                    removed(k, v);
+                if let Some(v) = w.max.take() {
                     max_gone += 1;
+                    removed(k, v);
                 }
                 continue;
             }
+            let Some(mut hole) = hole else {
+                continue;
+            };
             let found = loop {
                 let e = slots[hole].key;
                 if e == kk {
@@ -181,12 +207,10 @@ impl<V: Copy + Default> HashSlots<V> {
             }
             let value = slots[hole].value;
             Self::vacate(slots, hole);
-            gone += 1;
+            w.taken += 1;
             removed(k, value);
         }
-        self.len -= gone;
-        self.max_key = max_key;
-        gone + max_gone
+        w.taken + max_gone
     }
 }
 
@@ -277,6 +301,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A closure that panics mid-batch leaves the entry count matching the slots: three
+    /// entries in before an insert's panic at the fourth key, one out before a removal's
+    /// panic in its callback for the second.
+    #[test]
+    fn a_panic_mid_batch_keeps_the_count_exact() {
+        let mut t = HashSlots::<u32>::with_slots(16);
+        let keys = [10u64, 11, 12, 13, 14];
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            t.insert_new_run(
+                5,
+                |k| keys[k],
+                |k| {
+                    assert!(k < 3, "value closure fails at the fourth key");
+                    k as u32
+                },
+            )
+        }));
+        assert!(r.is_err());
+        assert_eq!(t.len(), 3);
+        assert_eq!(entries(&t), vec![(10, 0), (11, 1), (12, 2)]);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            t.remove_each(
+                3,
+                |k| keys[k],
+                |k, _| assert!(k < 1, "callback fails at the second key"),
+            )
+        }));
+        assert!(r.is_err());
+        assert_eq!(t.len(), 1);
+        assert_eq!(entries(&t), vec![(12, 2)]);
     }
 
     /// Hand case: a batch that meets a present key stops there, keeping what it inserted

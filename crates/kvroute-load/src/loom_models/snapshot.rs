@@ -91,6 +91,50 @@ fn loom_pinned_reader_never_sees_a_reused_buffer() {
     });
 }
 
+/// A pinned reader that loads once and is dropped while the publisher runs, beside an
+/// ordinary reader: the publisher never rewrites a buffer either reads, and once both are
+/// gone every buffer is free and the dropped reader's slot is removed.
+#[test]
+fn loom_pinned_and_plain_readers_with_a_reader_dropped() {
+    model(|| {
+        let (mut writer, reader) = snapshot_cell(2, |_| [0u64, 0]).unwrap();
+        let mut pin = reader.pinned();
+        let pinned = thread::spawn(move || {
+            let g = pin.load();
+            assert_eq!(g[0], g[1], "torn snapshot (pinned reader)");
+            drop(g);
+            drop(pin);
+        });
+        let publisher = thread::spawn(move || {
+            for k in 1..=2u64 {
+                match writer.begin() {
+                    Ok(mut staged) => {
+                        staged.fill(|v| *v = [k, k]);
+                        staged.publish();
+                    }
+                    Err(e) => assert_eq!(e, PublishError::AllBuffersPinned),
+                }
+            }
+            writer
+        });
+        {
+            let g = reader.load();
+            assert_eq!(g[0], g[1], "torn snapshot (ordinary reader)");
+        }
+        pinned.join().unwrap();
+        let mut writer = publisher.join().unwrap();
+        let mut staged = writer.begin().expect("no reader holds a buffer");
+        staged.fill(|v| *v = [9, 9]);
+        staged.publish();
+        assert_eq!(
+            reader.shared().announced_len(),
+            0,
+            "the dropped reader's slot"
+        );
+        assert_eq!(*reader.load(), [9, 9]);
+    });
+}
+
 #[test]
 fn loom_two_readers_one_publish() {
     model(|| {

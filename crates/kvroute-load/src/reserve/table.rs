@@ -422,7 +422,8 @@ pub(crate) struct Lease {
 }
 
 /// Per-slot reservation counters; see the [module docs](crate::reserve). A cheap handle:
-/// clones share one table (one `Arc`), and every method takes `&self`.
+/// clones share one table (two `Arc`s: the table and the lease of the guards made through
+/// it), and every method takes `&self`.
 #[derive(Clone)]
 pub struct ReservationTable {
     inner: Arc<Inner>,
