@@ -170,8 +170,9 @@ pub use kvroute_index::runs::{RunIndex, RunIndexStats};
 pub use kvroute_index::{BlockHasher, LocalBlockHash};
 // The load view: what `Router::load_reader` reads and `configure_engine` takes.
 pub use kvroute_load::{
-    EngineConfig, EngineLoad, LoadConfig, LoadReader, LoadSnapshot, LoadStats, PublishError,
-    Reservation, ReservationStats, Reserved, SlotLoad, SnapshotGuard, SweepReport, Validity, Work,
+    EngineConfig, EngineLoad, LoadConfig, LoadReader, LoadSnapshot, LoadStats, PinnedGuard,
+    PinnedReader, PublishError, Reservation, ReservationStats, Reserved, SlotLoad, SnapshotGuard,
+    SweepReport, Validity, Work,
 };
 // The scorer's configuration and what a decision reports.
 pub use kvroute_score::{
