@@ -74,8 +74,26 @@ impl Announce {
     }
 }
 
-/// A reader with an announcement slot of its own; see the module docs. Made by
-/// [`SnapshotReader::pinned`]. Keeps the cell alive.
+/// A reader of a publication cell with an announcement slot of its own, on a cache line of
+/// its own: its [`load`](Self::load) stores the index of the buffer it reads there, runs a
+/// `SeqCst` fence and reads the cell's index again, and the cell's writer counts a buffer
+/// free only when no slot announces it. So loading writes no cache line other readers
+/// write, whereas [`SnapshotReader::load`] increments the cell's one shared word (and its
+/// guard's return decrements it). For a thread that loads many times.
+///
+/// Costs: registering (in [`SnapshotReader::pinned`]) takes the cell's registration lock
+/// and scans the registered slots, as every [`SnapshotWriter::begin`](crate::SnapshotWriter::begin)
+/// does, so both take time in proportion to the pinned readers alive; a load is a store
+/// and a fence on the reader's own line (2.2 ns on the machine of `docs/BENCHMARKS.md`,
+/// "2026-12-07: batched lane maps; pinned snapshot readers, reservation leases", against
+/// 6.2 ns for a `SnapshotReader` on one thread).
+///
+/// Limitations: one guard at a time ([`load`](Self::load) takes `&mut self`); a load
+/// retries while the writer publishes between its two reads of the index (lock-free, not
+/// wait-free; publications come at the telemetry thread's pace); a guard forgotten with
+/// `mem::forget` keeps its buffer from reuse until the reader is dropped. A dropped
+/// reader's slot is removed at the writer's next `begin` and at the next registration.
+/// Keeps the cell alive.
 pub struct PinnedReader<T> {
     shared: Arc<Shared<T>>,
     slot: Arc<Announce>,

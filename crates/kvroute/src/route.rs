@@ -72,7 +72,11 @@ impl Router {
     /// nothing once warm (the first decisions of a thread size its buffers and register
     /// its tally, its snapshot reader and its reservation table lease; a thread
     /// alternating among more routers than its cache keeps sets registers them per
-    /// decision). Never panics on bad input.
+    /// decision). Memory: a thread keeps up to four buffer sets, one per router it routed
+    /// with lately, each as large as the largest fleet it served; a dropped router's set
+    /// (and through it that router's snapshot buffers and reservation table) is freed
+    /// within 4,096 decisions of the thread on any router, or when the thread exits.
+    /// Never panics on bad input.
     ///
     /// # Errors
     /// [`RouteError::ExtraKeysOutOfOrder`] when [`RouteRequest::extra_keys`] is not in
@@ -109,6 +113,7 @@ impl Router {
             tally,
             pin,
             lease,
+            router,
         } = s;
         let bs = self.block_size;
         if req.prompt_tokens == 0 {
@@ -196,6 +201,9 @@ impl Router {
         // decision during the thread's teardown uses, makes them for its one decision).
         let pin = pin.get_or_insert_with(|| self.reader.pinned());
         let lease = lease.get_or_insert_with(|| self.table.lease());
+        if router.is_none() {
+            *router = Some(std::sync::Arc::downgrade(&self.alive));
+        }
         // The tie cursor rotates through `u32` (its low half, as a `u32` counter would).
         let cursor = seq as u32;
         let random = (cfg.near_tie_band > 0.0).then(|| self.draw(seq));

@@ -75,6 +75,9 @@ pub struct Router {
     pub(crate) predictions: Option<crate::predicted::Predictions>,
     /// Unique in the process: tags this router's per-thread scratch buffers (`scratch.rs`).
     pub(crate) id: u64,
+    /// Held only by the router: the scratch sets that served it keep a weak reference, and
+    /// empty themselves once it reads no strong count (`scratch.rs`, *Memory*).
+    pub(crate) alive: std::sync::Arc<()>,
 }
 
 impl core::fmt::Debug for Router {
@@ -147,6 +150,7 @@ impl Router {
                 crate::predicted::Predictions::new(p.entries, p.min_tokens.div_ceil(bs), p.ttl)
             }),
             id: crate::scratch::next_router_id(),
+            alive: std::sync::Arc::new(()),
         })
     }
 

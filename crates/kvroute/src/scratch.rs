@@ -18,8 +18,11 @@
 //! reallocating.
 //!
 //! Memory: at most [`KEEP`] sets per thread that routes, each as large as the largest fleet
-//! it served; they are freed when the thread exits, not when a router is dropped (a
-//! dropped router's set waits to be reused by another router or evicted).
+//! it served. A set whose router was dropped is emptied (its buffers freed, and with them
+//! its reader and lease, which keep that router's snapshot buffers and reservation table
+//! allocated) at the thread's next look for such sets, every [`RELEASE_EVERY`] decisions
+//! of the thread on any router, or when another router takes it over; a thread that stops
+//! routing keeps its sets until it exits.
 //!
 //! A set also holds a block of decision numbers taken from the router it serves
 //! ([`SeqBlock`]), its tally of that router's decisions (`tally.rs`), its reader of that
@@ -29,7 +32,8 @@
 //! (`kvroute_load::TableLease`: its reservations count on the lease's reference count, not
 //! on the table's), all dropped when the set is re-tagged (the router keeps the tally's
 //! counts). Until then the set keeps that router's snapshot buffers and reservation table
-//! allocated, even after the router is dropped (at most [`KEEP`] routers' per thread).
+//! allocated, after the router is dropped too (see *Memory*: at most [`KEEP`] routers' per
+//! thread, until the next look for dropped routers).
 //!
 //! One `unsafe` (the cache's address taken out of the thread-local access, `with`). No
 //! atomic of its own but the id counter's, a plain `std` atomic, `Relaxed`: it only hands
@@ -71,6 +75,9 @@ pub(crate) struct Scratch {
     /// (`kvroute_load::TableLease`: its guards count on the lease's reference count, not
     /// the table's), made by its first decision there.
     pub lease: Option<kvroute_load::TableLease>,
+    /// Whether the router it serves is still alive (`Router::alive`): a set whose router is
+    /// dropped is emptied by [`Cache::release_dropped`].
+    pub router: Option<std::sync::Weak<()>>,
 }
 
 /// Decision numbers taken from a router's counter [`SEQ_BLOCK`] at a time, so that a
@@ -115,6 +122,9 @@ impl SeqBlock {
 /// Buffer sets kept per thread.
 pub(crate) const KEEP: usize = 4;
 
+/// Decisions of a thread between two looks at its sets for routers since dropped.
+pub(crate) const RELEASE_EVERY: u64 = 4_096;
+
 /// One cached buffer set.
 struct Entry {
     /// The id of the router that used it last (module docs, *Sharing*).
@@ -136,6 +146,9 @@ impl Cache {
     #[inline]
     fn entry(&mut self, tag: u64) -> &mut Scratch {
         self.clock = self.clock.wrapping_add(1);
+        if self.clock % RELEASE_EVERY == 0 {
+            self.release_dropped();
+        }
         let i = match self.entries.iter().position(|e| e.tag == tag) {
             Some(i) => i,
             None => self.miss(tag),
@@ -143,6 +156,28 @@ impl Cache {
         let e = &mut self.entries[i];
         e.used = self.clock;
         &mut e.scratch
+    }
+
+    /// Empties the sets whose router was dropped (their `router` reads no strong count):
+    /// their buffers, and the snapshot reader and table lease that keep that router's
+    /// snapshot buffers and reservation table allocated, are freed, and the set is left
+    /// untagged (tag 0, which no router has) for the next router to take.
+    #[cold]
+    #[inline(never)]
+    fn release_dropped(&mut self) {
+        for e in &mut self.entries {
+            if e.scratch
+                .router
+                .as_ref()
+                .is_some_and(|w| w.strong_count() == 0)
+            {
+                e.tag = 0;
+                e.scratch = Scratch {
+                    pooled: true,
+                    ..Scratch::default()
+                };
+            }
+        }
     }
 
     /// [`entry`](Self::entry) for a tag without a set: the index of a new set, or of the
@@ -173,6 +208,7 @@ impl Cache {
         self.entries[lru].scratch.tally = None;
         self.entries[lru].scratch.pin = None;
         self.entries[lru].scratch.lease = None;
+        self.entries[lru].scratch.router = None;
         lru
     }
 }
@@ -309,6 +345,39 @@ mod tests {
         assert!(s.tally.is_none());
         assert!(s.pooled);
         assert_eq!(c.entry(3).seq, SeqBlock { next: 3, end: 100 });
+    }
+
+    /// A set whose router is dropped is emptied and untagged at the next look, after
+    /// [`RELEASE_EVERY`] decisions of the thread; a set whose router lives keeps its
+    /// buffers and its tag.
+    #[test]
+    fn sets_of_dropped_routers_are_emptied() {
+        let mut c = cache();
+        let (gone, kept) = (std::sync::Arc::new(()), std::sync::Arc::new(()));
+        for (tag, alive) in [(1, &gone), (2, &kept)] {
+            let s = c.entry(tag);
+            s.hashes.push(kvroute_core::SequenceHash(7));
+            s.router = Some(std::sync::Arc::downgrade(alive));
+        }
+        drop(gone);
+        // Up to one decision before the look, the dropped router's set is untouched.
+        while c.clock % RELEASE_EVERY != RELEASE_EVERY - 1 {
+            c.entry(2);
+        }
+        assert_eq!(c.entries[0].tag, 1);
+        assert_eq!(c.entries[0].scratch.hashes.len(), 1);
+        c.entry(2);
+        assert_eq!(c.entries[0].tag, 0, "untagged");
+        assert!(c.entries[0].scratch.hashes.is_empty(), "buffers freed");
+        assert_eq!(c.entries[0].scratch.hashes.capacity(), 0, "buffers freed");
+        assert!(c.entries[0].scratch.router.is_none());
+        assert!(c.entries[0].scratch.pooled);
+        assert_eq!(c.entries[1].tag, 2);
+        assert_eq!(
+            c.entries[1].scratch.hashes.len(),
+            1,
+            "a live router's set stays"
+        );
     }
 
     /// The thread-local cache holds one set per router that routed on this thread (a

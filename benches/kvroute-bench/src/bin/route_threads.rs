@@ -20,7 +20,10 @@
 //! its own line), and a reservation and its release alone, on a slot of each thread's
 //! own, through the table (its reference count cloned and dropped: one line every thread
 //! writes) against through a `TableLease` of the thread's own. A thread count above the
-//! cores measures time-sharing, not contention. This is a measurement, not a test: it asserts
+//! cores measures time-sharing, not contention. Output order: the snapshot rows (ten times
+//! `DECISIONS` loads per thread and round), the reservation rows (`DECISIONS` each), then
+//! the decision rows; the scaling column needs a 1-thread count among `THREADS` (`-`
+//! without it). This is a measurement, not a test: it asserts
 //! nothing about the figures.
 
 use std::sync::Barrier;
@@ -165,7 +168,8 @@ fn main() {
     let router = router(&fleet);
     let order = fleet.query_order(ORDER_SEED);
     println!(
-        "route_threads: {workers} workers, warm 128-block requests, projected_time, {count} decisions per thread, {rounds} rounds"
+        "route_threads: {workers} workers, warm 128-block requests, projected_time; per thread and round: {} snapshot loads, {count} reservations, {count} decisions; {rounds} rounds (medians)",
+        count * 10
     );
     let mut secs = vec![Vec::new(); counts.len()];
     for _ in 0..rounds {
