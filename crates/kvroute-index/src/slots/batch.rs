@@ -82,6 +82,48 @@ impl<V: Copy> Drop for Writeback<'_, V> {
     }
 }
 
+/// The slot holding `key`, or the vacant one that ends its probe sequence, probing from
+/// slot `home` of `slots` (at least one of them vacant). Whether `key` is present.
+#[inline(always)]
+pub(super) fn probe_from<V>(slots: &[Slot<V>], key: u64, home: usize) -> (usize, bool) {
+    let n = slots.len();
+    let mut i = home;
+    loop {
+        let k = slots[i].key;
+        if k == key {
+            return (i, true);
+        }
+        if k == EMPTY {
+            return (i, false);
+        }
+        i += 1;
+        if i >= n {
+            i = 0;
+        }
+    }
+}
+
+impl<V: Copy> HashSlots<V> {
+    /// The slots, and a writeback of the entry count and the side entry (for a batch).
+    #[inline(always)]
+    fn batch_parts(&mut self) -> (&mut [Slot<V>], Writeback<'_, V>) {
+        let HashSlots {
+            slots,
+            len,
+            max_key,
+            ..
+        } = self;
+        let w = Writeback {
+            max: *max_key,
+            len,
+            max_key,
+            added: 0,
+            taken: 0,
+        };
+        (&mut slots[..], w)
+    }
+}
+
 impl<V: Copy + Default> HashSlots<V> {
     /// Inserts the keys `key(0)`, `key(1)`, …, `key(count − 1)` with the values
     /// `value(k)`, each unless it is present, and stops at the first key already present;
@@ -101,25 +143,11 @@ impl<V: Copy + Default> HashSlots<V> {
             return 0;
         }
         self.reserve(count);
-        let HashSlots {
-            slots,
-            len,
-            max_key,
-            ..
-        } = self;
-        let slots = &mut slots[..];
-        let n = slots.len();
-        let mut w = Writeback {
-            max: *max_key,
-            len,
-            max_key,
-            added: 0,
-            taken: 0,
-        };
+        let (slots, mut w) = self.batch_parts();
         let mut homes = Homes::start(slots, count, &key);
         for k in 0..count {
             let kk = key(k);
-            let mut i = homes.take(k, slots, count, &key);
+            let i = homes.take(k, slots, count, &key);
             if kk == EMPTY {
                 if w.max.is_some() {
                     return k;
@@ -127,23 +155,14 @@ impl<V: Copy + Default> HashSlots<V> {
                 w.max = Some(value(k));
                 continue;
             }
-            loop {
-                let e = slots[i].key;
-                if e == kk {
-                    return k;
-                }
-                if e == EMPTY {
-                    slots[i] = Slot {
-                        key: kk,
-                        value: value(k),
-                    };
-                    break;
-                }
-                i += 1;
-                if i >= n {
-                    i = 0;
-                }
+            let (i, present) = probe_from(slots, kk, i);
+            if present {
+                return k;
             }
+            slots[i] = Slot {
+                key: kk,
+                value: value(k),
+            };
             w.added += 1;
         }
         count
@@ -159,21 +178,8 @@ impl<V: Copy + Default> HashSlots<V> {
         key: impl Fn(usize) -> u64,
         mut removed: impl FnMut(usize, V),
     ) -> usize {
-        let HashSlots {
-            slots,
-            len,
-            max_key,
-            ..
-        } = self;
-        let slots = &mut slots[..];
+        let (slots, mut w) = self.batch_parts();
         let n = slots.len();
-        let mut w = Writeback {
-            max: *max_key,
-            len,
-            max_key,
-            added: 0,
-            taken: 0,
-        };
         let mut max_gone = 0;
         let mut homes = (n > 0).then(|| Homes::start(slots, count, &key));
         for k in 0..count {
@@ -186,22 +192,10 @@ impl<V: Copy + Default> HashSlots<V> {
                 }
                 continue;
             }
-            let Some(mut hole) = hole else {
+            let Some(home) = hole else {
                 continue;
             };
-            let found = loop {
-                let e = slots[hole].key;
-                if e == kk {
-                    break true;
-                }
-                if e == EMPTY {
-                    break false;
-                }
-                hole += 1;
-                if hole >= n {
-                    hole = 0;
-                }
-            };
+            let (hole, found) = probe_from(slots, kk, home);
             if !found {
                 continue;
             }

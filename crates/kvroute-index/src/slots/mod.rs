@@ -323,21 +323,7 @@ impl<V: Copy + Default> HashSlots<V> {
     #[inline(always)]
     fn probe(&self, key: u64) -> (usize, bool) {
         let slots = &self.slots[..];
-        let n = slots.len();
-        let mut i = Self::home_in(key, n);
-        loop {
-            let k = slots[i].key;
-            if k == key {
-                return (i, true);
-            }
-            if k == EMPTY {
-                return (i, false);
-            }
-            i += 1;
-            if i >= n {
-                i = 0;
-            }
-        }
+        batch::probe_from(slots, key, Self::home_in(key, slots.len()))
     }
 
     /// The value of `key`.
