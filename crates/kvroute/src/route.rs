@@ -111,9 +111,7 @@ impl Router {
             seq,
             pooled,
             tally,
-            pin,
-            lease,
-            router,
+            attached,
         } = s;
         let bs = self.block_size;
         if req.prompt_tokens == 0 {
@@ -199,11 +197,12 @@ impl Router {
         // Its own reader of the load snapshots and its own lease of the reservation
         // table, made by its first decision for the router (a one-off set, which only a
         // decision during the thread's teardown uses, makes them for its one decision).
-        let pin = pin.get_or_insert_with(|| self.reader.pinned());
-        let lease = lease.get_or_insert_with(|| self.table.lease());
-        if router.is_none() {
-            *router = Some(std::sync::Arc::downgrade(&self.alive));
-        }
+        let crate::scratch::Attached { pin, lease, .. } =
+            attached.get_or_insert_with(|| crate::scratch::Attached {
+                pin: self.reader.pinned(),
+                lease: self.table.lease(),
+                alive: std::sync::Arc::downgrade(&self.alive),
+            });
         // The tie cursor rotates through `u32` (its low half, as a `u32` counter would).
         let cursor = seq as u32;
         let random = (cfg.near_tie_band > 0.0).then(|| self.draw(seq));

@@ -67,17 +67,22 @@ pub(crate) struct Scratch {
     /// This set's tally of decisions for the router it serves (`tally.rs`), registered by
     /// its first decision there.
     pub tally: Option<kvroute_core::sync::Arc<crate::tally::Tally>>,
-    /// This set's reader of the load snapshots of the router it serves, with an
-    /// announcement slot of its own (`kvroute_load::PinnedReader`), registered by its
-    /// first decision there.
-    pub pin: Option<kvroute_load::PinnedReader<kvroute_load::LoadSnapshot>>,
-    /// This set's lease of the reservation table of the router it serves
-    /// (`kvroute_load::TableLease`: its guards count on the lease's reference count, not
-    /// the table's), made by its first decision there.
-    pub lease: Option<kvroute_load::TableLease>,
-    /// Whether the router it serves is still alive (`Router::alive`): a set whose router is
-    /// dropped is emptied by [`Cache::release_dropped`].
-    pub router: Option<std::sync::Weak<()>>,
+    /// What the set holds of the router it serves, made by its first decision there.
+    pub attached: Option<Attached>,
+}
+
+/// A set's own handles on the router it serves.
+#[derive(Debug)]
+pub(crate) struct Attached {
+    /// Its reader of the router's load snapshots, with an announcement slot of its own
+    /// (`kvroute_load::PinnedReader`).
+    pub pin: kvroute_load::PinnedReader<kvroute_load::LoadSnapshot>,
+    /// Its lease of the router's reservation table (`kvroute_load::TableLease`: its guards
+    /// count on the lease's reference count, not the table's).
+    pub lease: kvroute_load::TableLease,
+    /// Whether the router is still alive (`Router::alive`): a set whose router is dropped
+    /// is emptied by [`Cache::release_dropped`].
+    pub alive: std::sync::Weak<()>,
 }
 
 /// Decision numbers taken from a router's counter [`SEQ_BLOCK`] at a time, so that a
@@ -167,9 +172,9 @@ impl Cache {
     fn release_dropped(&mut self) {
         for e in &mut self.entries {
             if e.scratch
-                .router
+                .attached
                 .as_ref()
-                .is_some_and(|w| w.strong_count() == 0)
+                .is_some_and(|a| a.alive.strong_count() == 0)
             {
                 e.tag = 0;
                 e.scratch = Scratch {
@@ -206,9 +211,7 @@ impl Cache {
         // Its numbers and its tally were the other router's.
         self.entries[lru].scratch.seq = SeqBlock::default();
         self.entries[lru].scratch.tally = None;
-        self.entries[lru].scratch.pin = None;
-        self.entries[lru].scratch.lease = None;
-        self.entries[lru].scratch.router = None;
+        self.entries[lru].scratch.attached = None;
         lru
     }
 }
@@ -354,10 +357,17 @@ mod tests {
     fn sets_of_dropped_routers_are_emptied() {
         let mut c = cache();
         let (gone, kept) = (std::sync::Arc::new(()), std::sync::Arc::new(()));
+        let (_writer, reader) =
+            kvroute_load::snapshot_cell(2, |_| kvroute_load::LoadSnapshot::default()).unwrap();
+        let table = kvroute_load::ReservationTable::new(1, kvroute_core::Nanos(1)).unwrap();
         for (tag, alive) in [(1, &gone), (2, &kept)] {
             let s = c.entry(tag);
             s.hashes.push(kvroute_core::SequenceHash(7));
-            s.router = Some(std::sync::Arc::downgrade(alive));
+            s.attached = Some(Attached {
+                pin: reader.pinned(),
+                lease: table.lease(),
+                alive: std::sync::Arc::downgrade(alive),
+            });
         }
         drop(gone);
         // Up to one decision before the look, the dropped router's set is untouched.
@@ -370,9 +380,13 @@ mod tests {
         assert_eq!(c.entries[0].tag, 0, "untagged");
         assert!(c.entries[0].scratch.hashes.is_empty(), "buffers freed");
         assert_eq!(c.entries[0].scratch.hashes.capacity(), 0, "buffers freed");
-        assert!(c.entries[0].scratch.router.is_none());
+        assert!(
+            c.entries[0].scratch.attached.is_none(),
+            "reader and lease dropped"
+        );
         assert!(c.entries[0].scratch.pooled);
         assert_eq!(c.entries[1].tag, 2);
+        assert!(c.entries[1].scratch.attached.is_some());
         assert_eq!(
             c.entries[1].scratch.hashes.len(),
             1,
