@@ -10,28 +10,33 @@
 use kvroute_core::sync::{model, thread};
 use kvroute_core::{Slot, SlotGeneration, WorkerId};
 
-use crate::{LoadConfig, LoadPublisher, PublishError, snapshot_cell};
+use crate::{LoadConfig, LoadPublisher, PublishError, SnapshotWriter, snapshot_cell};
 use kvroute_core::{LoadSample, Nanos};
+
+/// Publishes `[1, 1]` then `[2, 2]`, skipping a publication when every spare buffer is
+/// pinned (the only error allowed); returns the writer and the last value published (0
+/// when none was).
+fn publish_twice(mut writer: SnapshotWriter<[u64; 2]>) -> (SnapshotWriter<[u64; 2]>, u64) {
+    let mut published = 0;
+    for k in 1..=2u64 {
+        match writer.begin() {
+            Ok(mut staged) => {
+                staged.fill(|v| *v = [k, k]);
+                staged.publish();
+                published = k;
+            }
+            Err(e) => assert_eq!(e, PublishError::AllBuffersPinned),
+        }
+    }
+    (writer, published)
+}
 
 #[test]
 fn loom_publish_vs_read_no_torn_snapshot() {
     model(|| {
         // Two buffers: the tightest ring, so reuse races are most likely.
-        let (mut writer, reader) = snapshot_cell(2, |_| [0u64, 0]).unwrap();
-        let publisher = thread::spawn(move || {
-            let mut published = 0;
-            for k in 1..=2u64 {
-                match writer.begin() {
-                    Ok(mut staged) => {
-                        staged.fill(|v| *v = [k, k]);
-                        staged.publish();
-                        published = k;
-                    }
-                    Err(e) => assert_eq!(e, PublishError::AllBuffersPinned),
-                }
-            }
-            (writer, published)
-        });
+        let (writer, reader) = snapshot_cell(2, |_| [0u64, 0]).unwrap();
+        let publisher = thread::spawn(move || publish_twice(writer));
         let mut last = 0;
         for _ in 0..2 {
             let g = reader.load();
@@ -58,22 +63,9 @@ fn loom_publish_vs_read_no_torn_snapshot() {
 #[test]
 fn loom_pinned_reader_never_sees_a_reused_buffer() {
     model(|| {
-        let (mut writer, reader) = snapshot_cell(2, |_| [0u64, 0]).unwrap();
+        let (writer, reader) = snapshot_cell(2, |_| [0u64, 0]).unwrap();
         let mut pin = reader.pinned();
-        let publisher = thread::spawn(move || {
-            let mut published = 0;
-            for k in 1..=2u64 {
-                match writer.begin() {
-                    Ok(mut staged) => {
-                        staged.fill(|v| *v = [k, k]);
-                        staged.publish();
-                        published = k;
-                    }
-                    Err(e) => assert_eq!(e, PublishError::AllBuffersPinned),
-                }
-            }
-            (writer, published)
-        });
+        let publisher = thread::spawn(move || publish_twice(writer));
         let mut last = 0;
         for _ in 0..2 {
             let g = pin.load();
@@ -97,7 +89,7 @@ fn loom_pinned_reader_never_sees_a_reused_buffer() {
 #[test]
 fn loom_pinned_and_plain_readers_with_a_reader_dropped() {
     model(|| {
-        let (mut writer, reader) = snapshot_cell(2, |_| [0u64, 0]).unwrap();
+        let (writer, reader) = snapshot_cell(2, |_| [0u64, 0]).unwrap();
         let mut pin = reader.pinned();
         let pinned = thread::spawn(move || {
             let g = pin.load();
@@ -105,18 +97,7 @@ fn loom_pinned_and_plain_readers_with_a_reader_dropped() {
             drop(g);
             drop(pin);
         });
-        let publisher = thread::spawn(move || {
-            for k in 1..=2u64 {
-                match writer.begin() {
-                    Ok(mut staged) => {
-                        staged.fill(|v| *v = [k, k]);
-                        staged.publish();
-                    }
-                    Err(e) => assert_eq!(e, PublishError::AllBuffersPinned),
-                }
-            }
-            writer
-        });
+        let publisher = thread::spawn(move || publish_twice(writer).0);
         {
             let g = reader.load();
             assert_eq!(g[0], g[1], "torn snapshot (ordinary reader)");
