@@ -257,3 +257,41 @@ fn a_reservation_outside_the_worker_slots_is_refused_and_counted() {
     assert_eq!(capped.reserve_worker(Slot(0), usize::MAX), Ok(()));
     assert_eq!(capped.stats().heap_bytes, empty + 1_536 * 12);
 }
+
+/// A store that makes room to append to a run and then appends nothing: worker 0 holds
+/// one block `K` (engine hash 1), then stores `[(2, K), (1, K)]` with no parent. Block 0
+/// maps engine hash 2 onto the run's only position; the writer makes room to append the
+/// rest at the run's end (a new key buffer), but the next engine hash is mapped already
+/// (a copy of block 0), so nothing is appended. The run's published view must move to the
+/// new buffer before the old one is freed: the writer's invariants hold (every view points
+/// into its run's live buffer), the match still finds the block after the old buffer's
+/// grace period (under AddressSanitizer, `scripts/asan.sh`, a read of the freed buffer
+/// aborts), and the worker holds one block under two engine hashes.
+#[test]
+fn a_store_that_reserves_and_appends_nothing_keeps_the_view_on_the_live_buffer() {
+    let hasher = BlockHasher::new(2, HashNamespace::DEFAULT);
+    let chain = index_common::path_hashes(&hasher, &[1, 1]);
+    let mut config = IndexConfig::new(4, 2);
+    config.expected_blocks = 16;
+    let index = RunIndex::new(config).expect("valid config");
+    let w = Slot(0);
+    index
+        .store_hashes(w, None, &[(EngineHash(1), chain[0])])
+        .expect("slot");
+    index
+        .store_hashes(
+            w,
+            None,
+            &[(EngineHash(2), chain[0]), (EngineHash(1), chain[0])],
+        )
+        .expect("slot");
+    index
+        .check_invariants()
+        .expect("every view on its run's live buffer");
+    index.collect_garbage();
+    let mut out = index.new_overlaps();
+    index.match_prefix(&chain, &mut out);
+    assert_eq!(out.as_slice(), &[1, 0, 0, 0]);
+    assert_eq!(index.worker_blocks(w), 2, "engine hashes 1 and 2");
+    assert_eq!(index.stats().residencies, 1, "one position held");
+}

@@ -141,6 +141,12 @@ impl ViewHead {
         unsafe { core::slice::from_raw_parts(self.keys, self.len as usize) }
     }
 
+    /// Where the view's keys start and how many it shows (for the writer's invariant
+    /// check, which compares them with the run's buffer without reading the keys).
+    pub(crate) fn keys_raw(&self) -> (*const u64, u32) {
+        (self.keys, self.len)
+    }
+
     /// Full-coverage words.
     #[inline]
     pub(crate) fn full(&self) -> &[u64] {

@@ -461,7 +461,9 @@ impl Writer {
     }
 
     /// Makes room for `extra` appends to run `r`: afterwards `hw == len` and
-    /// `cap >= len + extra`.
+    /// `cap >= len + extra`. A new buffer marks the run dirty: its view must be rebuilt
+    /// on the new buffer before `publish` retires the old one, even if the caller then
+    /// appends nothing.
     fn reserve(&mut self, r: u32, extra: usize) {
         let run = &mut self.runs[r as usize];
         let need = run.len as usize + extra;
@@ -477,6 +479,7 @@ impl Writer {
             run.keys = keys;
             run.cap = cap;
             run.hw = run.len;
+            self.mark(r);
         }
     }
 
@@ -1229,10 +1232,22 @@ impl Writer {
         self.mark(t);
     }
 
-    /// Checks the writer's invariants (for tests): the residency gauge equals the covers'
-    /// total; every lane resolves to a position its worker holds, with that position's key;
-    /// every held position has a lane or an alias count.
+    /// Checks the writer's invariants (for tests): every published view points into its
+    /// run's current key buffer and shows the run's length; the residency gauge equals the
+    /// covers' total; every lane resolves to a position its worker holds, with that
+    /// position's key; every held position has a lane or an alias count.
     pub(crate) fn check(&self) -> Result<(), String> {
+        for (r, run) in self.runs.iter().enumerate().filter(|(_, run)| run.linked()) {
+            // SAFETY: a linked run's view is live until the writer replaces it, and only
+            // the writer (`&self`) replaces views.
+            let (keys, len) = unsafe { &*run.view }.keys_raw();
+            if keys != run.keys.cast_const() || len != run.len {
+                return Err(format!(
+                    "run {r}: its view shows {len} keys at {keys:p}, the run has {} at {:p}",
+                    run.len, run.keys
+                ));
+            }
+        }
         let total: u64 = self
             .runs
             .iter()
