@@ -209,11 +209,15 @@ unsafe fn free_box<T>(addr: usize) {
     drop(unsafe { Box::from_raw(addr as *mut T) });
 }
 
+/// A retired object's address and the function that frees it.
+#[cfg(kvroute_loom)]
+type ParkedItem = (usize, unsafe fn(usize));
+
 /// Where retired objects wait under loom.
 #[derive(Default)]
 pub(crate) struct Parked {
     #[cfg(kvroute_loom)]
-    items: kvroute_core::sync::Mutex<Vec<(usize, unsafe fn(usize))>>,
+    items: kvroute_core::sync::Mutex<Vec<ParkedItem>>,
 }
 
 #[cfg(kvroute_loom)]
