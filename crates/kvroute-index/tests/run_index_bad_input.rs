@@ -295,3 +295,89 @@ fn a_store_that_reserves_and_appends_nothing_keeps_the_view_on_the_live_buffer()
     assert_eq!(index.worker_blocks(w), 2, "engine hashes 1 and 2");
     assert_eq!(index.stats().residencies, 1, "one position held");
 }
+
+/// A chained key of 0 and the key the head table files it under (`0x9e37_79b9_7f4a_7c15`)
+/// are different blocks: worker 0 stores a run starting with 0, worker 1 one starting with
+/// the other key, then continues it with key 77. Worker 1 must not be credited with block
+/// 0 (its run is left out of the head table instead, a duplicate head, so its own chain
+/// is under-stated, never over-stated), and worker 0 keeps its block.
+#[test]
+fn a_first_key_of_zero_and_the_tables_stand_in_for_it_are_different_runs() {
+    const STAND_IN: u64 = 0x9e37_79b9_7f4a_7c15;
+    let index = RunIndex::new(IndexConfig::new(2, 2)).expect("valid config");
+    let mut out = index.new_overlaps();
+    index
+        .store_hashes(Slot(0), None, &[(EngineHash(1), SequenceHash(0))])
+        .expect("slot");
+    index
+        .store_hashes(Slot(1), None, &[(EngineHash(2), SequenceHash(STAND_IN))])
+        .expect("slot");
+    index.match_prefix(&[SequenceHash(0)], &mut out);
+    assert_eq!(out.as_slice(), &[1, 0], "only worker 0 holds block 0");
+    index
+        .store_hashes(
+            Slot(1),
+            Some(EngineHash(2)),
+            &[(EngineHash(3), SequenceHash(77))],
+        )
+        .expect("slot");
+    index.match_prefix(&[SequenceHash(0), SequenceHash(77)], &mut out);
+    assert_eq!(
+        out.as_slice(),
+        &[1, 0],
+        "worker 1's chain does not start with 0"
+    );
+    index.match_prefix(&[SequenceHash(STAND_IN), SequenceHash(77)], &mut out);
+    assert_eq!(
+        out.as_slice(),
+        &[0, 0],
+        "worker 1's run is left out: under-stated"
+    );
+    assert_eq!(index.stats().duplicate_heads, 1);
+    index.check_invariants().expect("writer consistent");
+    assert_eq!(index.worker_blocks(Slot(1)), 2);
+}
+
+/// A run left out of the head table is counted once in `duplicate_heads`, however often
+/// its appends publish it again; its positions are counted in `positions`. Worker 0 holds
+/// the chain `100..110` (one run of 10); worker 1 holds its block 100, then stores, with no
+/// parent, `[(10, 555), (1, 100), (11, 555)]`: key 555 becomes a root run and a run after
+/// block 100 in the same event, so one of the two is left out. Worker 1 then appends five
+/// blocks after engine hash 10's block: by hand, the linked runs hold 10 + 1 positions and
+/// the left-out run 1 + 5 when engine hash 10's run is the one left out, or 10 + 6 and
+/// 1 when it is the linked one: 17 either way.
+#[test]
+fn a_run_left_out_of_the_head_table_is_counted_once() {
+    let index = RunIndex::new(IndexConfig::new(2, 2)).expect("valid config");
+    let chain: Vec<(EngineHash, SequenceHash)> = (0..10u64)
+        .map(|i| (EngineHash(1_000 + i), SequenceHash(100 + i)))
+        .collect();
+    index.store_hashes(Slot(0), None, &chain).expect("slot");
+    index
+        .store_hashes(Slot(1), None, &[(EngineHash(1), SequenceHash(100))])
+        .expect("slot");
+    index
+        .store_hashes(
+            Slot(1),
+            None,
+            &[
+                (EngineHash(10), SequenceHash(555)),
+                (EngineHash(1), SequenceHash(100)),
+                (EngineHash(11), SequenceHash(555)),
+            ],
+        )
+        .expect("slot");
+    assert_eq!(index.stats().duplicate_heads, 1);
+    let mut parent = EngineHash(10);
+    for i in 0..5u64 {
+        let eh = EngineHash(20 + i);
+        index
+            .store_hashes(Slot(1), Some(parent), &[(eh, SequenceHash(600 + i))])
+            .expect("slot");
+        parent = eh;
+    }
+    index.check_invariants().expect("writer consistent");
+    let st = index.stats();
+    assert_eq!(st.duplicate_heads, 1, "one run left out, counted once");
+    assert_eq!(st.positions, 17);
+}

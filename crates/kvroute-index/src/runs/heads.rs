@@ -143,7 +143,10 @@ impl Heads {
         )
     }
 
-    /// The view of the run whose first key is `key`, if one is linked.
+    /// The view of the run whose first key is `key`, if one is linked. Keys 0 and
+    /// [`ZERO_STAND_IN`] share a slot, so for either the view found may be the other's run:
+    /// a caller compares the run's first key (the walk's key compare does; the writer's
+    /// `place` checks it).
     #[inline]
     pub(crate) fn find<'g>(&self, key: u64, _guard: &'g Guard) -> Option<&'g ViewHead> {
         let k = slot_key(key);

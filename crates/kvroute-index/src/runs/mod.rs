@@ -112,8 +112,10 @@ const GARBAGE_DRAIN_ROUNDS: usize = 256;
 pub struct RunIndexStats {
     /// Runs linked in the head table.
     pub runs: u64,
-    /// Key positions of the linked runs (distinct blocks, plus any position of a linked
-    /// run that no worker holds any more).
+    /// Key positions of the runs in the index: the linked runs (distinct blocks, plus any
+    /// position of a linked run that no worker holds any more) and the runs left out of the
+    /// head table ([`duplicate_heads`](Self::duplicate_heads)), whose keys are kept until
+    /// their holders remove them.
     pub positions: u64,
     /// Distinct blocks that at least one worker holds (the held positions of the linked
     /// runs; [`IndexStats::nodes`](crate::index::IndexStats::nodes) of a node-per-block
@@ -131,10 +133,12 @@ pub struct RunIndexStats {
     pub hash_conflicts: u64,
     /// Runs split so far (a run whose partial holders passed the bound).
     pub splits: u64,
-    /// Runs left out of the head table because another run starts with the same key:
-    /// stores that broke the chain property of [`RunIndex::store_hashes`]. Their blocks are
-    /// not found by matches (the index under-states what those workers hold, never
-    /// over-states it); 0 for every engine stream.
+    /// Runs left out of the head table because another run starts with the same key (or
+    /// with the key the table files in its place: a first key of 0 and its stand-in share
+    /// a table slot): stores that broke the chain property of [`RunIndex::store_hashes`],
+    /// each run counted once, however often it is published again. Their blocks are not
+    /// found by matches (the index under-states what those workers hold, never over-states
+    /// it); 0 for every engine stream.
     pub duplicate_heads: u64,
     /// Blocks evicted by the per-worker cap.
     pub evicted_blocks: u64,

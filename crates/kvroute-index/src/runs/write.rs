@@ -67,6 +67,9 @@ struct Run {
     /// The published view, or null when the run is not linked.
     view: *mut ViewHead,
     dirty: bool,
+    /// Its first publication found its first key taken by another run: it stays out of the
+    /// head table (counted once in `duplicate_heads`).
+    left_out: bool,
     /// Offsets of this run that runs start after (their first block's parent), sorted,
     /// each with how many runs start there. A run that has some is kept linked, members or
     /// not, so that the position of their parent never moves (see `place`).
@@ -91,6 +94,7 @@ impl Run {
             members: Vec::new(),
             view: core::ptr::null_mut(),
             dirty: false,
+            left_out: false,
             anchors: Vec::new(),
             anchor: (NONE, 0),
             depth: 0,
@@ -385,6 +389,8 @@ impl Writer {
     fn free_record(&mut self, r: u32) -> u32 {
         let run = &mut self.runs[r as usize];
         debug_assert!(run.keys.is_null() && run.refs == 0 && run.members.is_empty());
+        // Not on the dirty list: only `publish` unlinks, after taking the run off it.
+        debug_assert!(!run.dirty, "a freed record is still to be published");
         let tail = core::mem::replace(&mut run.tail, NONE);
         run.members = Vec::new();
         run.anchors = Vec::new();
@@ -521,7 +527,13 @@ impl Writer {
             }
         }
         if let Some(v) = cx.heads.find(key, cx.guard) {
-            return (v.run, 0);
+            // The head table files a first key of 0 under a stand-in that is itself a
+            // valid key: the run found must start with `key` itself, or the block would be
+            // credited to a run holding another one. Otherwise `key` gets a run of its own,
+            // which the publication leaves out of the table (a duplicate head).
+            if self.runs[v.run as usize].key(0) == key {
+                return (v.run, 0);
+            }
         }
         let n = self.new_run(key, hint);
         if let Some((r, o)) = prev {
@@ -1012,8 +1024,13 @@ impl Writer {
                         // Cannot happen: a linked run owns its slot. Keep the gauge true.
                         self.linked -= 1;
                     }
-                    self.runs[r as usize].view = core::ptr::null_mut();
-                    self.duplicate_heads += 1;
+                    let run = &mut self.runs[r as usize];
+                    run.view = core::ptr::null_mut();
+                    // Counted once per run, not once per publication of it.
+                    if !run.left_out {
+                        run.left_out = true;
+                        self.duplicate_heads += 1;
+                    }
                 }
             }
         }
