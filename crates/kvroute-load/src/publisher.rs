@@ -166,6 +166,9 @@ pub enum WorkerError {
     AlreadyRegistered(WorkerId, Slot),
     /// The worker is not registered.
     UnknownWorker(WorkerId),
+    /// Generation 0 marks a vacant slot in the snapshot's generation lane; a tenancy
+    /// starts at 1.
+    ZeroGeneration(Slot),
 }
 
 impl fmt::Display for WorkerError {
@@ -175,6 +178,9 @@ impl fmt::Display for WorkerError {
             Self::Occupied(s) => write!(f, "slot {} is occupied", s.0),
             Self::AlreadyRegistered(w, s) => write!(f, "{w} is already in slot {}", s.0),
             Self::UnknownWorker(w) => write!(f, "{w} is not registered"),
+            Self::ZeroGeneration(s) => {
+                write!(f, "slot {}: generation 0 is the vacant marker", s.0)
+            }
         }
     }
 }
@@ -460,14 +466,18 @@ impl LoadPublisher {
     /// The slot starts `Missing`.
     ///
     /// # Errors
-    /// [`WorkerError::UnknownSlot`], [`WorkerError::Occupied`] or
-    /// [`WorkerError::AlreadyRegistered`].
+    /// [`WorkerError::UnknownSlot`], [`WorkerError::Occupied`],
+    /// [`WorkerError::AlreadyRegistered`] or [`WorkerError::ZeroGeneration`] (nothing
+    /// changes).
     pub fn add_worker(
         &mut self,
         slot: Slot,
         worker: WorkerId,
         generation: SlotGeneration,
     ) -> Result<(), WorkerError> {
+        if generation.0 == 0 {
+            return Err(WorkerError::ZeroGeneration(slot));
+        }
         let st = self
             .slots
             .get_mut(slot.index())
@@ -586,14 +596,36 @@ impl LoadPublisher {
         }
     }
 
+    /// Counts `err` against `slot` (and marks the slot invalid for bad values). Every kind
+    /// is counted: a decoder's rejection handed over in a [`RankReport`] may be any of them.
     fn reject(&mut self, slot: Slot, err: UpdateError) -> UpdateError {
         if err.marks_invalid() {
             self.stats.rejected_invalid += 1;
             self.slots[slot.index()].invalid = true;
-        } else if matches!(err, UpdateError::Superseded(_)) {
-            self.stats.rejected_superseded += 1;
+        } else {
+            match err {
+                UpdateError::Superseded(_) => self.stats.rejected_superseded += 1,
+                UpdateError::FromTheFuture { .. } => self.stats.rejected_future += 1,
+                _ => self.stats.rejected_unknown += 1,
+            }
         }
         err
+    }
+
+    /// Checks an engine timestamp: finite and not negative.
+    fn check_engine_time(worker: WorkerId, engine_time: Option<f64>) -> Result<(), UpdateError> {
+        match engine_time {
+            Some(t) if !t.is_finite() => Err(UpdateError::NotFinite {
+                worker,
+                field: "engine_time",
+            }),
+            Some(t) if t < 0.0 => Err(UpdateError::Negative {
+                worker,
+                field: "engine_time",
+                value: t,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Rejects (and counts) a report older than the figures held, by `now` or by the
@@ -685,8 +717,10 @@ impl LoadPublisher {
     /// # Errors
     /// The first rejection (every one is counted): [`UpdateError::EmptyUpdate`] for no rank;
     /// [`UpdateError::DuplicateRank`] (nothing applied, the rank marked invalid); per rank,
-    /// [`UpdateError::UnknownWorker`], [`UpdateError::Superseded`], or the report's own
-    /// rejection (that rank marked invalid, its figures kept).
+    /// [`UpdateError::UnknownWorker`], [`UpdateError::Superseded`], the report's own
+    /// rejection, or a bad value in its sample or its `engine_time` (validated as
+    /// [`apply_sample`](Self::apply_sample) validates; that rank marked invalid, its
+    /// figures kept).
     pub fn apply_ranks(
         &mut self,
         engine_id: u64,
@@ -716,9 +750,14 @@ impl LoadPublisher {
             let result = self.lookup(w).and_then(|slot| {
                 self.check_clock(w, now)?;
                 self.check_current(slot, w, now, r.engine_time)?;
-                match &r.sample {
-                    Ok(sample) => self.accept(slot, w, *sample, now, r.engine_time),
-                    Err(e) => Err(self.reject(slot, e.clone())),
+                // The fields of a report are public: a sample is validated here as
+                // `apply_sample` validates it, whoever built it, and so is its timestamp.
+                let checked = Self::check_engine_time(w, r.engine_time)
+                    .and_then(|()| r.sample.clone())
+                    .and_then(|sample| sample.validate(w).map(|()| sample));
+                match checked {
+                    Ok(sample) => self.accept(slot, w, sample, now, r.engine_time),
+                    Err(e) => Err(self.reject(slot, e)),
                 }
             });
             if let Err(e) = result {
@@ -768,6 +807,9 @@ impl LoadPublisher {
                 if st.good.is_some_and(|g| g.observed_at > limit) {
                     st.good = None;
                     st.engine_ts = None;
+                    // Nothing published counts the reservations those figures would have
+                    // covered: they are not reconciled away.
+                    st.unreconciled = Fields::NONE;
                     self.stats.rejected_future += 1;
                 }
             }

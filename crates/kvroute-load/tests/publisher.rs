@@ -628,3 +628,112 @@ fn pinned_readers_skip_a_publication_without_losing_updates() {
     assert_eq!(p.publish(Nanos(S)), Ok(3));
     assert_eq!(r.load().running()[0], 4);
 }
+
+/// A rank report's sample and timestamp are validated as `apply_sample` validates a sample:
+/// a report whose public fields hold NaN, infinite or negative values, or a timestamp that
+/// is not a finite time, is refused with the typed error, counted in `rejected_invalid`,
+/// and marks the slot invalid; its figures never reach the lanes.
+#[test]
+fn rank_reports_are_validated_like_samples() {
+    use kvroute_core::RankReport;
+    let (mut p, reader) = publisher(2);
+    let w = WorkerId::new(7, 0);
+    p.add_worker(Slot(0), w, SlotGeneration(1)).unwrap();
+    let report = |sample: LoadSample, engine_time: Option<f64>| RankReport {
+        dp_rank: 0,
+        sample: Ok(sample),
+        engine_time,
+    };
+    let mut nan_kv = sample(3, 1, 16);
+    nan_kv.kv_usage = f32::NAN;
+    assert_eq!(
+        p.apply_ranks(7, &[report(nan_kv, Some(1.0))], Nanos(S)),
+        Err(UpdateError::NotFinite {
+            worker: w,
+            field: "kv_usage"
+        })
+    );
+    let mut negative = sample(3, 1, 16);
+    negative.prefill_tps = Some(-5.0);
+    assert!(matches!(
+        p.apply_ranks(7, &[report(negative, Some(1.0))], Nanos(S)),
+        Err(UpdateError::Negative { worker, .. }) if worker == w
+    ));
+    assert_eq!(
+        p.apply_ranks(7, &[report(sample(3, 1, 16), Some(f64::NAN))], Nanos(S)),
+        Err(UpdateError::NotFinite {
+            worker: w,
+            field: "engine_time"
+        })
+    );
+    assert_eq!(
+        p.apply_ranks(7, &[report(sample(3, 1, 16), Some(-1.0))], Nanos(S)),
+        Err(UpdateError::Negative {
+            worker: w,
+            field: "engine_time",
+            value: -1.0
+        })
+    );
+    assert_eq!(p.stats().rejected_invalid, 4);
+    assert_eq!(p.stats().samples_applied, 0);
+    p.publish(Nanos(S)).unwrap();
+    assert_eq!(
+        reader.load().slot(Slot(0)).unwrap().validity,
+        Validity::Invalid
+    );
+    // A good report is still taken afterwards.
+    p.apply_ranks(7, &[report(sample(3, 1, 16), Some(2.0))], Nanos(2 * S))
+        .unwrap();
+    p.publish(Nanos(2 * S)).unwrap();
+    let got = reader.load().slot(Slot(0)).unwrap();
+    assert_eq!(
+        (got.validity, got.running, got.kv_usage),
+        (Validity::Fresh, 3, 0.5)
+    );
+}
+
+/// A decoder's rejection handed over in a rank report is counted whatever its kind: an
+/// unknown worker in `rejected_unknown`, a report from the future in `rejected_future`.
+#[test]
+fn every_rejection_in_a_rank_report_is_counted() {
+    use kvroute_core::RankReport;
+    let (mut p, _reader) = publisher(2);
+    let w = WorkerId::new(7, 0);
+    p.add_worker(Slot(0), w, SlotGeneration(1)).unwrap();
+    let before = p.stats();
+    let err = UpdateError::UnknownWorker(WorkerId::new(9, 0));
+    let report = RankReport {
+        dp_rank: 0,
+        sample: Err(err.clone()),
+        engine_time: None,
+    };
+    assert_eq!(p.apply_ranks(7, &[report], Nanos(S)), Err(err));
+    let future = UpdateError::FromTheFuture {
+        worker: w,
+        now: Nanos(10 * S),
+        clock: Nanos(S),
+    };
+    let report = RankReport {
+        dp_rank: 0,
+        sample: Err(future.clone()),
+        engine_time: None,
+    };
+    assert_eq!(p.apply_ranks(7, &[report], Nanos(S)), Err(future));
+    let after = p.stats();
+    assert_eq!(after.rejected_unknown, before.rejected_unknown + 1);
+    assert_eq!(after.rejected_future, before.rejected_future + 1);
+    assert_eq!(after.rejected_invalid, before.rejected_invalid);
+}
+
+/// Generation 0 is the snapshot's vacant marker: a worker cannot be registered under it.
+#[test]
+fn a_worker_cannot_take_generation_zero() {
+    let (mut p, _reader) = publisher(2);
+    let w = WorkerId::new(7, 0);
+    assert_eq!(
+        p.add_worker(Slot(0), w, SlotGeneration(0)),
+        Err(WorkerError::ZeroGeneration(Slot(0)))
+    );
+    // Nothing changed: the worker registers at generation 1.
+    assert_eq!(p.add_worker(Slot(0), w, SlotGeneration(1)), Ok(()));
+}

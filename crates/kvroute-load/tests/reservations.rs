@@ -9,7 +9,7 @@ use kvroute_core::{Slot, SlotGeneration, WorkerId};
 use kvroute_index::WorkerRegistry;
 use kvroute_load::{
     GROUP_SLOTS, LoadConfig, LoadPublisher, Reservation, ReservationTable, ReserveError, Reserved,
-    TableError, Work, effective_load,
+    TableError, Validity, Work, effective_load,
 };
 use kvroute_wire::{SglangRankLoad, VllmLoadUpdate, VllmRankLoad};
 
@@ -786,4 +786,32 @@ fn ended_requests_a_report_counts_are_tallied_until_the_next_report() {
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
     assert_eq!(t.guards_in_group(Slot(0)), 0);
     assert_eq!(t.stats().underflow_clamped, 0);
+}
+
+/// Figures observed an hour ahead of the first publication are dropped by it (they would
+/// read current forever), and so is their reconciliation: nothing published counts the
+/// reservations they would have covered, so those stay. One reservation of 1 request,
+/// 500 prefill and 50 decode tokens is live; the worker reports at t = 3,600 s, then the
+/// first publication comes at t = 1 s: the slot is missing and its effective load is the
+/// reservation alone.
+#[test]
+fn figures_dropped_at_the_first_publication_reconcile_nothing() {
+    let w = WorkerId::new(1, 0);
+    let t = table(1);
+    let (mut p, reader) = LoadPublisher::new(LoadConfig::new(1)).unwrap();
+    p.attach_reservations(t.clone()).unwrap();
+    p.add_worker(Slot(0), w, G1).unwrap();
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let _guard = t.reserve(Slot(0), G1, work(500, 50), Nanos(S)).unwrap();
+    p.apply_sample(w, LoadSample::new(2, 0, 16, 0.1), Nanos(3_600 * S))
+        .unwrap();
+    p.publish(Nanos(S)).unwrap();
+    assert_eq!(p.stats().rejected_future, 1);
+    let snap = reader.load();
+    assert_eq!(snap.slot(Slot(0)).unwrap().validity, Validity::Missing);
+    let e = effective_load(&snap, &t, Slot(0)).unwrap();
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (1, 500, 50)
+    );
 }

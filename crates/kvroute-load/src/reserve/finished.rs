@@ -57,8 +57,9 @@
 //!   reconciliation is what makes the new report and its offset visible to decisions
 //!   together; a reader that reads the word between the two sees the ended count not yet
 //!   offset (an under-statement of at most those reservations until the publication).
-//! * [`FinishedCell::count_end`] is a compare-and-swap (`Relaxed`: it publishes nothing but
-//!   itself) that retries on a concurrent change of the word.
+//! * [`FinishedCell::count_end`] is a compare-and-swap that retries on a concurrent change
+//!   of the word; it succeeds with `Release`, and the reset's and removal's swaps are
+//!   `Acquire`, for the group counts (last item).
 //! * Readers (`reserved_nonzero`, `reserved_for`) load the word after loading the snapshot,
 //!   whose publication the reconciliation happens-before, so they never read a count from
 //!   before the reconciliation of the report they hold (`Relaxed` suffices for that; they
@@ -67,8 +68,15 @@
 //! * Group counts (`group.rs`): a slot whose count is not zero is counted once in its group,
 //!   so a scan reads it. The guard raises the group before its compare-and-swap and keeps
 //!   the raise only when it moved the count from 0 to 1; the reset lowers the group when it
-//!   swapped out a count that was not zero. A group count therefore never drops below the
-//!   slots it must cover, and only a count's own 0 → 1 raise is lowered by its reset.
+//!   swapped out a count that was not zero. The lowering must come after that raise in the
+//!   group count's modification order, or the group could read one too low for a moment
+//!   (another slot's count in it then missed by a scan): the raise is sequenced before the
+//!   guard's `Release` compare-and-swap, which the reset's `Acquire` swap reads (directly or
+//!   through later read-modify-writes of the word), so the raise happens-before the
+//!   lowering. A group count therefore never drops below the slots it must cover, and only
+//!   a count's own 0 → 1 raise is lowered by its reset. (Loom does not check this one: its
+//!   read-modify-writes always read the latest value, so a lowering never overtakes a raise
+//!   in its executions whatever the orderings.)
 
 use kvroute_core::sync::atomic::{AtomicU64, Ordering};
 
@@ -126,7 +134,9 @@ impl FinishedCell {
     pub(crate) fn reset(&self) -> u32 {
         let t = tag(self.0.load(Ordering::Relaxed));
         let next = (t & !EPOCH_MASK) | (t.wrapping_add(1) & EPOCH_MASK);
-        ended(count(self.0.swap(pack(next, 0), Ordering::Relaxed)))
+        // `Acquire`: a group raise of the count swapped out happens-before the caller's
+        // lowering (module docs, group counts).
+        ended(count(self.0.swap(pack(next, 0), Ordering::Acquire)))
     }
 
     /// Records `absorbed`, the request reservations the reconciliation after
@@ -146,7 +156,8 @@ impl FinishedCell {
     pub(crate) fn retire(&self) -> u32 {
         let t = tag(self.0.load(Ordering::Relaxed));
         let next = (t & EPOCH_MASK) | ((t >> EPOCH_BITS).wrapping_add(1) << EPOCH_BITS);
-        ended(count(self.0.swap(pack(next, 0), Ordering::Relaxed)))
+        // `Acquire`, as in `reset`.
+        ended(count(self.0.swap(pack(next, 0), Ordering::Acquire)))
     }
 
     /// Counts one ended request reserved under tag `since`, if a reconciliation of the same
@@ -164,7 +175,9 @@ impl FinishedCell {
             let new = pack(t, v + 1);
             match self
                 .0
-                .compare_exchange_weak(w, new, Ordering::Relaxed, Ordering::Relaxed)
+                // `Release` on success: the caller's group raise, made before this call,
+                // happens-before the lowering of the reset that swaps this count out.
+                .compare_exchange_weak(w, new, Ordering::Release, Ordering::Relaxed)
             {
                 Ok(_) => return Some(ended(v) == 0),
                 Err(now) => w = now,
