@@ -42,6 +42,7 @@
 //! | `kvroute_stale_outcomes_total` | counter | | [`BreakerStats::stale_outcomes`](crate::BreakerStats::stale_outcomes) |
 //! | `kvroute_breaker_transitions_total` | counter | `transition`: `opened`, `reopened`, `half_opened`, `closed`, `refused` | [`BreakerStats`](crate::BreakerStats) |
 //! | `kvroute_breakers_open` | gauge | | [`BreakerStats::open_now`](crate::BreakerStats::open_now) (workers) |
+//! | `kvroute_predictions_total` | counter | `event`: `recorded`, `contended`, `credited`, `retired`, `cleared` | [`RouterStats::predictions`] (predicted residency; zero while it is off) |
 //! | `kvroute_ingest_<counter>_total` | counter | | each `u64` counter of [`IngestStats`], by field name (`kvroute_ingest_gaps_total`, `kvroute_ingest_stored_blocks_total`, …) |
 //! | `kvroute_ingest_untrusted_workers` | gauge | | [`IngestStats::untrusted_workers`] (workers) |
 //! | `kvroute_ingest_block_size_mismatches_total` | counter | `engine_id`, `dp_rank`, `engine_block_size`, `router_block_size` | [`IngestStats::block_size_mismatches`] (rejected stores) |
@@ -140,6 +141,16 @@ impl RouterStats {
             counter!("kvroute_breaker_transitions_total", "transition" => transition).absolute(v);
         }
         gauge!("kvroute_breakers_open").set(b.open_now as f64);
+        let p = &self.predictions;
+        for (event, v) in [
+            ("recorded", p.recorded),
+            ("contended", p.contended),
+            ("credited", p.credited),
+            ("retired", p.retired),
+            ("cleared", p.cleared),
+        ] {
+            counter!("kvroute_predictions_total", "event" => event).absolute(v);
+        }
     }
 }
 
@@ -248,6 +259,12 @@ pub fn describe_metrics() {
         "kvroute_reservation_underflow_clamped_total",
         Unit::Count,
         "Reservation subtractions clamped at zero.",
+    );
+    c(
+        "kvroute_predictions_total",
+        Unit::Count,
+        "Predicted-residency entries recorded, lost to contention, credited, retired by \
+         the worker's events, or dropped with its cleared cache.",
     );
     c(
         "kvroute_outcomes_total",

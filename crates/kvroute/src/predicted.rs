@@ -13,8 +13,10 @@
 //!
 //! A prediction is never index state: the index stays exact, [`Decision::overlap_blocks`]
 //! stays what the index held, and the credit shows only in
-//! [`Decision::predicted_blocks`]. It ends at its TTL, when its slot changes tenant, or
-//! when the engine's own events arrive: a lookup that finds the index already holding the
+//! [`Decision::predicted_blocks`]. It ends at its TTL, when its slot changes tenant, when
+//! the worker's cache is cleared (`AllBlocksCleared`, a detected restart, a replay given up
+//! or cut short: the whole table is swept for the slot, a rare event), or when the
+//! engine's own events arrive: a lookup that finds the index already holding the
 //! prediction's depth on that worker retires it, so that an eviction after that lookup is
 //! seen as the index sees it. Limits: a store and an eviction with no lookup between them
 //! leave the credit live until its TTL; a request that fails or is cancelled before its
@@ -86,6 +88,10 @@ pub struct PredictionStats {
     /// Predictions retired because the index already held their depth on their worker
     /// (the engine's own events arrived).
     pub retired: u64,
+    /// Predictions dropped because their worker's cache was cleared (`AllBlocksCleared`,
+    /// a detected engine restart, a replay given up or cut short, `clear_blocks`): the
+    /// prefixes routed there before the clear are not there any more.
+    pub cleared: u64,
 }
 
 /// One entry: a sequence lock over the fields.
@@ -172,6 +178,7 @@ pub(crate) struct Predictions {
     contended: AtomicU64,
     credited: AtomicU64,
     retired: AtomicU64,
+    cleared: AtomicU64,
 }
 
 impl Predictions {
@@ -188,7 +195,34 @@ impl Predictions {
             contended: AtomicU64::new(0),
             credited: AtomicU64::new(0),
             retired: AtomicU64::new(0),
+            cleared: AtomicU64::new(0),
         }
+    }
+
+    /// Whether an entry expiring at `expires` is live at `now`: not expired, and not
+    /// recorded more than a TTL after `now` (an entry recorded by a decision whose clock
+    /// was far ahead, which would otherwise stay live for every sane clock; two TTLs of
+    /// slack leave room for decisions of other threads a little ahead).
+    fn live(&self, expires: u64, now: Nanos) -> bool {
+        expires > now.0 && expires - now.0 <= self.ttl.0.saturating_mul(2)
+    }
+
+    /// Drops every live prediction of `slot` (its cache was cleared); returns how many.
+    /// `O(entries)`, for a rare event. An entry a concurrent decision is writing is left:
+    /// that decision routed to the worker as the clear happened, and its prompt is prefilled
+    /// after it.
+    pub(crate) fn forget_slot(&self, slot: Slot) -> u32 {
+        let mut n = 0;
+        for e in self.entries.iter() {
+            let Some((seq, f)) = e.read() else {
+                continue;
+            };
+            if f.slot == slot.0 && f.expires != 0 && e.write(seq, Fields { expires: 0, ..f }) {
+                n += 1;
+            }
+        }
+        self.cleared.fetch_add(u64::from(n), Ordering::Relaxed);
+        n
     }
 
     /// The counters (each read on its own, `Relaxed`).
@@ -199,6 +233,7 @@ impl Predictions {
             contended: r(&self.contended),
             credited: r(&self.credited),
             retired: r(&self.retired),
+            cleared: r(&self.cleared),
         }
     }
 
@@ -275,12 +310,16 @@ impl Predictions {
                 return false;
             };
             if old.key == f.key && old.depth == f.depth && old.slot == f.slot {
-                if old.generation == f.generation && old.expires > now.0 {
+                if old.generation == f.generation && self.live(old.expires, now) {
                     return true;
                 }
                 return e.write(seq, f);
             }
-            let rank = if old.expires <= now.0 { 0 } else { old.expires };
+            let rank = if self.live(old.expires, now) {
+                old.expires
+            } else {
+                0
+            };
             if victim.is_none_or(|(_, _, r)| rank < r) {
                 victim = Some((i, seq, rank));
             }
@@ -308,7 +347,7 @@ impl Predictions {
                 let Some((seq, f)) = e.read() else {
                     continue;
                 };
-                if f.key != key || f.depth != d || f.expires <= now.0 {
+                if f.key != key || f.depth != d || !self.live(f.expires, now) {
                     continue;
                 }
                 let slot = Slot(f.slot);

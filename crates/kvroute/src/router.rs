@@ -367,13 +367,19 @@ impl Router {
     }
 
     /// Applies `AllBlocksCleared` of `worker` (cache reset, OOM, sleep, restart): it holds
-    /// nothing any more, so `route` credits it no cache. Returns how many engine hashes it
-    /// had.
+    /// nothing any more, so `route` credits it no cache (and no predicted residency).
+    /// Returns how many engine hashes it had.
     ///
     /// # Errors
     /// [`EventError::UnknownWorker`].
     pub fn clear_blocks(&self, worker: WorkerId) -> Result<usize, EventError> {
-        self.with_event_slot(worker, |slot| Ok(self.index.clear(slot)?))
+        self.with_event_slot(worker, |slot| {
+            let had = self.index.clear(slot)?;
+            if let Some(p) = &self.predictions {
+                p.forget_slot(slot);
+            }
+            Ok(had)
+        })
     }
 
     /// Sizes the index's map of `worker`'s blocks (engine hash → position) for `blocks`

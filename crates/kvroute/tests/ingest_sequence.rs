@@ -272,6 +272,35 @@ fn wiring_errors_are_typed_and_counted() {
     assert_eq!((s.unknown_worker_messages, s.dp_rank_mismatches), (1, 1));
 }
 
+/// A batch numbered `u64::MAX` (the replay end marker's number, which the decoder never
+/// gives a batch) is refused with a typed error and counted, on either channel, holding a
+/// clear or not, and leaves the sequence where it was: no panic, no wrapped frontier.
+#[test]
+fn a_batch_numbered_like_the_end_marker_is_refused() {
+    let (r, [w1, _], _) = fleet();
+    for channel in [LIVE, REPLAY] {
+        for events in [vec![], vec![KvEvent::AllBlocksCleared]] {
+            let KvMessage::Batch { mut batch, .. } = empty(0) else {
+                unreachable!()
+            };
+            batch.events = events;
+            let msg = KvMessage::Batch {
+                seq: u64::MAX,
+                batch,
+            };
+            assert_eq!(
+                r.ingest(w1, channel, &msg),
+                Err(IngestError::ReservedSeq(w1))
+            );
+        }
+    }
+    assert_eq!(r.ingest_stats().reserved_seq_batches, 4);
+    assert_eq!(
+        r.ingest(w1, LIVE, &empty(0)).unwrap().outcome,
+        SeqOutcome::Contiguous
+    );
+}
+
 /// A restarted engine first seen past the window (the old stream reached 100; the new one's
 /// batches 0..64 were all lost): its later clock says restart, so the old prompt is no
 /// longer credited, and the worker waits for a replay from 0.

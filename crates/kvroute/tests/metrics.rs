@@ -167,15 +167,16 @@ fn export_metrics_reports_hand_counted_values() {
         .map(|(k, v)| (k.clone(), *v))
         .collect();
     assert_eq!(nonzero, want);
-    // Every documented series is there, zeros included: 31 ingest counters (one per field
+    // Every documented series is there, zeros included: 32 ingest counters (one per field
     // of the `counters!` list in `ingest/stats.rs`) and the gauge, 4 fallback causes, 5
     // rejection kinds, 3 refusal causes, 3 × 3 released fields, and
     // the five single counters; the carried work's 3 single counters and 2 × 3 fields;
-    // the outcomes' 3 + 1, the breaker's 5 transitions and its gauge; plus the two
-    // decision series, the two per-worker series and the mismatch series.
+    // the outcomes' 3 + 1, the breaker's 5 transitions and its gauge, the predictions' 5
+    // events; plus the two decision series, the two per-worker series and the mismatch
+    // series.
     assert_eq!(
         got.len(),
-        31 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 4 + 5 + 1 + 2 + 2 + 1,
+        32 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 4 + 5 + 1 + 5 + 2 + 2 + 1,
         "{got:#?}"
     );
     for name in [
@@ -193,6 +194,8 @@ fn export_metrics_reports_hand_counted_values() {
         "kvroute_carried_total{field=requests}",
         "kvroute_carried_returned_total{field=prefill_tokens}",
         "kvroute_ingest_gaps_total{}",
+        "kvroute_ingest_reserved_seq_batches_total{}",
+        "kvroute_predictions_total{event=cleared}",
     ] {
         assert_eq!(got.get(name), Some(&0.0), "{name}");
     }
@@ -217,7 +220,10 @@ fn describe_metrics_describes_every_series() {
         r.export_metrics();
     });
     let series = snapshotter.snapshot().into_vec();
-    assert_eq!(series.len(), 31 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 4 + 5 + 1);
+    assert_eq!(
+        series.len(),
+        32 + 1 + 4 + 5 + 3 + 9 + 5 + 3 + 6 + 4 + 5 + 1 + 5
+    );
     for (key, unit, text, _) in &series {
         let name = key.key().name();
         assert_eq!(*unit, Some(metrics::Unit::Count), "{name}");

@@ -18,6 +18,7 @@
 //!   0.256 + 2 × 0.256 + 0.3 = 1.068 s and the request goes to worker 2.
 
 mod common;
+mod ingest_support;
 
 use common::{NOW, idle, publish, router, sample, store, tokens};
 use kvroute::{EngineHash, Nanos, PredictedConfig, RouteRequest, RouterConfig, WorkerId};
@@ -167,4 +168,64 @@ fn siblings_do_not_extend_a_credit() {
         "{third}"
     );
     assert!(close(third.cost, 1.04), "{third}");
+}
+
+/// A clear of the worker's cache drops its credits: after the first decision, worker 1's
+/// cache is cleared (`clear_blocks`), and the identical second request is costed without
+/// a credit there: 1.068 s against worker 2's 0.812 s, so it goes to worker 2 (module
+/// docs). Counted in `PredictionStats::cleared` (the four recorded depths).
+#[test]
+fn a_cleared_cache_drops_its_credits() {
+    let (r, ws) = fleet(Some(PredictedConfig::default()));
+    let prompt = tokens(3, PROMPT);
+    let req = RouteRequest::tokens(&prompt, OUT, NOW);
+    let first = r.route(&req).unwrap();
+    assert_eq!(first.worker, ws[0]);
+    r.clear_blocks(ws[0]).unwrap();
+    let second = r.route(&req).unwrap();
+    assert_eq!(
+        (second.worker, second.predicted_blocks),
+        (ws[1], 0),
+        "{second}"
+    );
+    assert!(close(second.cost, 0.812), "{second}");
+    assert_eq!(r.stats().predictions.cleared, 4);
+}
+
+/// A decision whose clock is an hour ahead records entries that no decision on the real
+/// clock is credited with (they would otherwise outlive every TTL): the identical request
+/// at `NOW` goes to worker 2, uncredited, as without predictions.
+#[test]
+fn a_decision_from_far_ahead_credits_nobody_on_the_real_clock() {
+    let (r, ws) = fleet(Some(PredictedConfig::default()));
+    let prompt = tokens(3, PROMPT);
+    let ahead = NOW + Nanos::from_secs(3_600);
+    let first = r.route(&RouteRequest::tokens(&prompt, OUT, ahead)).unwrap();
+    assert_eq!(first.worker, ws[0]);
+    let second = r.route(&RouteRequest::tokens(&prompt, OUT, NOW)).unwrap();
+    assert_eq!(
+        (second.worker, second.predicted_blocks),
+        (ws[1], 0),
+        "{second}"
+    );
+}
+
+/// The same through the engine's event stream: an `AllBlocksCleared` ingested for worker 1
+/// after the first decision drops its credits, so the second request goes to worker 2.
+#[test]
+fn an_ingested_clear_drops_the_credits() {
+    let (r, ws) = fleet(Some(PredictedConfig::default()));
+    let prompt = tokens(3, PROMPT);
+    let req = RouteRequest::tokens(&prompt, OUT, NOW);
+    let first = r.route(&req).unwrap();
+    assert_eq!(first.worker, ws[0]);
+    let msg = ingest_support::batch(0, vec![kvroute_wire::KvEvent::AllBlocksCleared]);
+    r.ingest(ws[0], kvroute::Channel::Live, &msg).unwrap();
+    let second = r.route(&req).unwrap();
+    assert_eq!(
+        (second.worker, second.predicted_blocks),
+        (ws[1], 0),
+        "{second}"
+    );
+    assert_eq!(r.stats().predictions.cleared, 4);
 }

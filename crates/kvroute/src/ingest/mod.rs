@@ -114,6 +114,12 @@ pub enum IngestError {
     /// Some events were rejected (a block-size mismatch, ...); the rest of the batch was
     /// applied and the sequence advanced. Counted.
     Rejected(Box<RejectedBatch>),
+    /// A batch numbered `u64::MAX`, the replay end marker's number ([`END_OF_REPLAY_SEQ`]),
+    /// which no engine gives a batch (the wire decoder reads that number as the marker):
+    /// rejected whole, sequence state unchanged (counted).
+    ///
+    /// [`END_OF_REPLAY_SEQ`]: crate::END_OF_REPLAY_SEQ
+    ReservedSeq(WorkerId),
 }
 
 impl core::fmt::Display for IngestError {
@@ -126,6 +132,10 @@ impl core::fmt::Display for IngestError {
             } => write!(
                 f,
                 "batch of DP rank {batch_dp_rank} from publisher {publisher}"
+            ),
+            Self::ReservedSeq(w) => write!(
+                f,
+                "batch from {w} numbered u64::MAX, the replay end marker's number"
             ),
             Self::Rejected(b) => {
                 write!(f, "{} events rejected", b.rejected.len())?;
@@ -309,6 +319,10 @@ impl Router {
                 (None, &[], p.seq.end_of_replay())
             }
             KvMessage::Batch { seq, batch } => {
+                if *seq == u64::MAX {
+                    IngestCounters::add(&state.counters.reserved_seq_batches, 1);
+                    return Err(IngestError::ReservedSeq(worker));
+                }
                 if let Some(rank) = batch.dp_rank.filter(|&r| r != worker.dp_rank) {
                     IngestCounters::add(&state.counters.dp_rank_mismatches, 1);
                     return Err(IngestError::DpRankMismatch {
@@ -358,6 +372,12 @@ impl Router {
         }
         if let Some(from) = verdict.action.apply_from {
             applier.apply(events, from, &mut out);
+        }
+        if verdict.action.clear || out.tally.clears > 0 {
+            // The prefixes routed there before the clear are gone with the cache.
+            if let Some(p) = &self.predictions {
+                p.forget_slot(slot);
+            }
         }
         *out.flags = (*out.flags & !SEQUENCE) | if pending { SEQUENCE } else { 0 };
         let flags = *out.flags;
@@ -452,6 +472,9 @@ impl Router {
             }
             let unreplayed = p.seq.give_up();
             let _ = self.index.clear(slot);
+            if let Some(pr) = &self.predictions {
+                pr.forget_slot(slot);
+            }
             p.flags = 0;
             self.ingest.trust.set(slot, 0);
             IngestCounters::add(&self.ingest.counters.replays_skipped, 1);

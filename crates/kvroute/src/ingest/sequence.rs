@@ -11,6 +11,8 @@
 //! | `s == last live` and `s <` [`RESET_WINDOW`], batch holds `AllBlocksCleared` or its `ts` differs | reset, as above |
 //! | `s == last live` with the same `ts` otherwise (a re-delivered copy) | stale: dropped |
 //! | `s <= last live` otherwise (a late batch, or a new incarnation whose clock is behind) | stale: dropped, worker untrusted, replay from the witness requested |
+//! | `s > last live`, `ts` earlier than the last live `ts` (an old incarnation's batch after a reset) | stale: dropped, worker untrusted, replay from the witness requested |
+//! | `s < next`, past the last live one (or none yet), `ts` later than the last applied batch's | reset, as above (a replay brought the batches, then the engine restarted) |
 //! | `s < next` (a replay applied it already)         | stale: dropped                   |
 //! | `s == next`                                      | contiguous: applied (held while a replay is pending) |
 //! | `s > next`, batch holds `AllBlocksCleared`       | gap made moot: applied from the clear |
@@ -236,7 +238,26 @@ impl Sequencer {
                     self.verify();
                 }
                 return Self::verdict(SeqOutcome::Stale, SKIP);
+            } else if f64::from_bits(ts) < f64::from_bits(self.last_live_ts) {
+                // Forward in number, backward in the engine's clock: a batch of an earlier
+                // incarnation arriving after the new one's (a restart was detected on the
+                // way) must not be applied on top of it. Dropped, and checked by a replay
+                // from the witness (an engine that merely stepped its clock back replays
+                // the batch, which the witness then confirms).
+                self.verify();
+                return Self::verdict(SeqOutcome::Stale, SKIP);
             }
+        }
+        if reset_from.is_none()
+            && s < self.next
+            && self.last_live.is_none_or(|l| s > l)
+            && f64::from_bits(ts) > f64::from_bits(self.applied_ts)
+        {
+            // A live batch at or below the frontier that only a replay had brought (before
+            // any live batch, or past the last live one), sent later than the last batch
+            // applied: not a copy of one of those, a new incarnation.
+            reset_from = Some(self.next - 1);
+            *self = Self::default();
         }
         let prev_live = self.last_live;
         self.last_live = Some(s);
@@ -745,5 +766,62 @@ mod tests {
         }
         let v = s.live(RESET_WINDOW, restarted(RESET_WINDOW), Some(0));
         assert_eq!(outcome(v), (SeqOutcome::Stale, None, false));
+    }
+
+    /// Batches a replay brought before any live batch (0 and 1, the frontier at 2), then
+    /// the engine restarts: its new batch 0, sent later than the last batch applied, is a
+    /// reset (cleared, applied), not a stale copy; and so is a new batch 1 (no clear, the
+    /// new batch 0 lost). A re-delivered copy of an applied batch (the same `ts`) and a
+    /// late batch from before the applied one stay stale.
+    #[test]
+    fn a_restart_after_a_replay_before_any_live_batch_resets() {
+        let replayed = || {
+            let mut s = Sequencer::default();
+            s.replay(0, at(0), None);
+            s.replay(1, at(1), None);
+            assert_eq!((s.next, s.last_live), (2, None));
+            s
+        };
+        let mut s = replayed();
+        let v = s.live(0, restarted(0), Some(0));
+        assert_eq!(outcome(v), (SeqOutcome::Contiguous, Some(0), true));
+        assert_eq!(v.reset_from, Some(1));
+        assert_eq!((s.next, s.last_live, s.pending), (1, Some(0), false));
+        let mut s = replayed();
+        let v = s.live(1, restarted(1), None);
+        // From the reset the new stream expects 0: batch 1 is a gap of one, cleared first.
+        assert_eq!(outcome(v), (SeqOutcome::Gap { missed: 1 }, None, true));
+        assert_eq!(v.reset_from, Some(1));
+        assert_eq!((s.next, s.pending), (0, true));
+        for (seq, ts) in [(1, at(1)), (0, at(0))] {
+            let mut s = replayed();
+            assert_eq!(
+                outcome(s.live(seq, ts, None)),
+                (SeqOutcome::Stale, None, false)
+            );
+            assert_eq!((s.next, s.pending), (2, false));
+        }
+    }
+
+    /// 0, then the engine restarts and its new batch 0 arrives (a reset); then the old
+    /// incarnation's batch 1, delayed: a higher number but an earlier clock than the last
+    /// live batch, so it is not applied on top of the new stream: dropped, and a replay from
+    /// the witness (the new batch 0) requested. The replay confirms the witness, and the new
+    /// batch 1 is then applied.
+    #[test]
+    fn an_old_incarnations_batch_after_a_reset_is_not_applied() {
+        let mut s = Sequencer::default();
+        s.live(0, at(0), None);
+        let v = s.live(0, restarted(0), Some(0));
+        assert_eq!(v.reset_from, Some(0));
+        let v = s.live(1, at(1), None);
+        assert_eq!(outcome(v), (SeqOutcome::Stale, None, false));
+        assert_eq!((s.next, s.pending, s.replay_from()), (1, true, 0));
+        let v = s.replay(0, restarted(0), Some(0));
+        assert_eq!(outcome(v), (SeqOutcome::ReplayConfirmed, None, false));
+        assert!(v.replay_completed);
+        let v = s.live(1, restarted(1), None);
+        assert_eq!(outcome(v), (SeqOutcome::Contiguous, Some(0), false));
+        assert_eq!((s.next, s.last_live, s.pending), (2, Some(1), false));
     }
 }

@@ -149,6 +149,8 @@ counters! {
     rejected_events,
     /// Batches whose DP rank differs from the publisher's: rejected whole.
     dp_rank_mismatches,
+    /// Batches numbered `u64::MAX` (the replay end marker's number): rejected whole.
+    reserved_seq_batches,
     /// Messages for a worker that is not registered: dropped.
     unknown_worker_messages,
     /// Typed events (`store`, `store_hashes`, `remove_blocks`, `clear_blocks`) for a worker
