@@ -14,7 +14,8 @@
 //! A worker removed and added again starts counting its decisions from zero
 //! ([`RouterStats::workers`]); `kvroute_worker_decisions_total` carries the tenancy's
 //! `generation` ([`SlotGeneration`](crate::SlotGeneration)) so that the new tenancy is a new
-//! series instead of one that goes backwards (which `absolute` would not show: the
+//! series instead of one that goes backwards (so does
+//! `kvroute_ingest_block_size_mismatches_total`) (which `absolute` would not show: the
 //! `metrics` crate's own counters keep the largest value set). `sum without (generation)`
 //! totals a worker over its tenancies while the recorder keeps the old series.
 //!
@@ -45,7 +46,7 @@
 //! | `kvroute_predictions_total` | counter | `event`: `recorded`, `contended`, `credited`, `retired`, `cleared` | [`RouterStats::predictions`] (predicted residency; zero while it is off) |
 //! | `kvroute_ingest_<counter>_total` | counter | | each `u64` counter of [`IngestStats`], by field name (`kvroute_ingest_gaps_total`, `kvroute_ingest_stored_blocks_total`, …) |
 //! | `kvroute_ingest_untrusted_workers` | gauge | | [`IngestStats::untrusted_workers`] (workers) |
-//! | `kvroute_ingest_block_size_mismatches_total` | counter | `engine_id`, `dp_rank`, `engine_block_size`, `router_block_size` | [`IngestStats::block_size_mismatches`] (rejected stores) |
+//! | `kvroute_ingest_block_size_mismatches_total` | counter | `engine_id`, `dp_rank`, `generation`, `engine_block_size`, `router_block_size` | [`IngestStats::block_size_mismatches`] (rejected stores) |
 
 use ::metrics::{Unit, counter, describe_counter, describe_gauge, gauge};
 
@@ -168,6 +169,7 @@ impl IngestStats {
                 "kvroute_ingest_block_size_mismatches_total",
                 "engine_id" => m.worker.engine_id.to_string(),
                 "dp_rank" => m.worker.dp_rank.to_string(),
+                "generation" => m.generation.0.to_string(),
                 "engine_block_size" => m.engine_block_size.to_string(),
                 "router_block_size" => m.router_block_size.to_string(),
             )

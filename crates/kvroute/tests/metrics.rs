@@ -104,7 +104,7 @@ fn expected_nonzero(fallback_on: &[(u64, u32)]) -> BTreeMap<String, f64> {
     put("kvroute_ingest_unknown_worker_messages_total{}", 1.0);
     put("kvroute_ingest_untrusted_workers{}", 1.0);
     put(
-        "kvroute_ingest_block_size_mismatches_total{dp_rank=0,engine_block_size=8,engine_id=2,router_block_size=16}",
+        "kvroute_ingest_block_size_mismatches_total{dp_rank=0,engine_block_size=8,engine_id=2,generation=1,router_block_size=16}",
         1.0,
     );
     m
@@ -313,4 +313,53 @@ fn policy_labels_carry_the_mode_and_tenancies_are_series_of_their_own() {
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     assert_eq!(got, want);
+}
+
+/// A worker removed and added again counts its block-size mismatches under its new
+/// tenancy's `generation`: with one recorder across both exports, three rejected stores
+/// before and three after read as two series of 3 (the counters keep the largest value
+/// set, so one series would have hidden the second three).
+#[test]
+fn block_size_mismatches_of_a_new_tenancy_are_a_new_series() {
+    let (r, ws) = router(4, 2, |_| {});
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let wrong = |seq: u64| {
+        let mut s = stored(100 + seq, None, &tokens(3, 64));
+        s.block_size = 8;
+        s.block_hashes = (0..8)
+            .map(|i| kvroute::EngineHash(1_000 * seq + i))
+            .collect();
+        batch(seq, vec![KvEvent::BlockStored(s)])
+    };
+    for seq in 0..3 {
+        assert!(r.ingest(ws[1], Channel::Live, &wrong(seq)).is_err());
+    }
+    metrics::with_local_recorder(&recorder, || r.export_metrics());
+    r.remove_worker(ws[1]).unwrap();
+    r.add_worker(ws[1]).unwrap();
+    for seq in 0..3 {
+        assert!(r.ingest(ws[1], Channel::Live, &wrong(seq)).is_err());
+    }
+    metrics::with_local_recorder(&recorder, || r.export_metrics());
+    let series: BTreeMap<String, u64> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == "kvroute_ingest_block_size_mismatches_total")
+        .map(|(key, _, _, value)| {
+            let generation = key
+                .key()
+                .labels()
+                .find(|l| l.key() == "generation")
+                .map(|l| l.value().to_string())
+                .unwrap_or_default();
+            let DebugValue::Counter(v) = value else {
+                panic!("a counter")
+            };
+            (generation, v)
+        })
+        .collect();
+    let want: BTreeMap<String, u64> = [("1".to_string(), 3), ("2".to_string(), 3)].into();
+    assert_eq!(series, want);
 }

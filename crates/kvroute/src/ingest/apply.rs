@@ -24,7 +24,7 @@
 //!   of the batch is still applied.
 //! * Unknown event kinds are counted and skipped.
 
-use kvroute_core::{EngineHash, Slot, WorkerId};
+use kvroute_core::{EngineHash, Slot, SlotGeneration, WorkerId};
 use kvroute_index::index::{BlockStore, IndexError};
 use kvroute_index::runs::RunIndex;
 use kvroute_wire::{BlockRemoved, BlockStored, KvEvent};
@@ -116,6 +116,8 @@ pub(crate) struct Applier<'a> {
     pub counters: &'a IngestCounters,
     pub slot: Slot,
     pub worker: WorkerId,
+    /// The worker's tenancy of `slot` (labels its block-size mismatch counts).
+    pub generation: SlotGeneration,
 }
 
 /// Mutable per-batch state of the applier.
@@ -202,7 +204,8 @@ impl Applier<'_> {
                 return;
             }
             Err(IndexError::BlockSizeMismatch { expected, got }) => {
-                self.counters.mismatch(self.worker, got, expected);
+                self.counters
+                    .mismatch(self.worker, self.generation, got, expected);
                 *out.flags |= BLOCK_SIZE;
                 EventRejection::BlockSizeMismatch {
                     worker: self.worker,

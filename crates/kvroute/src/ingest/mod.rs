@@ -37,7 +37,7 @@ mod stats;
 mod trust;
 
 use kvroute_core::sync::{Mutex, MutexGuard};
-use kvroute_core::{EngineHash, Slot, WorkerId};
+use kvroute_core::{EngineHash, Slot, SlotGeneration, WorkerId};
 use kvroute_index::index::Overlaps;
 use kvroute_wire::{KvEvent, KvMessage};
 
@@ -366,6 +366,8 @@ impl Router {
             counters: &state.counters,
             slot,
             worker,
+            // The slot is registered (the caller holds membership): its tenancy is known.
+            generation: self.table.tenancy(slot).unwrap_or(SlotGeneration(0)),
         };
         if verdict.action.clear {
             applier.clear(&mut out);

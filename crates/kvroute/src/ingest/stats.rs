@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use kvroute_core::WorkerId;
 use kvroute_core::sync::Mutex;
 use kvroute_core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use kvroute_core::{SlotGeneration, WorkerId};
 
 /// Declares the atomic counters and the matching fields of [`IngestStats`] in one list.
 macro_rules! counters {
@@ -17,7 +17,7 @@ macro_rules! counters {
         pub(crate) struct IngestCounters {
             $(pub(crate) $name: AtomicU64,)*
             /// (engine worker, engine block size) → rejected stores, with the router's size.
-            mismatches: Mutex<BTreeMap<(WorkerId, usize), (usize, u64)>>,
+            mismatches: Mutex<BTreeMap<(WorkerId, SlotGeneration, usize), (usize, u64)>>,
         }
 
         impl IngestCounters {
@@ -36,9 +36,10 @@ macro_rules! counters {
                     untrusted_workers,
                     block_size_mismatches: table
                         .iter()
-                        .map(|(&(worker, engine_block_size), &(router_block_size, stores))| {
+                        .map(|(&(worker, generation, engine_block_size), &(router_block_size, stores))| {
                             BlockSizeMismatchCount {
                                 worker,
+                                generation,
                                 engine_block_size,
                                 router_block_size,
                                 stores,
@@ -163,6 +164,9 @@ counters! {
 pub struct BlockSizeMismatchCount {
     /// The publishing worker (engine id, DP rank).
     pub worker: WorkerId,
+    /// Its tenancy of its slot: a worker removed and added again counts from zero under a
+    /// new generation (a new metric series, as `kvroute_worker_decisions_total`).
+    pub generation: SlotGeneration,
     /// The block size the engine sent (tokens per block).
     pub engine_block_size: usize,
     /// The router's block size (tokens per block).
@@ -181,13 +185,21 @@ impl IngestCounters {
     /// coming and going do not accumulate entries.
     pub(crate) fn forget_worker(&self, worker: WorkerId) {
         let mut table = self.mismatches.lock().unwrap_or_else(|p| p.into_inner());
-        table.retain(|&(w, _), _| w != worker);
+        table.retain(|&(w, _, _), _| w != worker);
     }
 
     /// Counts one rejected store of `worker` with the sizes involved.
-    pub(crate) fn mismatch(&self, worker: WorkerId, engine: usize, router: usize) {
+    pub(crate) fn mismatch(
+        &self,
+        worker: WorkerId,
+        generation: SlotGeneration,
+        engine: usize,
+        router: usize,
+    ) {
         let mut table = self.mismatches.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = table.entry((worker, engine)).or_insert((router, 0));
+        let entry = table
+            .entry((worker, generation, engine))
+            .or_insert((router, 0));
         entry.1 += 1;
     }
 }
