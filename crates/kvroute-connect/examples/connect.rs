@@ -117,7 +117,10 @@ async fn main() {
         std::process::exit(2)
     }
     let router = Arc::new(Router::new(RouterConfig::new(256, a.block_size)).expect("router"));
-    let c = Connector::start(router.clone(), config.options.clone());
+    let c = Connector::start(router.clone(), config.options.clone()).unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(2)
+    });
     for spec in config.engines {
         if let Err(e) = c.add_engine(spec) {
             eprintln!("{e}");

@@ -56,7 +56,7 @@ async fn main() {
     let router = Arc::new(Router::new(cfg).expect("router"));
     let mut opts = ConnectOptions::default();
     opts.queue_capacity = 1 << 16;
-    let c = Connector::start(router.clone(), opts);
+    let c = Connector::start(router.clone(), opts).expect("valid options");
     let spec = EngineSpec::new(
         1,
         EngineKind::Vllm,

@@ -213,6 +213,30 @@ impl Default for ConnectOptions {
     }
 }
 
+impl ConnectOptions {
+    /// Checks the knobs: the replay timeout and a set tick interval must be above zero (a
+    /// zero interval cannot drive a timer; a zero timeout would fail every replay before it
+    /// is asked).
+    ///
+    /// # Errors
+    /// [`ConfigError::Option`] naming the knob.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.replay_timeout.is_zero() {
+            return Err(ConfigError::Option {
+                name: "replay_timeout_ms",
+                why: "must be above zero",
+            });
+        }
+        if self.tick_interval.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::Option {
+                name: "tick_interval_ms",
+                why: "must be above zero (leave it out for the Router's own interval)",
+            });
+        }
+        Ok(())
+    }
+}
+
 /// A config file: the knobs and the engines.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -240,6 +264,13 @@ pub enum ConfigError {
     DuplicateEngine(u64),
     /// An endpoint has no port to offset by the DP rank (`dp_size` with a non-TCP base).
     NoPort(String),
+    /// A knob out of its range (its name and what is wrong).
+    Option {
+        /// The knob, as the config file names it.
+        name: &'static str,
+        /// What is wrong.
+        why: &'static str,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -249,6 +280,7 @@ impl fmt::Display for ConfigError {
             Self::Engine { id, why } => write!(f, "engine {id}: {why}"),
             Self::DuplicateEngine(id) => write!(f, "engine {id} listed twice"),
             Self::NoPort(e) => write!(f, "endpoint {e:?} has no port to offset by DP rank"),
+            Self::Option { name, why } => write!(f, "{name}: {why}"),
         }
     }
 }
@@ -350,7 +382,8 @@ impl ConnectConfig {
     ///
     /// # Errors
     /// [`ConfigError`]: unparsable text or an unknown key, an engine without ranks, a
-    /// duplicated engine id or DP rank, vLLM telemetry without a cap.
+    /// duplicated engine id or DP rank, vLLM telemetry without a cap, a knob out of range
+    /// ([`ConnectOptions::validate`]).
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let file: File = toml::from_str(text).map_err(|e| ConfigError::Toml(e.to_string()))?;
         let mut options = ConnectOptions::default();
@@ -368,6 +401,7 @@ impl ConnectConfig {
             options.reconnect_max = ms(v);
         }
         options.tick_interval = file.tick_interval_ms.map(ms);
+        options.validate()?;
         let mut engines: Vec<EngineSpec> = Vec::new();
         for e in file.engine {
             let spec = e.into_spec()?;

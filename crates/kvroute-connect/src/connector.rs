@@ -126,9 +126,14 @@ impl Connector {
     /// Starts the `Router::tick` timer (every `options.tick_interval`, or
     /// `Router::tick_interval`) with no engine connected.
     ///
+    /// # Errors
+    /// [`ConfigError::Option`] for a knob out of range ([`ConnectOptions::validate`]);
+    /// nothing is started.
+    ///
     /// # Panics
     /// Outside a tokio runtime (tokio's own panic when spawning).
-    pub fn start(router: Arc<Router>, options: ConnectOptions) -> Self {
+    pub fn start(router: Arc<Router>, options: ConnectOptions) -> Result<Self, ConfigError> {
+        options.validate()?;
         let (tick_stop, stop_rx) = watch::channel(false);
         let clock = Clock::new();
         let ticks = Arc::new(Tally::plain("kvroute_connect_ticks_total"));
@@ -143,7 +148,7 @@ impl Connector {
             stop_rx,
             (ticks.clone(), publish_errors.clone()),
         ));
-        Self {
+        Ok(Self {
             router,
             ctx: zmq::Context::new(),
             options,
@@ -154,7 +159,7 @@ impl Connector {
             ticks,
             publish_errors,
             next_socket: AtomicU64::new(0),
-        }
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, EngineHandle>> {

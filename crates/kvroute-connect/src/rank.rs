@@ -42,11 +42,21 @@ fn wall_seconds() -> f64 {
 
 impl RankIngest {
     /// Runs until `stop` turns true or the socket side is gone.
+    ///
+    /// On stop, the batches already queued are ingested before it returns (no replay is
+    /// served for them any more: a gap they leave stays pending in the Router, the worker
+    /// untrusted), so a batch received is never dropped unseen.
     pub(crate) async fn run(self, mut rx: mpsc::Receiver<Frames>, mut stop: watch::Receiver<bool>) {
         loop {
             let frames = tokio::select! {
                 biased;
-                _ = crate::stopped(&mut stop) => break,
+                _ = crate::stopped(&mut stop) => {
+                    while let Ok(f) = rx.try_recv() {
+                        let _ = self.live(&f);
+                    }
+                    self.counters.set_queue_depth(0);
+                    break;
+                }
                 f = rx.recv() => match f {
                     Some(f) => f,
                     None => break,
@@ -63,18 +73,23 @@ impl RankIngest {
         }
     }
 
-    /// Decodes and ingests one message; the report, when the Router took it.
-    fn ingest(&self, channel: Channel, frames: &Frames) -> Option<IngestReport> {
+    /// Decodes one message (a failure counted).
+    fn decode(&self, frames: &Frames) -> Option<KvMessage> {
         let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        let Ok(msg) = decode_message(&refs) else {
+        let msg = decode_message(&refs).ok();
+        if msg.is_none() {
             self.counters.decode_errors.add(1);
-            return None;
-        };
+        }
+        msg
+    }
+
+    /// Ingests one decoded message; the report, when the Router took it.
+    fn ingest(&self, channel: Channel, msg: &KvMessage) -> Option<IngestReport> {
         if let KvMessage::Batch { batch, .. } = &msg {
             self.counters.set_lag((wall_seconds() - batch.ts).max(0.0));
         }
         self.counters.ingested.add(1);
-        let report = match self.router.ingest(self.worker, channel, &msg) {
+        let report = match self.router.ingest(self.worker, channel, msg) {
             Ok(r) => r,
             Err(IngestError::Rejected(b)) => {
                 self.counters.ingest_errors.add(1);
@@ -91,9 +106,16 @@ impl RankIngest {
         Some(report)
     }
 
-    /// A live message; the replay to serve, if the Router now waits for one.
+    /// A live message; the replay to serve, if the Router now waits for one. A live
+    /// message that does not decode is a batch lost (what it held is unknown, a removal
+    /// perhaps): the worker's replay is requested at once, not when a later batch shows
+    /// the gap (an idle engine may send none for a long time). A batch that never decodes
+    /// then ends in a truncated replay and a cleared worker.
     fn live(&self, frames: &Frames) -> Option<ReplayRequest> {
-        let r = self.ingest(Channel::Live, frames)?;
+        let Some(msg) = self.decode(frames) else {
+            return self.router.request_replay(self.worker).ok();
+        };
+        let r = self.ingest(Channel::Live, &msg)?;
         if matches!(r.outcome, SeqOutcome::Gap { .. }) {
             self.counters.gaps.add(1);
         }
@@ -126,7 +148,10 @@ impl RankIngest {
         self.counters.replays.add(1);
         let mut still_pending = true;
         for m in &messages {
-            if let Some(r) = self.ingest(Channel::Replay, m) {
+            if let Some(r) = self
+                .decode(m)
+                .and_then(|msg| self.ingest(Channel::Replay, &msg))
+            {
                 still_pending = r.replay.is_some();
             }
         }

@@ -76,6 +76,14 @@ pub enum TelemetryError {
     Wire(WireError),
     /// The Router rejected the figures.
     Rejected(UpdateError),
+    /// A `LoadStat` frame carrying another DP rank than the socket's (a wiring error):
+    /// not applied (counted as rejected), so one rank's figures never land on another.
+    RankMismatch {
+        /// The rank the socket was configured for.
+        socket_rank: u32,
+        /// The rank the frame carries.
+        frame_rank: u32,
+    },
 }
 
 impl TelemetryError {
@@ -86,7 +94,7 @@ impl TelemetryError {
             Self::Http(HttpError::Io(_) | HttpError::BadUrl(_)) => TelemetryErrorKind::Connect,
             Self::Http(HttpError::Status(_)) => TelemetryErrorKind::Status,
             Self::Http(_) | Self::Wire(_) => TelemetryErrorKind::Malformed,
-            Self::Rejected(_) => TelemetryErrorKind::Rejected,
+            Self::Rejected(_) | Self::RankMismatch { .. } => TelemetryErrorKind::Rejected,
         }
     }
 }
@@ -97,6 +105,13 @@ impl fmt::Display for TelemetryError {
             Self::Http(e) => write!(f, "telemetry request: {e}"),
             Self::Wire(e) => write!(f, "telemetry body: {e}"),
             Self::Rejected(e) => write!(f, "telemetry rejected by the router: {e}"),
+            Self::RankMismatch {
+                socket_rank,
+                frame_rank,
+            } => write!(
+                f,
+                "LoadStat of DP rank {frame_rank} on the socket of rank {socket_rank}"
+            ),
         }
     }
 }
@@ -176,6 +191,12 @@ impl EngineTelemetry {
     /// Applies one `LoadStat` payload pushed by rank `dp_rank`.
     fn apply_load_stat(&self, dp_rank: u32, payload: &[u8]) -> Result<(), TelemetryError> {
         let st = decode_load_stat(payload).map_err(TelemetryError::Wire)?;
+        if st.dp_rank != dp_rank {
+            return Err(TelemetryError::RankMismatch {
+                socket_rank: dp_rank,
+                frame_rank: st.dp_rank,
+            });
+        }
         let cap = self.spec.max_running_per_rank.unwrap_or(0);
         let sample = st
             .to_sample(self.spec.id, cap)

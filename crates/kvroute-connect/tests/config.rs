@@ -91,3 +91,40 @@ fn bad_configs_are_typed_errors() {
     );
     assert_eq!(offset_endpoint("inproc://x", 2).unwrap(), "inproc://x_dp2");
 }
+
+/// A zero tick interval (which cannot drive a timer) or a zero replay timeout (which would
+/// fail every replay before it is asked) is refused, from a file and from code, naming the
+/// knob; the connector then starts nothing.
+#[test]
+fn zero_intervals_are_refused() {
+    let err = |t: &str| ConnectConfig::from_toml(t).unwrap_err();
+    assert_eq!(
+        err("tick_interval_ms = 0"),
+        ConfigError::Option {
+            name: "tick_interval_ms",
+            why: "must be above zero (leave it out for the Router's own interval)"
+        }
+    );
+    assert!(matches!(
+        err("replay_timeout_ms = 0"),
+        ConfigError::Option {
+            name: "replay_timeout_ms",
+            ..
+        }
+    ));
+    assert!(ConnectConfig::from_toml("tick_interval_ms = 1").is_ok());
+    let mut o = kvroute_connect::ConnectOptions::default();
+    o.tick_interval = Some(Duration::ZERO);
+    let router = std::sync::Arc::new(
+        kvroute::Router::new(kvroute::RouterConfig::new(4, 16)).expect("router"),
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let started = rt.block_on(async { kvroute_connect::Connector::start(router, o).err() });
+    assert!(matches!(
+        started,
+        Some(ConfigError::Option {
+            name: "tick_interval_ms",
+            ..
+        })
+    ));
+}

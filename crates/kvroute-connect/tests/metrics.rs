@@ -51,7 +51,7 @@ async fn rank_counters_are_exported() {
         e.publish(&b, true);
     }
     let router = Arc::new(Router::new(RouterConfig::new(4, BLOCK as usize)).unwrap());
-    let c = Connector::start(router.clone(), ConnectOptions::default());
+    let c = Connector::start(router.clone(), ConnectOptions::default()).expect("valid options");
     let spec = EngineSpec::new(
         6,
         EngineKind::Sglang,

@@ -78,7 +78,7 @@ async fn gaps_are_replayed_and_a_restart_is_handled() {
         }
     }
     let router = router();
-    let c = Connector::start(router.clone(), ConnectOptions::default());
+    let c = Connector::start(router.clone(), ConnectOptions::default()).expect("valid options");
     c.add_engine(spec(7, &[&ranks[0], &ranks[1]])).unwrap();
     let w = |r: u32| WorkerId::new(7, r);
     assert!(wait_until(LONG, || c.rank_stats().iter().all(|s| s.connected), || {}).await);
@@ -137,7 +137,7 @@ async fn a_range_the_engine_no_longer_holds_clears_the_worker() {
         all.push(b);
     }
     let router = router();
-    let c = Connector::start(router.clone(), ConnectOptions::default());
+    let c = Connector::start(router.clone(), ConnectOptions::default()).expect("valid options");
     c.add_engine(spec(3, &[&e]).with_topic("kv")).unwrap();
     let w = WorkerId::new(3, 0);
     assert!(wait_until(LONG, || c.rank(w).unwrap().connected, || {}).await);
@@ -178,7 +178,7 @@ async fn a_rank_without_replay_socket_skips_and_is_trusted() {
         e.publish(&step(i, 0), true);
     }
     let router = router();
-    let c = Connector::start(router.clone(), ConnectOptions::default());
+    let c = Connector::start(router.clone(), ConnectOptions::default()).expect("valid options");
     c.add_engine(spec(4, &[&e])).unwrap();
     let w = WorkerId::new(4, 0);
     assert!(wait_until(LONG, || c.rank(w).unwrap().connected, || {}).await);
@@ -210,7 +210,7 @@ async fn a_full_queue_is_counted_and_replayed() {
     let router = router();
     let mut opts = ConnectOptions::default();
     opts.queue_capacity = 1;
-    let c = Connector::start(router.clone(), opts);
+    let c = Connector::start(router.clone(), opts).expect("valid options");
     c.add_engine(spec(5, &[&e])).unwrap();
     let w = WorkerId::new(5, 0);
     assert!(wait_until(LONG, || c.rank(w).unwrap().connected, || {}).await);
@@ -224,5 +224,46 @@ async fn a_full_queue_is_counted_and_replayed() {
     let s = c.rank(w).unwrap();
     // Whatever met the full queue was counted and brought back by a replay.
     assert!(s.overflows == 0 || s.replays >= 1, "{s:?}");
+    c.shutdown().await;
+}
+
+/// A live batch that does not decode is a batch lost: the connector asks for the replay at
+/// once, without waiting for a later batch to show the gap (the engine then stays quiet).
+/// Batch 0 arrives whole; batch 1 (a store and a removal of batch 0's leaf) arrives
+/// damaged; the replay brings it, and the residency is the model's after both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_batch_that_does_not_decode_is_replayed_at_once() {
+    let rank = EmulatedRank::start("", Some(100));
+    let router = router();
+    let c = Connector::start(router.clone(), ConnectOptions::default()).expect("valid options");
+    c.add_engine(spec(9, &[&rank])).unwrap();
+    let w = WorkerId::new(9, 0);
+    assert!(wait_until(LONG, || c.rank_stats().iter().all(|s| s.connected), || {}).await);
+    let mut model = Residency::default();
+    // Published until the subscription is seen to deliver (late joiners lose the first).
+    let first = batch(wall(), vec![store(&[1, 2], None)], 0);
+    model.apply(&first);
+    rank.publish(&first, true);
+    assert!(
+        wait_until(
+            LONG,
+            || Residency::of(&router, w) == model && router.is_trusted(w) == Some(true),
+            || {}
+        )
+        .await
+    );
+    let second = batch(wall(), vec![store(&[3], Some(2)), remove(&[2])], 0);
+    model.apply(&second);
+    rank.publish_damaged(&second);
+    assert!(
+        wait_until(
+            LONG,
+            || Residency::of(&router, w) == model && router.is_trusted(w) == Some(true),
+            || {}
+        )
+        .await
+    );
+    let s = c.rank(w).unwrap();
+    assert!(s.decode_errors >= 1 && s.replays >= 1, "{s:?}");
     c.shutdown().await;
 }

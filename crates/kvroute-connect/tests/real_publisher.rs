@@ -110,7 +110,7 @@ async fn sglang_publisher_gap_replay_restart_exact_residency() {
     py.call(json!({"op": "flush"}));
 
     let router = Arc::new(Router::new(RouterConfig::new(16, BLOCK as usize)).unwrap());
-    let c = Connector::start(router.clone(), ConnectOptions::default());
+    let c = Connector::start(router.clone(), ConnectOptions::default()).expect("valid options");
     c.add_engine(EngineSpec::new(9, EngineKind::Sglang, ranks))
         .unwrap();
     let w = |r: u32| WorkerId::new(9, r);

@@ -122,7 +122,7 @@ async fn failures_make_the_worker_stale(
     let mode = Arc::new(Mutex::new(Mode::Good));
     let url = serve(mode.clone(), body).await;
     let router = router();
-    let c = Connector::start(router.clone(), options());
+    let c = Connector::start(router.clone(), options()).expect("valid options");
     // No KV events socket listens there: only telemetry is exercised.
     let spec = EngineSpec::new(1, kind, vec![RankSpec::new(0, "tcp://127.0.0.1:1")])
         .with_telemetry(format!("{url}{path}"))
@@ -184,7 +184,7 @@ async fn a_refused_connection_is_a_connect_error() {
         .unwrap()
         .port();
     let router = router();
-    let c = Connector::start(router.clone(), options());
+    let c = Connector::start(router.clone(), options()).expect("valid options");
     let spec = EngineSpec::new(
         2,
         EngineKind::Sglang,
@@ -214,7 +214,7 @@ async fn sglang_load_stat_frames_are_applied_and_bad_ones_counted() {
     pub_sock.bind("tcp://127.0.0.1:*").unwrap();
     let ep = pub_sock.get_last_endpoint().unwrap().unwrap();
     let router = router();
-    let c = Connector::start(router.clone(), options());
+    let c = Connector::start(router.clone(), options()).expect("valid options");
     let spec = EngineSpec::new(
         3,
         EngineKind::Sglang,
@@ -236,6 +236,18 @@ async fn sglang_load_stat_frames_are_applied_and_bad_ones_counted() {
         )
         .await
     );
+    // A frame of DP rank 1 on rank 0's socket: rejected (counted), rank 0's figures stay
+    // those of its own frame.
+    let other_rank = kvroute_wire::encode::encode_load_stat(9, 9, 100, 1000, 1);
+    assert!(
+        wait_until(
+            LONG,
+            || c.telemetry_stats()[0].errors_of(K::Rejected) >= 1,
+            || send(&other_rank)
+        )
+        .await
+    );
+    assert_eq!(load(&router, w).0, 5);
     // A frame one field short: malformed, counted, not zero-filled; the worker goes stale.
     let short = &good[..good.len() - 1];
     let mut short = short.to_vec();

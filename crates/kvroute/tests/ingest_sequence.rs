@@ -272,6 +272,36 @@ fn wiring_errors_are_typed_and_counted() {
     assert_eq!((s.unknown_worker_messages, s.dp_rank_mismatches), (1, 1));
 }
 
+/// A replay end marker on the live channel is refused with a typed error and counted, and
+/// changes nothing: worker 1 (blocks of `p` stored at 0, then batch 2: a gap, a replay
+/// pending) keeps its blocks and its pending replay, which a replayed batch 1 and the
+/// replay's own end marker then complete.
+#[test]
+fn an_end_marker_on_the_live_channel_is_refused() {
+    let (r, [w1, _], p) = fleet();
+    r.ingest(w1, LIVE, &batch(0, vec![store(1, None, &p[..2 * BS])]))
+        .unwrap();
+    let gap = r.ingest(w1, LIVE, &empty(2)).unwrap();
+    assert_eq!(gap.outcome, SeqOutcome::Gap { missed: 1 });
+    assert_eq!(
+        r.ingest(w1, LIVE, &KvMessage::EndOfReplay),
+        Err(IngestError::EndOfReplayOnLive(w1))
+    );
+    assert_eq!(r.ingest_stats().live_end_markers, 1);
+    assert_eq!(blocks(&r, w1), 2);
+    assert_eq!(r.is_trusted(w1), Some(false));
+    assert_eq!(r.replay_requests().len(), 1);
+    // The replay: the witness (batch 0, same ts), batch 1, batch 2, the end marker.
+    let confirmed = r
+        .ingest(w1, REPLAY, &batch(0, vec![store(1, None, &p[..2 * BS])]))
+        .unwrap();
+    assert_eq!(confirmed.outcome, SeqOutcome::ReplayConfirmed);
+    r.ingest(w1, REPLAY, &empty(1)).unwrap();
+    r.ingest(w1, REPLAY, &empty(2)).unwrap();
+    r.ingest(w1, REPLAY, &KvMessage::EndOfReplay).unwrap();
+    assert_eq!((blocks(&r, w1), r.is_trusted(w1)), (2, Some(true)));
+}
+
 /// A batch numbered `u64::MAX` (the replay end marker's number, which the decoder never
 /// gives a batch) is refused with a typed error and counted, on either channel, holding a
 /// clear or not, and leaves the sequence where it was: no panic, no wrapped frontier.

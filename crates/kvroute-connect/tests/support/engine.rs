@@ -120,6 +120,27 @@ impl EmulatedRank {
         seq
     }
 
+    /// Publishes `batch` as the next sequence number, buffered for replay as it is, but
+    /// sent live with a payload that does not decode (its first byte made `0xc1`, which
+    /// msgpack never uses): a batch damaged on the way. Returns its sequence number.
+    pub fn publish_damaged(&self, batch: &KvEventBatch) -> u64 {
+        let mut g = self.inner.lock().unwrap();
+        let seq = g.next_seq;
+        g.next_seq += 1;
+        let payload = encode_batch(batch, HashStyle::Signed);
+        let mut damaged = payload.clone();
+        damaged[0] = 0xc1;
+        let frames: [&[u8]; 3] = [&g.topic, &seq.to_be_bytes(), &damaged];
+        g.pub_sock.send_multipart(frames, 0).expect("send");
+        if g.depth > 0 {
+            if g.buffer.len() == g.depth {
+                g.buffer.pop_front();
+            }
+            g.buffer.push_back((seq, payload));
+        }
+        seq
+    }
+
     /// An engine restart: the sockets are closed and bound again on the same ports, the
     /// sequence starts from 0 and the replay buffer is empty.
     pub fn restart(&self) {

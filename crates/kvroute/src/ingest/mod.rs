@@ -120,6 +120,10 @@ pub enum IngestError {
     ///
     /// [`END_OF_REPLAY_SEQ`]: crate::END_OF_REPLAY_SEQ
     ReservedSeq(WorkerId),
+    /// A replay end marker on the live channel: only a replay answer ends with one.
+    /// Rejected, sequence state unchanged (counted): applied, it would end a pending replay
+    /// and clear the worker.
+    EndOfReplayOnLive(WorkerId),
 }
 
 impl core::fmt::Display for IngestError {
@@ -133,6 +137,9 @@ impl core::fmt::Display for IngestError {
                 f,
                 "batch of DP rank {batch_dp_rank} from publisher {publisher}"
             ),
+            Self::EndOfReplayOnLive(w) => {
+                write!(f, "replay end marker from {w} on the live channel")
+            }
             Self::ReservedSeq(w) => write!(
                 f,
                 "batch from {w} numbered u64::MAX, the replay end marker's number"
@@ -314,6 +321,10 @@ impl Router {
         };
         let mut p = lock(cell);
         let (seq, events, verdict): (_, &[KvEvent], _) = match msg {
+            KvMessage::EndOfReplay if channel == Channel::Live => {
+                IngestCounters::add(&state.counters.live_end_markers, 1);
+                return Err(IngestError::EndOfReplayOnLive(worker));
+            }
             KvMessage::EndOfReplay => {
                 IngestCounters::add(&state.counters.end_markers, 1);
                 (None, &[], p.seq.end_of_replay())

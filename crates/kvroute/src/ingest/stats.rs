@@ -152,6 +152,8 @@ counters! {
     dp_rank_mismatches,
     /// Batches numbered `u64::MAX` (the replay end marker's number): rejected whole.
     reserved_seq_batches,
+    /// Replay end markers received on the live channel: rejected.
+    live_end_markers,
     /// Messages for a worker that is not registered: dropped.
     unknown_worker_messages,
     /// Typed events (`store`, `store_hashes`, `remove_blocks`, `clear_blocks`) for a worker
