@@ -55,9 +55,11 @@
 //!   report), that cost is conservative too: never below just above the best fresh slot's
 //!   cost and its tie band, so it takes requests only when no fresh slot can. Missing,
 //!   invalid and partial figures always get that floor (there is no whole report to start
-//!   from). The fresh slots keep their cache credit, so one restarting engine does not
-//!   switch a whole fleet to load-only routing. A decision that lands on such a slot
-//!   carries [`Reason::Fallback`] and the slot's own cause.
+//!   from). The escape follows the same rule: a slot with that floor is no escape target
+//!   and not part of the escape's mean (its unknown load would read as none), while any
+//!   fresh slot is eligible. The fresh slots keep their cache credit, so one restarting
+//!   engine does not switch a whole fleet to load-only routing. A decision that lands on
+//!   such a slot carries [`Reason::Fallback`] and the slot's own cause.
 //! * **fleet-wide** past that share: `least_load` over every occupied slot from what is
 //!   known of each (the same figures: a worker whose telemetry is missing or stale is not
 //!   excluded, so the last worker still reporting, saturated, does not take every request),
@@ -416,10 +418,26 @@ impl Ctx<'_> {
             E::costs(CostKind::Projected, &self.p, self.fleet, &mut s.costs);
             self.uncredit(CostKind::Projected, &mut s.costs);
             E::costs(CostKind::LeastLoad, &self.p, self.fleet, &mut s.aux);
+            // The escape follows the same rule: a slot whose figures are floored (not
+            // fresh, not unfloored) is no escape target, nor part of the others' mean (its
+            // unknown load would read as none), so it cannot take a fresh owner's request
+            // through the escape when the rule keeps it from taking it through its cost.
+            // (Only while some fresh slot is eligible, as the floor itself: with none, the
+            // slots that are not fresh keep their own costs in both lanes.)
+            let f = self.fleet;
+            let fresh = |i: usize| f.occupied[i] > 0.0 && f.validity[i] == Validity::Fresh;
+            if (0..f.len).any(|i| fresh(i) && s.costs[i].is_finite()) {
+                for (i, c) in s.aux[..f.len].iter_mut().enumerate() {
+                    if f.occupied[i] > 0.0 && !fresh(i) && !self.unfloored(i) {
+                        *c = f32::INFINITY;
+                    }
+                }
+            }
             let l = E::select(self.fleet, &s.aux, Mask::ALL, &self.rule);
             (
                 E::select(self.fleet, &s.costs, Mask::ALL, &self.rule),
-                l.map_or(Escape::NoneEligible, Escape::Pick),
+                // No escape target left: no escape (the pick stands).
+                l.map_or(Escape::Within, Escape::Pick),
             )
         } else {
             s.sparse_decided = E::SPARSE && !declined;

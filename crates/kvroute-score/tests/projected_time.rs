@@ -472,3 +472,39 @@ fn runtime_knobs_are_bounded() {
     };
     assert!(s.score(&f, req, &bad, TieInput::default()).slot.is_some());
 }
+
+/// The escape obeys the scoped rule too: a worker that never reported (`Missing`, its
+/// figures all zero) is neither the escape's target nor part of the others' mean. Slot 0
+/// holds the whole 16,000-token prompt (1,000 blocks) with 6,000 tokens queued (0.75 s of
+/// prefill at 8,000 tokens/s); slots 1 to 3 hold nothing and queue 1,000 tokens each
+/// (0.125 s), where the prompt's prefill alone is 2 s. The oracle is the same fleet
+/// without the missing slot: at escape margins of 2, 0.5 and 0 s, adding the missing slot
+/// changes neither the slot chosen nor the reason (before the rule, at 0.5 s the escape
+/// left slot 0 for the missing slot, its least load read as 0).
+#[test]
+fn the_escape_never_targets_a_worker_without_telemetry() {
+    let owner = fig(1_000.0, 1.0, 6_000.0, 0.0, 0.0);
+    let peer = fig(0.0, 1.0, 1_000.0, 0.0, 0.0);
+    let mut missing = fig(0.0, 0.0, 0.0, 0.0, 0.0);
+    missing.validity = Validity::Missing;
+    for margin in [2.0f32, 0.5, 0.0] {
+        let mut c = cfg(ENFORCE);
+        c.escape_margin_s = margin;
+        let without = Fleet::from_slots(&[Some(owner), Some(peer), Some(peer), Some(peer)]);
+        let with = Fleet::from_slots(&[
+            Some(owner),
+            Some(peer),
+            Some(peer),
+            Some(peer),
+            Some(missing),
+        ]);
+        let a = both_out(&without, 16_000, 10, &c, 0);
+        let b = both_out(&with, 16_000, 10, &c, 0);
+        assert_ne!(slot(&b), 4, "margin {margin}: {b:?}");
+        assert_eq!(
+            (slot(&a), a.reason),
+            (slot(&b), b.reason),
+            "margin {margin}: {a:?} against {b:?}"
+        );
+    }
+}

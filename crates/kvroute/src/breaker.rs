@@ -16,7 +16,8 @@
 //! * **half-open**, from the first publication past the cooldown: the worker is a candidate
 //!   again, and the next outcome of a request routed since decides (one routed before, a
 //!   slow request still running when the breaker opened, is no probe): a completion closes
-//!   the breaker (and resets the cooldown), a failure opens it again.
+//!   the breaker (and resets the cooldown), a failure opens it again (within the cap
+//!   below; refused, it stays half-open).
 //!
 //! Cancelled requests (the client went away) say nothing about the worker and are only
 //! counted. A breaker never opens when that would leave more than
@@ -288,6 +289,11 @@ impl Breakers {
             // A request routed before the breaker went half-open is no probe.
             State::HalfOpen { since } if decided_at.is_some_and(|t| t < since) => Transition::None,
             State::HalfOpen { .. } if failed => {
+                // Reopening is opening: the same cap on the share open (a half-open breaker
+                // is not counted open), else the breaker stays half-open.
+                if !self.may_open(cfg, registered) {
+                    return Transition::None;
+                }
                 self.reopened.fetch_add(1, Relaxed);
                 self.open_now(&mut b, cfg, now);
                 Transition::Opened
@@ -316,11 +322,7 @@ impl Breakers {
                 if !trips {
                     return Transition::None;
                 }
-                // One may always open; past that, at most the configured share.
-                let open = self.open.load(Relaxed);
-                let cap = (registered as f64 * f64::from(cfg.max_open_fraction)).floor() as u64;
-                if open >= cap.max(1) {
-                    self.open_refused.fetch_add(1, Relaxed);
+                if !self.may_open(cfg, registered) {
                     return Transition::None;
                 }
                 self.opened.fetch_add(1, Relaxed);
@@ -328,6 +330,18 @@ impl Breakers {
                 Transition::Opened
             }
         }
+    }
+
+    /// Whether one more breaker may open: one always may; past that, at most the configured
+    /// share of the registered workers. A refusal is counted.
+    fn may_open(&self, cfg: BreakerConfig, registered: usize) -> bool {
+        let open = self.open.load(Relaxed);
+        let cap = (registered as f64 * f64::from(cfg.max_open_fraction)).floor() as u64;
+        if open >= cap.max(1) {
+            self.open_refused.fetch_add(1, Relaxed);
+            return false;
+        }
+        true
     }
 
     fn open_now(&self, b: &mut Breaker, cfg: BreakerConfig, now: Nanos) {

@@ -177,6 +177,40 @@ fn the_breaker_never_takes_out_more_than_its_share_of_the_fleet() {
     assert_eq!(d.worker, ws[1]);
 }
 
+/// A failed probe reopens a half-open breaker only within the same cap on the share open:
+/// 4 workers, at most 2 open (`max_open_fraction` 0.5). Workers 0 and 1 open (worker 2's
+/// five failures then come after and are refused); 6 s later both are half-open (none
+/// open), and worker 2's next five failures open it (1 open). Then both probes fail:
+/// worker 0 reopens (2 open), worker 1 may not (refused, it stays half-open), so 2 stay
+/// open and two workers keep taking requests.
+#[test]
+fn a_failed_probe_reopens_only_within_the_share() {
+    let (r, ws) = router(4, 4, |_| {});
+    publish(&r, &ws, &[]);
+    let gens: Vec<_> = ws.iter().map(|w| generation(&r, *w)).collect();
+    for w in 0..3 {
+        for _ in 0..5 {
+            r.record_outcome(ws[w], gens[w], Outcome::Failed);
+        }
+    }
+    let b = r.stats().breaker;
+    assert_eq!((b.opened, b.open_now, b.open_refused), (2, 2, 1));
+    for w in &ws {
+        r.update_load(*w, common::idle(), at(6_000)).unwrap();
+    }
+    r.publish(at(6_000)).unwrap();
+    let b = r.stats().breaker;
+    assert_eq!((b.half_opened, b.open_now), (2, 0));
+    for _ in 0..5 {
+        r.record_outcome(ws[2], gens[2], Outcome::Failed);
+    }
+    assert_eq!(r.stats().breaker.open_now, 1);
+    r.record_outcome(ws[0], gens[0], Outcome::Failed);
+    r.record_outcome(ws[1], gens[1], Outcome::Failed);
+    let b = r.stats().breaker;
+    assert_eq!((b.reopened, b.open_now, b.open_refused), (1, 2, 2));
+}
+
 /// An outcome of a removed worker, or of its previous tenancy after it was added back,
 /// is stale: counted, and the new tenancy's breaker starts closed.
 #[test]
