@@ -227,6 +227,17 @@ async fn a_full_queue_is_counted_and_replayed() {
     c.shutdown().await;
 }
 
+/// Waits, publishing nothing, until the Router's residency of `worker` is `want` and
+/// trusted.
+async fn holds(router: &Router, worker: WorkerId, want: &Residency) -> bool {
+    wait_until(
+        LONG,
+        || &Residency::of(router, worker) == want && router.is_trusted(worker) == Some(true),
+        || {},
+    )
+    .await
+}
+
 /// A live batch that does not decode is a batch lost: the connector asks for the replay at
 /// once, without waiting for a later batch to show the gap (the engine then stays quiet).
 /// Batch 0 arrives whole; batch 1 (a store and a removal of batch 0's leaf) arrives
@@ -240,29 +251,14 @@ async fn a_live_batch_that_does_not_decode_is_replayed_at_once() {
     let w = WorkerId::new(9, 0);
     assert!(wait_until(LONG, || c.rank_stats().iter().all(|s| s.connected), || {}).await);
     let mut model = Residency::default();
-    // Published until the subscription is seen to deliver (late joiners lose the first).
     let first = batch(wall(), vec![store(&[1, 2], None)], 0);
     model.apply(&first);
     rank.publish(&first, true);
-    assert!(
-        wait_until(
-            LONG,
-            || Residency::of(&router, w) == model && router.is_trusted(w) == Some(true),
-            || {}
-        )
-        .await
-    );
+    assert!(holds(&router, w, &model).await);
     let second = batch(wall(), vec![store(&[3], Some(2)), remove(&[2])], 0);
     model.apply(&second);
     rank.publish_damaged(&second);
-    assert!(
-        wait_until(
-            LONG,
-            || Residency::of(&router, w) == model && router.is_trusted(w) == Some(true),
-            || {}
-        )
-        .await
-    );
+    assert!(holds(&router, w, &model).await);
     let s = c.rank(w).unwrap();
     assert!(s.decode_errors >= 1 && s.replays >= 1, "{s:?}");
     c.shutdown().await;

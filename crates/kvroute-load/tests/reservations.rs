@@ -347,14 +347,26 @@ fn sglang(running: i64, waiting: i64, uncached: i64, used: i64, ts: f64) -> Sgla
     }
 }
 
-#[test]
-fn reconciliation_never_counts_a_request_twice() {
+/// Worker (1, 0) in slot 0 at generation 1 of a one-slot publisher and the table attached
+/// to it.
+fn attached() -> (
+    WorkerId,
+    ReservationTable,
+    LoadPublisher,
+    kvroute_load::LoadReader,
+) {
     let w = WorkerId::new(1, 0);
     let t = table(1);
     let (mut p, reader) = LoadPublisher::new(LoadConfig::new(1)).unwrap();
     p.attach_reservations(t.clone()).unwrap();
     p.add_worker(Slot(0), w, G1).unwrap();
     t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    (w, t, p, reader)
+}
+
+#[test]
+fn reconciliation_never_counts_a_request_twice() {
+    let (_, t, mut p, reader) = attached();
 
     // t = 1 s: the engine reports 3 running + 2 waiting, 400 uncached, 3000 used.
     p.apply_sglang(&sglang(3, 2, 400, 3000, 1.0), Nanos(S))
@@ -796,12 +808,7 @@ fn ended_requests_a_report_counts_are_tallied_until_the_next_report() {
 /// reservation alone.
 #[test]
 fn figures_dropped_at_the_first_publication_reconcile_nothing() {
-    let w = WorkerId::new(1, 0);
-    let t = table(1);
-    let (mut p, reader) = LoadPublisher::new(LoadConfig::new(1)).unwrap();
-    p.attach_reservations(t.clone()).unwrap();
-    p.add_worker(Slot(0), w, G1).unwrap();
-    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let (w, t, mut p, reader) = attached();
     let _guard = t.reserve(Slot(0), G1, work(500, 50), Nanos(S)).unwrap();
     p.apply_sample(w, LoadSample::new(2, 0, 16, 0.1), Nanos(3_600 * S))
         .unwrap();

@@ -103,35 +103,29 @@ impl EmulatedRank {
     /// Publishes `batch` as the next sequence number (buffered for replay); sent only when
     /// `deliver`. Returns its sequence number.
     pub fn publish(&self, batch: &KvEventBatch, deliver: bool) -> u64 {
-        let mut g = self.inner.lock().unwrap();
-        let seq = g.next_seq;
-        g.next_seq += 1;
-        let payload = encode_batch(batch, HashStyle::Signed);
-        if deliver {
-            let frames: [&[u8]; 3] = [&g.topic, &seq.to_be_bytes(), &payload];
-            g.pub_sock.send_multipart(frames, 0).expect("send");
-        }
-        if g.depth > 0 {
-            if g.buffer.len() == g.depth {
-                g.buffer.pop_front();
-            }
-            g.buffer.push_back((seq, payload));
-        }
-        seq
+        self.publish_as(batch, deliver.then_some(|_: &mut [u8]| {}))
     }
 
     /// Publishes `batch` as the next sequence number, buffered for replay as it is, but
     /// sent live with a payload that does not decode (its first byte made `0xc1`, which
     /// msgpack never uses): a batch damaged on the way. Returns its sequence number.
     pub fn publish_damaged(&self, batch: &KvEventBatch) -> u64 {
+        self.publish_as(batch, Some(|p: &mut [u8]| p[0] = 0xc1))
+    }
+
+    /// Publishes `batch` as the next sequence number, buffered for replay; sent live when
+    /// `live` is given, its payload first passed through it.
+    fn publish_as(&self, batch: &KvEventBatch, live: Option<fn(&mut [u8])>) -> u64 {
         let mut g = self.inner.lock().unwrap();
         let seq = g.next_seq;
         g.next_seq += 1;
         let payload = encode_batch(batch, HashStyle::Signed);
-        let mut damaged = payload.clone();
-        damaged[0] = 0xc1;
-        let frames: [&[u8]; 3] = [&g.topic, &seq.to_be_bytes(), &damaged];
-        g.pub_sock.send_multipart(frames, 0).expect("send");
+        if let Some(change) = live {
+            let mut sent = payload.clone();
+            change(&mut sent);
+            let frames: [&[u8]; 3] = [&g.topic, &seq.to_be_bytes(), &sent];
+            g.pub_sock.send_multipart(frames, 0).expect("send");
+        }
         if g.depth > 0 {
             if g.buffer.len() == g.depth {
                 g.buffer.pop_front();
