@@ -315,6 +315,16 @@ impl Model {
 
     /// A live batch `s` sent at `ts` (the sequence table of `kvroute::ingest`'s `sequence`
     /// module).
+    /// Asks for a replay from the witness (the last batch applied), unless one is pending.
+    fn check_from_witness(&mut self) {
+        if !self.pending {
+            if self.next > 0 {
+                self.witness = Some(self.next - 1);
+            }
+            self.pending = true;
+        }
+    }
+
     fn live(&mut self, s: u64, ts: f64, events: &[KvEvent], t: &mut Tally, q: &mut Vec<Vec<u64>>) {
         if let Some(l) = self.last_live {
             // The last live number again is a copy only with the same `ts` bits and no clear.
@@ -332,14 +342,27 @@ impl Model {
                 // A late batch, or a new incarnation whose clock is behind: dropped, and
                 // checked by a replay from the witness unless it is a copy of the last one.
                 let copy = s == l && ts.to_bits() == self.last_live_ts;
-                if !copy && !self.pending {
-                    if self.next > 0 {
-                        self.witness = Some(self.next - 1);
-                    }
-                    self.pending = true;
+                if !copy {
+                    self.check_from_witness();
                 }
                 return;
+            } else if ts < f64::from_bits(self.last_live_ts) {
+                // Forward in number, backward in clock: an earlier incarnation's batch after
+                // a reset. Dropped, checked by a replay from the witness.
+                self.check_from_witness();
+                return;
             }
+        }
+        if self.next > 0
+            && s < self.next
+            && self.last_live.is_none_or(|l| s > l)
+            && ts > f64::from_bits(self.applied_ts)
+        {
+            // Below the frontier, past the last live batch (or before any): only a replay
+            // brought those, so a later clock than the last applied batch's is a restart.
+            self.clear();
+            (self.next, self.last_live, self.pending) = (0, None, false);
+            self.witness = None;
         }
         self.last_live = Some(s);
         self.last_live_ts = ts.to_bits();
@@ -523,7 +546,13 @@ fuzz_target!(|data: &[u8]| {
                 assert!((op >> 5) & 3 != 3, "a 7-byte sequence frame decoded");
                 let report = r.ingest(worker, channel, &msg);
                 match &msg {
+                    KvMessage::EndOfReplay if channel == Channel::Live => {
+                        assert_eq!(report, Err(IngestError::EndOfReplayOnLive(worker)));
+                    }
                     KvMessage::EndOfReplay => m.end_of_replay(),
+                    KvMessage::Batch { seq, .. } if *seq == u64::MAX => {
+                        assert_eq!(report, Err(IngestError::ReservedSeq(worker)));
+                    }
                     KvMessage::Batch { seq, batch } => {
                         if batch.dp_rank.is_some_and(|d| d != worker.dp_rank) {
                             assert!(report.is_err(), "DP rank mismatch accepted");
