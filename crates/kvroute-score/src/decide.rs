@@ -338,11 +338,10 @@ impl Ctx<'_> {
     /// best fresh slot's cost. Scalar per slot, for both engines alike.
     fn uncredit(&self, kind: CostKind, costs: &mut [f32]) {
         let f = self.fleet;
-        let fresh = |i: usize| f.occupied[i] > 0.0 && f.validity[i] == Validity::Fresh;
         let best_fresh = costs[..f.len]
             .iter()
             .enumerate()
-            .filter(|&(i, _)| fresh(i))
+            .filter(|&(i, _)| self.fresh(i))
             .fold(f32::INFINITY, |m, (_, &c)| if c < m { c } else { m });
         let floor = if best_fresh.is_finite() {
             just_above(best_fresh + self.rule.band * best_fresh.abs())
@@ -350,7 +349,7 @@ impl Ctx<'_> {
             f32::NEG_INFINITY
         };
         for (i, c) in costs[..f.len].iter_mut().enumerate() {
-            if f.occupied[i] > 0.0 && !fresh(i) {
+            if f.occupied[i] > 0.0 && !self.fresh(i) {
                 let x = LaneIn {
                     overlap: 0.0,
                     ..lane_at(f, i)
@@ -366,6 +365,11 @@ impl Ctx<'_> {
                 };
             }
         }
+    }
+
+    /// Whether slot `i` is occupied with fresh telemetry.
+    fn fresh(&self, i: usize) -> bool {
+        self.fleet.occupied[i] > 0.0 && self.fleet.validity[i] == Validity::Fresh
     }
 
     /// Whether a slot that is not fresh keeps its own cost under the scoped rule: its
@@ -425,10 +429,9 @@ impl Ctx<'_> {
             // (Only while some fresh slot is eligible, as the floor itself: with none, the
             // slots that are not fresh keep their own costs in both lanes.)
             let f = self.fleet;
-            let fresh = |i: usize| f.occupied[i] > 0.0 && f.validity[i] == Validity::Fresh;
-            if (0..f.len).any(|i| fresh(i) && s.costs[i].is_finite()) {
+            if (0..f.len).any(|i| self.fresh(i) && s.costs[i].is_finite()) {
                 for (i, c) in s.aux[..f.len].iter_mut().enumerate() {
-                    if f.occupied[i] > 0.0 && !fresh(i) && !self.unfloored(i) {
+                    if f.occupied[i] > 0.0 && !self.fresh(i) && !self.unfloored(i) {
                         *c = f32::INFINITY;
                     }
                 }

@@ -14,10 +14,11 @@
 //! A worker removed and added again starts counting its decisions from zero
 //! ([`RouterStats::workers`]); `kvroute_worker_decisions_total` carries the tenancy's
 //! `generation` ([`SlotGeneration`](crate::SlotGeneration)) so that the new tenancy is a new
-//! series instead of one that goes backwards (so does
-//! `kvroute_ingest_block_size_mismatches_total`) (which `absolute` would not show: the
-//! `metrics` crate's own counters keep the largest value set). `sum without (generation)`
-//! totals a worker over its tenancies while the recorder keeps the old series.
+//! series instead of one that goes backwards (which `absolute` would not show: the
+//! `metrics` crate's own counters keep the largest value set);
+//! `kvroute_ingest_block_size_mismatches_total` carries it for the same reason.
+//! `sum without (generation)` totals a worker over its tenancies while the recorder keeps
+//! the old series.
 //!
 //! | metric | kind | labels | source |
 //! |---|---|---|---|

@@ -373,13 +373,24 @@ impl Router {
     /// # Errors
     /// [`EventError::UnknownWorker`].
     pub fn clear_blocks(&self, worker: WorkerId) -> Result<usize, EventError> {
-        self.with_event_slot(worker, |slot| {
-            let had = self.index.clear(slot)?;
-            if let Some(p) = &self.predictions {
-                p.forget_slot(slot);
-            }
-            Ok(had)
-        })
+        self.with_event_slot(worker, |slot| Ok(self.clear_cache(slot)?))
+    }
+
+    /// Clears `slot`'s residency in the index and drops its predicted-residency credits
+    /// (the prefixes routed there before are gone with the cache). Returns how many engine
+    /// hashes it had. Ingest's own clears (`ingest::apply`) do the same.
+    ///
+    /// # Errors
+    /// The index's [`IndexError::SlotOutOfRange`](kvroute_index::index::IndexError).
+    pub(crate) fn clear_cache(
+        &self,
+        slot: Slot,
+    ) -> Result<usize, kvroute_index::index::IndexError> {
+        let had = self.index.clear(slot)?;
+        if let Some(p) = &self.predictions {
+            p.forget_slot(slot);
+        }
+        Ok(had)
     }
 
     /// Sizes the index's map of `worker`'s blocks (engine hash → position) for `blocks`

@@ -118,6 +118,8 @@ pub(crate) struct Applier<'a> {
     pub worker: WorkerId,
     /// The worker's tenancy of `slot` (labels its block-size mismatch counts).
     pub generation: SlotGeneration,
+    /// The router's predicted residency, if on: a clear drops the slot's credits.
+    pub predictions: Option<&'a crate::predicted::Predictions>,
 }
 
 /// Mutable per-batch state of the applier.
@@ -141,6 +143,10 @@ impl Applier<'_> {
         self.flush_removals(out);
         // The slot is registered (the caller holds membership), so this cannot fail.
         let _ = self.index.clear(self.slot);
+        // The prefixes routed there before the clear are gone with the cache.
+        if let Some(p) = self.predictions {
+            p.forget_slot(self.slot);
+        }
         *out.flags &= !BLOCK_SIZE;
     }
 

@@ -379,18 +379,13 @@ impl Router {
             worker,
             // The slot is registered (the caller holds membership): its tenancy is known.
             generation: self.table.tenancy(slot).unwrap_or(SlotGeneration(0)),
+            predictions: self.predictions.as_ref(),
         };
         if verdict.action.clear {
             applier.clear(&mut out);
         }
         if let Some(from) = verdict.action.apply_from {
             applier.apply(events, from, &mut out);
-        }
-        if verdict.action.clear || out.tally.clears > 0 {
-            // The prefixes routed there before the clear are gone with the cache.
-            if let Some(p) = &self.predictions {
-                p.forget_slot(slot);
-            }
         }
         *out.flags = (*out.flags & !SEQUENCE) | if pending { SEQUENCE } else { 0 };
         let flags = *out.flags;
@@ -484,10 +479,7 @@ impl Router {
                 return Ok(0);
             }
             let unreplayed = p.seq.give_up();
-            let _ = self.index.clear(slot);
-            if let Some(pr) = &self.predictions {
-                pr.forget_slot(slot);
-            }
+            let _ = self.clear_cache(slot);
             p.flags = 0;
             self.ingest.trust.set(slot, 0);
             IngestCounters::add(&self.ingest.counters.replays_skipped, 1);
