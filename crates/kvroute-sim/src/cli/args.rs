@@ -58,6 +58,11 @@ pub struct Common {
     /// engines a partial-telemetry fault names).
     #[arg(long, global = true, value_name = "KIND", value_parser = PossibleValuesParser::new(["full", "gauges"]))]
     pub telemetry: Option<String>,
+    /// Every engine of the fleet runs this preset instead of the workload's own engine
+    /// (`EngineConfig::PRESETS`: capacity, scheduler limits and step time; derivations in
+    /// the simulator's engine docs). Default: the workload's own.
+    #[arg(long, global = true, value_name = "PRESET", value_parser = PossibleValuesParser::new(kvroute_sim::engine::EngineConfig::PRESETS.map(|p| p.0)))]
+    pub engine: Option<String>,
 }
 
 impl Common {
@@ -68,6 +73,19 @@ impl Common {
             p.ttl = kvroute::Nanos::from_millis(ms);
             p
         })
+    }
+}
+
+impl Common {
+    /// Puts the `--engine` preset, if any, on every engine of `w`.
+    pub fn apply_engine(&self, w: &mut kvroute_sim::workload::Workload) {
+        if let Some(cfg) = self
+            .engine
+            .as_deref()
+            .and_then(kvroute_sim::engine::EngineConfig::preset)
+        {
+            w.fleet.engine = cfg;
+        }
     }
 }
 

@@ -48,7 +48,7 @@ fn dispatch(cli: Cli) -> Result<(), String> {
         Command::Scenario { rate_scale, .. } | Command::Replay { rate_scale, .. } => *rate_scale,
         _ => 1.0,
     };
-    let workloads = match command {
+    let mut workloads = match command {
         Command::List => {
             return emit(&list());
         }
@@ -97,6 +97,9 @@ fn dispatch(cli: Cli) -> Result<(), String> {
             vec![w]
         }
     };
+    for w in &mut workloads {
+        common.apply_engine(w);
+    }
     run_and_report(&common, &workloads, rate_scale)
 }
 

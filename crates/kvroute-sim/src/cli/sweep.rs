@@ -45,14 +45,22 @@ enum Source {
 }
 
 impl Source {
-    /// The workload for one cell: built (named) or copied (trace), arrivals divided by
-    /// `scale`, then jittered by `jitter_s` seeded with `seed`.
-    fn workload(&self, scale: f64, seed: u64, jitter_s: f64) -> Result<Workload, String> {
+    /// The workload for one cell: built (named) or copied (trace), its engines replaced
+    /// by the `--engine` preset if given, arrivals divided by `scale`, then jittered by
+    /// `jitter_s` seeded with `seed`.
+    fn workload(
+        &self,
+        common: &Common,
+        scale: f64,
+        seed: u64,
+        jitter_s: f64,
+    ) -> Result<Workload, String> {
         let mut w = match self {
             Source::Trace(w) => (**w).clone(),
             Source::Named(s, None) => s.build(seed),
             Source::Named(s, Some(n)) => kvroute_sim::workload::synth::truncate(s.build(seed), *n),
         };
+        common.apply_engine(&mut w);
         scale_arrivals(&mut w, scale).map_err(|e| e.to_string())?;
         jitter_arrivals(&mut w, jitter_s, seed).map_err(|e| e.to_string())?;
         Ok(w)
@@ -116,7 +124,7 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
         .collect::<Option<_>>()
         .ok_or("--seed plus --seeds overflows a 64-bit seed")?;
     let src = source(common, args)?;
-    let probe = src.workload(scales[0], seeds[0], args.arrival_jitter)?;
+    let probe = src.workload(common, scales[0], seeds[0], args.arrival_jitter)?;
     if probe.routed_requests() == 0 {
         return Err(format!("workload `{}` has no request to route", probe.name));
     }
@@ -135,7 +143,7 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
     let telemetry = common.telemetry();
     let results = runner::run_in_order(&order, threads, common.quiet, |i, progress| {
         let (p, s, k) = (i / (ns * nk), (i / nk) % ns, i % nk);
-        let w = src.workload(scales[s], seeds[k], args.arrival_jitter)?;
+        let w = src.workload(common, scales[s], seeds[k], args.arrival_jitter)?;
         let shared = match src {
             Source::Trace(_) => &hashes[0],
             Source::Named(..) => &hashes[k],

@@ -174,6 +174,23 @@ impl EngineConfig {
         }
     }
 
+    /// The named presets, as `--engine` takes them: `(name, constructor)`.
+    pub const PRESETS: [(&'static str, fn() -> Self); 5] = [
+        ("default", Self::default),
+        ("llama-8b-h100", Self::llama_8b_h100),
+        ("deepseek-v3-h200x8", Self::deepseek_v3_h200x8),
+        ("vllm-calibration", Self::vllm_calibration),
+        ("sglang-calibration", Self::sglang_calibration),
+    ];
+
+    /// The preset called `name` (one of [`EngineConfig::PRESETS`]), if any.
+    pub fn preset(name: &str) -> Option<Self> {
+        Self::PRESETS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, make)| make())
+    }
+
     /// Checks every field's range.
     ///
     /// # Errors
