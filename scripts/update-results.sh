@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs the default sweeps (the conversation trace's first 3,000 requests, with full
-# telemetry and with vLLM's gauges only, `long-context`,
+# telemetry, with vLLM's gauges only and on the H100-sized engine, `long-context`,
 # `no-sharing` and every scenario; every policy x rate scales 1-16 x seeds 1-5) and writes
 # their tables into
 # docs/RESULTS.md between its `<!-- sweep NAME ... -->` and `<!-- end sweep NAME -->`
 # markers. The prose around the tables ("Reading") is not regenerated: read the new
-# tables and update it by hand. About 6 minutes on an idle 2-core machine.
+# tables and update it by hand. About 8 minutes on an idle 2-core machine.
 #
 # Needs the shared data (KVROUTE_DATA_DIR, default ../shared/data beside the checkout).
 set -euo pipefail
@@ -18,6 +18,8 @@ trap 'rm -rf "$out"' EXIT
 "$sim" --quiet sweep --trace "$data/traces/mooncake_conversation_trace.jsonl" >"$out/trace.md"
 "$sim" --quiet --telemetry gauges sweep --trace "$data/traces/mooncake_conversation_trace.jsonl" \
   >"$out/trace-gauges.md"
+"$sim" --quiet --engine llama-8b-h100 sweep \
+  --trace "$data/traces/mooncake_conversation_trace.jsonl" >"$out/trace-h100.md"
 "$sim" --quiet sweep --workload long-context >"$out/long-context.md"
 "$sim" --quiet sweep --workload no-sharing >"$out/no-sharing.md"
 scenarios="hot-owner-51 owner-canary zipf-prefixes burst-siblings restart event-loss fail-fast flap partial-telemetry straggler"
@@ -28,7 +30,7 @@ python3 - "$out" docs/RESULTS.md $scenarios <<'PY'
 import pathlib, re, sys
 out, doc = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 text = doc.read_text()
-for name in ("trace", "trace-gauges", "long-context", "no-sharing", *sys.argv[3:]):
+for name in ("trace", "trace-gauges", "trace-h100", "long-context", "no-sharing", *sys.argv[3:]):
     body = []
     for line in (out / f"{name}.md").read_text().splitlines():
         if line.startswith("== sweep"):
