@@ -670,3 +670,43 @@ fn sweep_cuts_a_named_workload_and_notes_the_faults_it_never_reached() {
         text(&out.stderr)
     );
 }
+
+/// `--engine` puts a preset on every engine: a 125,000-token prompt fits the default
+/// engine's 131,072-token context and is refused by `vllm-calibration`'s 122,880.
+#[test]
+fn the_engine_preset_replaces_every_engine() {
+    let dir = scratch("engine-preset");
+    let trace = dir.join("long.jsonl");
+    let blocks: Vec<String> = (0..125_000u32.div_ceil(512))
+        .map(|b| b.to_string())
+        .collect();
+    std::fs::write(
+        &trace,
+        format!(
+            "{{\"timestamp\": 0, \"input_length\": 125000, \"output_length\": 4, \"hash_ids\": [{}]}}\n",
+            blocks.join(",")
+        ),
+    )
+    .unwrap();
+    let args = ["--engines", "2", "--policies", "least_load"];
+    let served = replay_json(&trace, &args);
+    let m = &served["workloads"][0]["runs"][0]["metrics"];
+    assert_eq!(m["finished"], 1, "the default engine serves it: {m}");
+    let mut with = vec!["--engine", "vllm-calibration"];
+    with.extend_from_slice(&args);
+    let refused = replay_json(&trace, &with);
+    let m = &refused["workloads"][0]["runs"][0]["metrics"];
+    assert_eq!(m["finished"], 0, "the preset's context refuses it: {m}");
+    let bad = sim(&["--engine", "h100", "list"]);
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "an unknown preset is a usage error"
+    );
+    assert!(
+        text(&bad.stderr).contains("llama-8b-h100"),
+        "{}",
+        text(&bad.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -245,3 +245,28 @@ impl EngineConfig {
         r / (self.step_base_s + self.step_per_seq_s * r)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::EngineConfig;
+
+    #[test]
+    fn every_preset_is_found_by_its_name_and_is_valid() {
+        let want = [
+            ("default", EngineConfig::default()),
+            ("llama-8b-h100", EngineConfig::llama_8b_h100()),
+            ("deepseek-v3-h200x8", EngineConfig::deepseek_v3_h200x8()),
+            ("vllm-calibration", EngineConfig::vllm_calibration()),
+            ("sglang-calibration", EngineConfig::sglang_calibration()),
+        ];
+        assert_eq!(EngineConfig::PRESETS.len(), want.len());
+        for (name, cfg) in want {
+            assert_eq!(EngineConfig::preset(name), Some(cfg.clone()), "{name}");
+            assert_eq!(cfg.validate(), Ok(()), "{name}");
+        }
+        assert_eq!(EngineConfig::preset("h100"), None);
+        // The H100 preset is the one sized as the GPU: 27,000 blocks, 256 running.
+        let h100 = EngineConfig::preset("llama-8b-h100").unwrap();
+        assert_eq!((h100.kv_blocks, h100.max_running), (27_000, 256));
+    }
+}
