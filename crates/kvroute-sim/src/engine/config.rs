@@ -90,6 +90,9 @@ impl Default for EngineConfig {
     }
 }
 
+/// A named engine preset: `(name, constructor)` ([`EngineConfig::PRESETS`]).
+pub type Preset = (&'static str, fn() -> EngineConfig);
+
 /// A configuration value out of range.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConfigError {
@@ -174,8 +177,8 @@ impl EngineConfig {
         }
     }
 
-    /// The named presets, as `--engine` takes them: `(name, constructor)`.
-    pub const PRESETS: [(&'static str, fn() -> Self); 5] = [
+    /// The named presets, as `--engine` takes them.
+    pub const PRESETS: [Preset; 5] = [
         ("default", Self::default),
         ("llama-8b-h100", Self::llama_8b_h100),
         ("deepseek-v3-h200x8", Self::deepseek_v3_h200x8),

@@ -96,7 +96,7 @@ mod wire;
 use std::collections::VecDeque;
 
 pub(crate) use catalog::Catalog;
-pub use config::{ConfigError, EngineConfig};
+pub use config::{ConfigError, EngineConfig, Preset};
 use pool::BlockPool;
 use wire::EventBuf;
 
