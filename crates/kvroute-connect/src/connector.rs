@@ -15,7 +15,8 @@ use crate::clock::Clock;
 use crate::config::{ConfigError, ConnectOptions, EngineSpec};
 use crate::rank::RankIngest;
 use crate::socket::{self, SocketParams};
-use crate::stats::{RankCounters, RankStats, Tally, TelemetryCounters, TelemetryStats};
+use crate::stats::{RankCounters, RankStats, Tally, TaskStats, TelemetryCounters, TelemetryStats};
+use crate::task::Tasks;
 use crate::telemetry::{self, EngineTelemetry, TelemetryError};
 
 /// Why an engine could not be added or removed.
@@ -72,29 +73,31 @@ struct EngineHandle {
 }
 
 impl EngineHandle {
-    /// Stops and joins everything of the engine.
-    async fn stop(mut self) {
+    /// Stops and joins everything of the engine (a task found cancelled counted in
+    /// `tasks`; a panic was counted as it happened).
+    async fn stop(mut self, tasks: &Tasks) {
         let _ = self.stop.send(true);
         let mut threads = Vec::new();
         for r in &mut self.ranks {
             r.thread_stop.store(true, Ordering::Relaxed);
             threads.append(&mut r.threads);
         }
-        let mut tasks: Vec<JoinHandle<()>> = self
+        let mut handles: Vec<JoinHandle<()>> = self
             .ranks
             .iter_mut()
             .filter_map(|r| r.task.take())
             .collect();
-        tasks.extend(self.poller.take());
-        for t in tasks {
-            let _ = t.await;
+        handles.extend(self.poller.take());
+        for t in handles {
+            tasks.join(t).await;
         }
-        let _ = tokio::task::spawn_blocking(move || {
+        let joined = tasks.spawn_blocking(move || {
             for t in threads {
+                // An error is the thread's panic, counted as it unwound (`Tasks::thread`).
                 let _ = t.join();
             }
-        })
-        .await;
+        });
+        tasks.join(joined).await;
     }
 }
 
@@ -110,6 +113,7 @@ pub struct Connector {
     tick_task: Mutex<Option<JoinHandle<()>>>,
     ticks: Arc<Tally>,
     publish_errors: Arc<Tally>,
+    tasks: Tasks,
     next_socket: AtomicU64,
 }
 
@@ -141,7 +145,8 @@ impl Connector {
         let every = options
             .tick_interval
             .unwrap_or_else(|| core::time::Duration::from_nanos(router.tick_interval().0));
-        let task = tokio::spawn(run_ticks(
+        let tasks = Tasks::new();
+        let task = tasks.spawn(run_ticks(
             router.clone(),
             clock,
             every,
@@ -158,6 +163,7 @@ impl Connector {
             tick_task: Mutex::new(Some(task)),
             ticks,
             publish_errors,
+            tasks,
             next_socket: AtomicU64::new(0),
         })
     }
@@ -180,6 +186,12 @@ impl Connector {
     /// `Router::tick`s run so far, and those whose publication failed.
     pub fn ticks(&self) -> (u64, u64) {
         (self.ticks.get(), self.publish_errors.get())
+    }
+
+    /// The connector's task counters: its tasks and threads that panicked, or that were
+    /// cancelled under it, since [`start`](Self::start) (see [`TaskStats`]).
+    pub fn task_stats(&self) -> TaskStats {
+        self.tasks.stats()
     }
 
     /// Registers every rank of `spec` with the Router (`WorkerId::new(spec.id, dp_rank)`),
@@ -243,6 +255,7 @@ impl Connector {
             for r in ranks {
                 r.thread_stop.store(true, Ordering::Relaxed);
                 if let Some(t) = r.task {
+                    // Cancelled on purpose and never joined: not a `task_cancellations`.
                     t.abort();
                 }
             }
@@ -270,6 +283,7 @@ impl Connector {
                 overflow: overflow.clone(),
                 stop: thread_stop.clone(),
                 monitor_name: format!("kvroute-monitor-{n}"),
+                tasks: self.tasks.clone(),
             };
             let sub = match socket::spawn(params) {
                 Ok(t) => t,
@@ -283,6 +297,7 @@ impl Connector {
                     rank.dp_rank,
                     ep,
                     thread_stop.clone(),
+                    &self.tasks,
                 ) {
                     Ok(t) => threads.push(t),
                     Err(e) => {
@@ -299,8 +314,9 @@ impl Connector {
                 replay_timeout: self.options.replay_timeout,
                 counters: counters.clone(),
                 overflow,
+                tasks: self.tasks.clone(),
             };
-            let task = tokio::spawn(ingest.run(rx, stop_rx.clone()));
+            let task = self.tasks.spawn(ingest.run(rx, stop_rx.clone()));
             ranks.push(RankHandle {
                 counters,
                 thread_stop,
@@ -311,7 +327,7 @@ impl Connector {
         let poller = spec
             .telemetry
             .is_some()
-            .then(|| tokio::spawn(telemetry.clone().run_poller(stop_rx)));
+            .then(|| self.tasks.spawn(telemetry.clone().run_poller(stop_rx)));
         Ok(EngineHandle {
             spec,
             ranks,
@@ -333,7 +349,7 @@ impl Connector {
             .remove(&id)
             .ok_or(ConnectError::UnknownEngine(id))?;
         let workers = h.spec.workers();
-        h.stop().await;
+        h.stop(&self.tasks).await;
         let mut first = Ok(());
         for w in workers {
             if let Err(e) = self.router.remove_worker(w) {
@@ -387,10 +403,13 @@ impl Connector {
     ///
     /// A rank in the middle of a replay finishes it first (bounded by the replay timeout
     /// per silent message), and a poll in flight by its poll timeout.
-    pub async fn shutdown(self) {
+    ///
+    /// Returns the final [`task_stats`](Self::task_stats), the tasks found cancelled while
+    /// joining them here included.
+    pub async fn shutdown(self) -> TaskStats {
         let engines = core::mem::take(&mut *self.lock());
         for (_, h) in engines {
-            h.stop().await;
+            h.stop(&self.tasks).await;
         }
         let _ = self.tick_stop.send(true);
         let task = self
@@ -399,8 +418,9 @@ impl Connector {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         if let Some(t) = task {
-            let _ = t.await;
+            self.tasks.join(t).await;
         }
+        self.tasks.stats()
     }
 }
 

@@ -28,13 +28,17 @@
 //!   own rules.
 //! * Counters and gauges per rank and per engine: [`RankStats`], [`TelemetryStats`], and
 //!   the `metrics` facade (names below, "Metrics").
+//! * No task or thread of the connector ends unseen: one that panics is counted as it
+//!   unwinds, one found cancelled under the connector (its runtime shut down) when it is
+//!   joined, in [`TaskStats`] ([`Connector::task_stats`], and the figures
+//!   [`Connector::shutdown`] returns).
 //! * Telemetry that stops is never silently fresh: a failed poll applies nothing, is
 //!   counted by [`TelemetryErrorKind`], and the next tick past `max_load_age` marks the
 //!   workers stale.
 //!
 //! # Metrics
 //! Recorded through the `metrics` facade as they change (install any recorder); the same
-//! figures are in [`RankStats`] and [`TelemetryStats`].
+//! figures are in [`RankStats`], [`TelemetryStats`] and [`TaskStats`].
 //!
 //! | metric | kind | labels | meaning |
 //! |---|---|---|---|
@@ -56,6 +60,8 @@
 //! | `kvroute_connect_publish_errors_total` | counter | | ticks whose publication failed |
 //! | `kvroute_connect_telemetry_polls_total` | counter | `engine_id` | telemetry reports applied |
 //! | `kvroute_connect_telemetry_errors_total` | counter | `engine_id`, `kind` | failed polls or frames, by [`TelemetryErrorKind::name`](crate::TelemetryErrorKind::name) |
+//! | `kvroute_connect_task_panics_total` | counter | | tasks and threads of the connector that panicked |
+//! | `kvroute_connect_task_cancellations_total` | counter | | tasks found cancelled, not by the connector, when joined |
 //!
 //! libzmq (the `zmq` crate) carries the sockets: it reconnects on its own with bounded
 //! exponential backoff and reports connects and disconnects, which the pure-Rust `zeromq`
@@ -69,6 +75,7 @@ mod rank;
 pub mod replay;
 mod socket;
 mod stats;
+mod task;
 mod telemetry;
 
 pub use clock::Clock;
@@ -78,7 +85,7 @@ pub use config::{
 pub use connector::{ConnectError, Connector};
 pub use http::HttpError;
 pub use replay::ReplayError;
-pub use stats::{RankStats, TelemetryStats};
+pub use stats::{RankStats, TaskStats, TelemetryStats};
 pub use telemetry::{ERROR_KINDS, TelemetryError, TelemetryErrorKind};
 
 /// Resolves once `stop` holds `true` (or its sender is gone).

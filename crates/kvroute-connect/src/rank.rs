@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::socket::Frames;
 use crate::stats::RankCounters;
+use crate::task::Tasks;
 
 /// What the ingest task of one rank holds.
 pub(crate) struct RankIngest {
@@ -32,6 +33,8 @@ pub(crate) struct RankIngest {
     pub replay_timeout: Duration,
     pub counters: Arc<RankCounters>,
     pub overflow: Arc<AtomicBool>,
+    /// Starts the replay fetches (their panics counted).
+    pub tasks: Tasks,
 }
 
 fn wall_seconds() -> f64 {
@@ -136,11 +139,11 @@ impl RankIngest {
         };
         let (ctx, timeout) = (self.ctx.clone(), self.replay_timeout);
         let from = req.from_seq;
-        let answer = tokio::task::spawn_blocking(move || {
-            crate::replay::fetch(&ctx, &endpoint, from, timeout)
-        })
-        .await;
-        let Ok(Ok(messages)) = answer else {
+        let fetch = self
+            .tasks
+            .spawn_blocking(move || crate::replay::fetch(&ctx, &endpoint, from, timeout));
+        // A fetch that panicked or was cancelled (counted by `tasks`) is a failed replay too.
+        let Some(Ok(messages)) = self.tasks.join(fetch).await else {
             self.counters.replay_failures.add(1);
             self.skip();
             return;

@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
 use crate::stats::RankCounters;
+use crate::task::Tasks;
 
 /// One multipart message, frames as received.
 pub(crate) type Frames = Vec<Vec<u8>>;
@@ -32,6 +33,8 @@ pub(crate) struct SocketParams {
     pub stop: Arc<AtomicBool>,
     /// A name unique in the process, for the monitor's inproc endpoint.
     pub monitor_name: String,
+    /// Starts the thread (its panic counted).
+    pub tasks: Tasks,
 }
 
 /// How often the thread looks at its stop flag (ms).
@@ -56,9 +59,9 @@ pub(crate) fn spawn(p: SocketParams) -> Result<JoinHandle<()>, zmq::Error> {
     sub.set_subscribe(&p.topic)?;
     sub.connect(&p.endpoint)?;
     let name = format!("kvroute-sub-{}", p.monitor_name);
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(move || run(sub, mon, p))
+    p.tasks
+        .clone()
+        .thread(name, move || run(sub, mon, p))
         .map_err(|_| zmq::Error::ENOMEM)
 }
 

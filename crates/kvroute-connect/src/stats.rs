@@ -216,3 +216,52 @@ impl TelemetryStats {
         self.errors.iter().sum()
     }
 }
+
+/// The connector-wide counters of its tasks and threads (kept across engine removals).
+#[derive(Debug)]
+pub(crate) struct TaskCounters {
+    pub panics: Tally,
+    pub cancellations: Tally,
+}
+
+impl TaskCounters {
+    pub(crate) fn new() -> Self {
+        Self {
+            panics: Tally::plain("kvroute_connect_task_panics_total"),
+            cancellations: Tally::plain("kvroute_connect_task_cancellations_total"),
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> TaskStats {
+        TaskStats {
+            task_panics: self.panics.get(),
+            task_cancellations: self.cancellations.get(),
+        }
+    }
+}
+
+/// A copy of the connector's task counters, since [`Connector::start`](crate::Connector::start),
+/// over every engine ever connected (removed ones included).
+///
+/// The tasks and threads counted: each rank's ingest task and socket thread, each rank's
+/// `LoadStat` thread, each engine's telemetry poller, the `Router::tick` timer, and the
+/// blocking jobs they start (replay fetches, the joins of threads at a stop).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskStats {
+    /// Tasks and threads that ended in a panic (a count of tasks, each counted once, when
+    /// the panic unwinds out of it, not when it is joined). What the task did stops with
+    /// it: a rank whose ingest task panicked ingests nothing more until its engine is
+    /// removed and added again, an engine whose poller panicked polls no more (its
+    /// workers turn stale). The panic message goes to the process's panic hook (stderr
+    /// by default).
+    pub task_panics: u64,
+    /// Tasks found cancelled when joined (a count of tasks) though the connector had not
+    /// cancelled them: their tokio runtime shut down under them (a connector outlived the
+    /// runtime it was started in). A stop or a shutdown ends tasks by a signal, never by
+    /// cancelling them, and the tasks of an engine whose [`add_engine`] failed half-way are
+    /// aborted on purpose: neither is counted.
+    ///
+    /// [`add_engine`]: crate::Connector::add_engine
+    pub task_cancellations: u64,
+}

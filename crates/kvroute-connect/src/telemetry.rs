@@ -23,6 +23,7 @@ use crate::clock::Clock;
 use crate::config::{EngineKind, EngineSpec};
 use crate::http::{self, HttpError};
 use crate::stats::TelemetryCounters;
+use crate::task::Tasks;
 
 /// How many [`TelemetryErrorKind`]s there are.
 pub const ERROR_KINDS: usize = 5;
@@ -209,7 +210,7 @@ impl EngineTelemetry {
 }
 
 /// Starts the thread that subscribes to one rank's `LoadStat` socket (topic `load`,
-/// frames `[topic, seq, payload]`) until `stop` is set.
+/// frames `[topic, seq, payload]`) until `stop` is set (through `tasks`: its panic counted).
 ///
 /// # Errors
 /// The libzmq error of creating or connecting the socket.
@@ -219,14 +220,14 @@ pub(crate) fn spawn_load_stat(
     dp_rank: u32,
     endpoint: &str,
     stop: Arc<AtomicBool>,
+    tasks: &Tasks,
 ) -> Result<JoinHandle<()>, zmq::Error> {
     let sub = ctx.socket(zmq::SUB)?;
     sub.set_linger(0)?;
     sub.set_subscribe(b"load")?;
     sub.connect(endpoint)?;
-    std::thread::Builder::new()
-        .name(format!("kvroute-load-{}-{dp_rank}", t.spec.id))
-        .spawn(move || {
+    tasks
+        .thread(format!("kvroute-load-{}-{dp_rank}", t.spec.id), move || {
             while !stop.load(Ordering::Relaxed) {
                 if !matches!(sub.poll(zmq::POLLIN, 50), Ok(n) if n > 0) {
                     continue;

@@ -153,23 +153,25 @@ fn stale_and_unknown_slots_are_refused_and_counted() {
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 0), "refusals hold nothing");
 }
 
+/// A token amount that would pass `u32::MAX` in its cohort is cut to what fits: the
+/// reservation holds it, the slot's tokens stop at `u32::MAX`, and each return takes back
+/// exactly what its reservation added (MAX prefill tokens held, then 1 + 7 asked: 0
+/// prefill added, 7 decode added).
 #[test]
-fn saturation_is_refused_without_residue() {
+fn token_amounts_saturate_and_return_what_they_added() {
     let t = table(1);
     t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
     let big = t.reserve(Slot(0), G1, work(u32::MAX, 0), Nanos(0)).unwrap();
-    assert_eq!(
-        t.reserve(Slot(0), G1, work(1, 7), Nanos(0)).err(),
-        Some(ReserveError::Saturated {
-            slot: Slot(0),
-            field: "prefill_tokens"
-        })
-    );
-    // The refused reservation's request was taken back.
-    assert_eq!(t.reserved(Slot(0)), r(1, u64::from(u32::MAX), 0));
-    assert_eq!(t.stats().rejected_saturated, 1);
+    let small = t.reserve(Slot(0), G1, work(1, 7), Nanos(0)).unwrap();
+    assert_eq!(small.held(), r(1, 0, 7), "the prefill token did not fit");
+    assert_eq!(t.reserved(Slot(0)), r(2, u64::from(u32::MAX), 7));
+    assert_eq!(t.stats().saturated_tokens, 1);
+    assert_eq!(t.stats().rejected_saturated, 0);
     drop(big);
+    assert_eq!(t.reserved(Slot(0)), r(1, 0, 7));
+    drop(small);
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+    assert_eq!(t.stats().underflow_clamped, 0);
 }
 
 /// Guards made through a lease count in the same slots as the table's own, see the

@@ -56,7 +56,8 @@ pub enum RouteError {
         /// Re-scores made.
         rescores: u32,
     },
-    /// A reservation counter of the chosen worker would pass `u32::MAX`.
+    /// The chosen worker's reserved-request counter would pass `u32::MAX` (its token
+    /// counters saturate instead, counted in `ReservationStats::saturated_tokens`).
     Saturated {
         /// The chosen worker.
         worker: WorkerId,

@@ -35,6 +35,7 @@
 //! | `kvroute_reservations_reconciled_total` | counter | `field` as above | `reservations.reconciled` |
 //! | `kvroute_reservations_removed_total` | counter | `field` as above | `reservations.removed` |
 //! | `kvroute_reservation_underflow_clamped_total` | counter | | `reservations.underflow_clamped` |
+//! | `kvroute_reservation_saturated_tokens_total` | counter | | `reservations.saturated_tokens` |
 //! | `kvroute_carried_readditions_total` | counter | | [`CarryStats::readditions`](crate::CarryStats::readditions): workers added back that carried work |
 //! | `kvroute_carried_reports_total` | counter | | [`CarryStats::reports`](crate::CarryStats::reports) |
 //! | `kvroute_carried_total` | counter | `field` as above | [`CarryStats::reserved`](crate::CarryStats::reserved): work reserved again under the new tenancies |
@@ -118,6 +119,7 @@ impl RouterStats {
         reserved("kvroute_reservations_reconciled_total", &t.reconciled);
         reserved("kvroute_reservations_removed_total", &t.removed);
         counter!("kvroute_reservation_underflow_clamped_total").absolute(t.underflow_clamped);
+        counter!("kvroute_reservation_saturated_tokens_total").absolute(t.saturated_tokens);
         let c = &self.carried;
         counter!("kvroute_carried_readditions_total").absolute(c.readditions);
         counter!("kvroute_carried_reports_total").absolute(c.reports);
@@ -262,6 +264,11 @@ pub fn describe_metrics() {
         "kvroute_reservation_underflow_clamped_total",
         Unit::Count,
         "Reservation subtractions clamped at zero.",
+    );
+    c(
+        "kvroute_reservation_saturated_tokens_total",
+        Unit::Count,
+        "Reservation token amounts cut to fit under the counter's maximum.",
     );
     c(
         "kvroute_predictions_total",

@@ -243,7 +243,7 @@ impl fmt::Display for RouterStats {
     /// fallbacks: missing 1, invalid 0, stale 0, partial 0
     /// rescores: 0, unchecked reserves: 0, admission redirects: 0
     /// rejections: invalid_request 0, no_eligible_worker 0, over_bound 0, contended 0, saturated 0
-    /// reservations refused: stale 0, saturated 0, contended 0; underflows clamped: 0
+    /// reservations refused: stale 0, saturated 0, contended 0; underflows clamped: 0; token amounts saturated: 0
     /// reservations swept: 0 requests, 0 prefill tokens, 0 decode tokens
     /// reservations reconciled: 0 requests, 0 prefill tokens, 0 decode tokens
     /// reservations removed: 0 requests, 0 prefill tokens, 0 decode tokens
@@ -285,8 +285,12 @@ impl fmt::Display for RouterStats {
         writeln!(
             f,
             "\nreservations refused: stale {}, saturated {}, contended {}; underflows \
-             clamped: {}",
-            t.rejected_stale, t.rejected_saturated, t.rejected_contended, t.underflow_clamped
+             clamped: {}; token amounts saturated: {}",
+            t.rejected_stale,
+            t.rejected_saturated,
+            t.rejected_contended,
+            t.underflow_clamped,
+            t.saturated_tokens
         )?;
         writeln!(f, "reservations swept: {}", Work(&self.reservations_swept))?;
         writeln!(f, "reservations reconciled: {}", Work(&t.reconciled))?;

@@ -272,3 +272,33 @@ fn a_snapshot_older_than_the_staleness_bound_is_stale_at_decision_time() {
     let again = at(NOW + Nanos::from_millis(100));
     assert_eq!(again.reason, Reason::CacheHold);
 }
+
+/// An expected output of `u32::MAX` tokens (a caller's "no limit") fills the chosen
+/// worker's reserved decode tokens; a later request still routes (its decode tokens do not
+/// fit and are cut, counted), instead of failing while the first is out. One worker, so
+/// both land on it: the second reservation holds its 64 prefill tokens and no decode token.
+#[test]
+fn a_saturated_token_counter_does_not_refuse_later_requests() {
+    let (r, ws) = router(8, 1, |_| {});
+    publish(&r, &ws, &[]);
+    let a = tokens(7, 64);
+    let b = tokens(8, 64);
+    let first = r.route(&RouteRequest::tokens(&a, u32::MAX, NOW)).unwrap();
+    let second = r.route(&RouteRequest::tokens(&b, 100, NOW)).unwrap();
+    assert_eq!((first.worker, second.worker), (ws[0], ws[0]));
+    let held = r.reserved(ws[0]).unwrap();
+    assert_eq!(
+        (held.requests, held.prefill_tokens, held.decode_tokens),
+        (2, 128, u64::from(u32::MAX))
+    );
+    let stats = r.stats();
+    assert_eq!(stats.reservations.saturated_tokens, 1);
+    assert_eq!(stats.reservations.rejected_saturated, 0);
+    drop(first);
+    let held = r.reserved(ws[0]).unwrap();
+    assert_eq!(
+        (held.requests, held.prefill_tokens, held.decode_tokens),
+        (1, 64, 0),
+        "the first's return takes back all it added"
+    );
+}

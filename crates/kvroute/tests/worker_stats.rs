@@ -99,7 +99,8 @@ fn decisions_are_counted_per_worker_and_tenancy() {
          rescores: 0, unchecked reserves: 0, admission redirects: 0\n\
          rejections: invalid_request 0, no_eligible_worker 0, over_bound 0, contended 0, \
          saturated 0\n\
-         reservations refused: stale 0, saturated 0, contended 0; underflows clamped: 0\n\
+         reservations refused: stale 0, saturated 0, contended 0; underflows clamped: 0; \
+         token amounts saturated: 0\n\
          reservations swept: 0 requests, 0 prefill tokens, 0 decode tokens\n\
          reservations reconciled: 0 requests, 0 prefill tokens, 0 decode tokens\n\
          reservations removed: 0 requests, 0 prefill tokens, 0 decode tokens\n\

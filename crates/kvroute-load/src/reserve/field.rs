@@ -19,7 +19,9 @@
 //! back its own amount from a bucket that no longer holds it, and subtraction is clamped
 //! at zero and counted (`underflow_clamped`), so a counter never wraps or goes below zero.
 //!
-//! Values are checked: an addition that would pass `u32::MAX` is refused, never wrapped.
+//! Values are checked, never wrapped: an addition that would pass `u32::MAX` is refused,
+//! or, where the caller asks for it (the token fields), fills the bucket to `u32::MAX` and
+//! records in its entry the part that fitted, which is what its return later takes back.
 //!
 //! # Orderings
 //! Exactness rests on each word alone: every operation is a single read-modify-write (or a
@@ -135,13 +137,16 @@ impl FieldCell {
     /// Adds `amount` to the young bucket; the successful compare-and-swap has ordering
     /// `order` (`Relaxed` or `Release`). Returns the entry and the field's total just before
     /// (the young bucket's exact pre-value plus the old bucket as last read). With `limit`,
-    /// refuses (adding nothing) when that total exceeds it.
+    /// refuses (adding nothing) when that total exceeds it. An addition that would pass
+    /// `u32::MAX` is refused ([`AddRefused::Saturated`]), or with `saturate` adds what fits
+    /// (the entry's `amount`, possibly 0, is what was added).
     #[inline]
     pub(crate) fn add(
         &self,
         amount: u32,
         limit: Option<u64>,
         order: Ordering,
+        saturate: bool,
     ) -> Result<(Entry, u64), AddRefused> {
         let mut words = self.load(Relaxed);
         loop {
@@ -151,13 +156,17 @@ impl FieldCell {
             if limit.is_some_and(|max| prior > max) {
                 return Err(AddRefused::OverLimit { prior });
             }
-            let new = value(w).checked_add(amount).ok_or(AddRefused::Saturated)?;
+            let new = match value(w).checked_add(amount) {
+                Some(v) => v,
+                None if saturate => u32::MAX,
+                None => return Err(AddRefused::Saturated),
+            };
             match self.buckets[y].compare_exchange_weak(w, pack(tag(w), new), order, Relaxed) {
                 Ok(_) => {
                     let entry = Entry {
                         bucket: y as u8,
                         tag: tag(w),
-                        amount,
+                        amount: new - value(w),
                     };
                     return Ok((entry, prior));
                 }
@@ -240,9 +249,9 @@ mod tests {
     #[test]
     fn add_and_sub_exactly_once() {
         let f = FieldCell::new();
-        let (a, prior) = f.add(5, None, Relaxed).unwrap();
+        let (a, prior) = f.add(5, None, Relaxed, false).unwrap();
         assert_eq!(prior, 0);
-        let (b, prior) = f.add(7, None, Relaxed).unwrap();
+        let (b, prior) = f.add(7, None, Relaxed, false).unwrap();
         assert_eq!(prior, 5);
         assert_eq!(f.total(Relaxed), 12);
         assert_eq!(f.sub(a, Relaxed), Returned::Released);
@@ -254,9 +263,9 @@ mod tests {
     #[test]
     fn ageing_keeps_one_cohort_and_drops_the_next() {
         let f = FieldCell::new();
-        let (a, _) = f.add(3, None, Relaxed).unwrap();
+        let (a, _) = f.add(3, None, Relaxed, false).unwrap();
         assert_eq!(f.age(), 0, "old bucket was empty");
-        let (b, prior) = f.add(4, None, Relaxed).unwrap();
+        let (b, prior) = f.add(4, None, Relaxed, false).unwrap();
         assert_eq!(prior, 3, "old bucket counts in the total");
         assert_ne!(a.bucket, b.bucket);
         assert_eq!(f.total(Relaxed), 7);
@@ -270,15 +279,15 @@ mod tests {
     #[test]
     fn clear_kills_every_entry() {
         let f = FieldCell::new();
-        let (a, _) = f.add(2, None, Relaxed).unwrap();
+        let (a, _) = f.add(2, None, Relaxed, false).unwrap();
         f.age();
-        let (b, _) = f.add(9, None, Relaxed).unwrap();
+        let (b, _) = f.add(9, None, Relaxed, false).unwrap();
         assert_eq!(f.clear(), 11);
         assert_eq!(f.total(Relaxed), 0);
         assert_eq!(f.sub(a, Relaxed), Returned::Dead);
         assert_eq!(f.sub(b, Relaxed), Returned::Dead);
         // New reservations go to a fresh young bucket.
-        let (c, prior) = f.add(1, None, Relaxed).unwrap();
+        let (c, prior) = f.add(1, None, Relaxed, false).unwrap();
         assert_eq!(prior, 0);
         assert_eq!(f.sub(c, Relaxed), Returned::Released);
     }
@@ -286,29 +295,49 @@ mod tests {
     #[test]
     fn checked_add_and_limit() {
         let f = FieldCell::new();
-        let (big, _) = f.add(u32::MAX - 1, None, Relaxed).unwrap();
-        assert_eq!(f.add(2, None, Relaxed), Err(AddRefused::Saturated));
+        let (big, _) = f.add(u32::MAX - 1, None, Relaxed, false).unwrap();
+        assert_eq!(f.add(2, None, Relaxed, false), Err(AddRefused::Saturated));
         assert_eq!(
             f.total(Relaxed),
             u64::from(u32::MAX - 1),
             "a refused add adds nothing"
         );
         assert_eq!(
-            f.add(1, Some(10), Relaxed),
+            f.add(1, Some(10), Relaxed, false),
             Err(AddRefused::OverLimit { prior: 4294967294 })
         );
         assert_eq!(f.sub(big, Relaxed), Returned::Released);
-        assert!(f.add(1, Some(0), Relaxed).is_ok());
+        assert!(f.add(1, Some(0), Relaxed, false).is_ok());
+    }
+
+    /// A saturating add fills the bucket to `u32::MAX` and its entry records what fitted:
+    /// MAX − 10 held, 25 asked gives 10; a second gets 0; their returns take back exactly
+    /// 10 and 0.
+    #[test]
+    fn a_saturating_add_records_what_fitted() {
+        let f = FieldCell::new();
+        let (base, _) = f.add(u32::MAX - 10, None, Relaxed, true).unwrap();
+        assert_eq!(base.amount, u32::MAX - 10);
+        let (a, prior) = f.add(25, None, Relaxed, true).unwrap();
+        assert_eq!((a.amount, prior), (10, u64::from(u32::MAX - 10)));
+        assert_eq!(f.total(Relaxed), u64::from(u32::MAX));
+        let (b, _) = f.add(7, None, Relaxed, true).unwrap();
+        assert_eq!(b.amount, 0);
+        assert_eq!(f.sub(a, Relaxed), Returned::Released);
+        assert_eq!(f.total(Relaxed), u64::from(u32::MAX - 10));
+        assert_eq!(f.sub(b, Relaxed), Returned::Released);
+        assert_eq!(f.sub(base, Relaxed), Returned::Released);
+        assert_eq!(f.total(Relaxed), 0);
     }
 
     #[test]
     fn grow_saturates_and_records() {
         let f = FieldCell::new();
-        let (mut e, _) = f.add(10, None, Relaxed).unwrap();
+        let (mut e, _) = f.add(10, None, Relaxed, false).unwrap();
         assert_eq!(f.grow(&mut e, 5), Some(5));
         assert_eq!(e.amount, 15);
         assert_eq!(f.total(Relaxed), 15);
-        let (mut g, _) = f.add(u32::MAX - 20, None, Relaxed).unwrap();
+        let (mut g, _) = f.add(u32::MAX - 20, None, Relaxed, false).unwrap();
         // Bucket holds 15 + (MAX - 20) = MAX - 5; room is 5.
         assert_eq!(f.grow(&mut g, 100), Some(5));
         assert_eq!(f.total(Relaxed), u64::from(u32::MAX));

@@ -161,7 +161,8 @@ pub enum ReserveError {
         /// The generation the caller expected.
         generation: SlotGeneration,
     },
-    /// A counter would pass `u32::MAX` (requests or tokens in one bucket).
+    /// The request counter of one age cohort would pass `u32::MAX` (token counters
+    /// saturate instead: [`ReservationStats::saturated_tokens`]).
     Saturated {
         /// The slot.
         slot: Slot,
@@ -258,8 +259,14 @@ impl std::error::Error for TableError {
 pub struct ReservationStats {
     /// Reserves refused as stale (wrong or vacant tenancy).
     pub rejected_stale: u64,
-    /// Reserves refused because a counter would overflow.
+    /// Reserves refused because the request counter of one age cohort would pass
+    /// `u32::MAX`.
     pub rejected_saturated: u64,
+    /// Token amounts of a reservation cut to fit under `u32::MAX` in their age cohort (one
+    /// per field cut): the reservation holds, and later returns, what fitted; while a
+    /// bucket sits at `u32::MAX` the slot's reserved tokens are under-stated by the cut
+    /// part.
+    pub saturated_tokens: u64,
     /// `reserve_at_most` refusals (another decision reserved first).
     pub rejected_contended: u64,
     /// Amounts dropped by the TTL sweeper.
@@ -312,6 +319,7 @@ impl AtomicReserved {
 struct Stats {
     rejected_stale: AtomicU64,
     rejected_saturated: AtomicU64,
+    saturated_tokens: AtomicU64,
     rejected_contended: AtomicU64,
     swept: AtomicReserved,
     reconciled: AtomicReserved,
@@ -324,6 +332,7 @@ impl Stats {
         Self {
             rejected_stale: AtomicU64::new(0),
             rejected_saturated: AtomicU64::new(0),
+            saturated_tokens: AtomicU64::new(0),
             rejected_contended: AtomicU64::new(0),
             swept: AtomicReserved::new(),
             reconciled: AtomicReserved::new(),
@@ -787,6 +796,7 @@ impl ReservationTable {
         ReservationStats {
             rejected_stale: s.rejected_stale.load(Ordering::Relaxed),
             rejected_saturated: s.rejected_saturated.load(Ordering::Relaxed),
+            saturated_tokens: s.saturated_tokens.load(Ordering::Relaxed),
             rejected_contended: s.rejected_contended.load(Ordering::Relaxed),
             swept: s.swept.get(),
             reconciled: s.reconciled.get(),
@@ -898,8 +908,16 @@ impl ReservationTable {
             } else {
                 (None, Ordering::Relaxed)
             };
-            match cell.fields[f].add(amounts[f], lim, order) {
+            // Token amounts saturate (what fits is held and later returned); the request
+            // count is refused rather than cut, as admission bounds it.
+            match cell.fields[f].add(amounts[f], lim, order, f != REQUESTS) {
                 Ok((entry, p)) => {
+                    if entry.amount < amounts[f] {
+                        self.inner
+                            .stats
+                            .saturated_tokens
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
                     entries[f] = Some(entry);
                     prior.add_field(f, p);
                 }
