@@ -67,7 +67,11 @@ pub enum Reason {
     RoundRobin,
     /// Chosen by load-only cost (`least_load`, `projected_time` off or shadow).
     LeastLoad,
-    /// The chosen worker holds the deepest cached prefix of the request and won.
+    /// The chosen worker holds the deepest cached prefix of the request and won. The
+    /// prefix is the one the scorer was given: with the router's predicted residency on,
+    /// a prompt routed there whose KV events have not arrived counts too (the router's
+    /// `Decision::predicted_blocks` says how much of it was credited, `overlap_blocks`
+    /// how much the index knows), so a decision held by a credit alone is counted here.
     CacheHold,
     /// No worker holds any block of the request's prefix; chosen by cost.
     CacheMiss,

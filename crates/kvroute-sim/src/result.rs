@@ -24,7 +24,9 @@ pub struct RequestRecord {
     pub prompt_tokens: u32,
     /// Prompt tokens the serving engine's own prefix cache held at admission (tokens).
     pub cached_tokens: u32,
-    /// Overlap the router predicted for the chosen engine (tokens).
+    /// Overlap the router predicted for the chosen engine, capped at what an engine can
+    /// reuse of the prompt, `(prompt − 1)/block_size` full blocks (the last token is
+    /// always recomputed) (tokens).
     pub predicted_cached_tokens: u32,
     /// Output tokens (tokens): what the serving engine generates, the trace's requested
     /// length capped by the engine's context (`max_model_len − prompt`); the requested

@@ -304,6 +304,29 @@ fn oversized_prompt_is_refused() {
     assert_totals(&r);
 }
 
+/// An engine whose cache holds less than its context: 11 blocks of 16 (one kept back), 160
+/// tokens, against a 32,768-token context. A 100-token prompt asking for 500 tokens
+/// generates 60, the most one sequence alone can hold in the cache (as vLLM, which refuses
+/// to start unless the context fits the cache, runs with the context lowered to it), and
+/// finishes instead of preempting itself for ever.
+#[test]
+fn output_stops_where_the_cache_is_full_with_the_sequence_alone() {
+    let w = workload(
+        1,
+        small_engine(11),
+        ChannelConfig::default(),
+        vec![request(1, 0.0, tokens(1, 100), 500)],
+        vec![],
+    );
+    let mut opts = RunOptions::default();
+    opts.horizon_s = Some(600.0);
+    let r = run(&w, Policy::RoundRobin, &opts);
+    assert_eq!(r.completed, 1, "{:?}", r.requests);
+    assert_eq!(r.requests[0].output_tokens, 60);
+    assert_eq!(r.generated_tokens, vec![60]);
+    assert_totals(&r);
+}
+
 /// On the default channels (no loss, no faults, no near-tie band) the seed still matters:
 /// it sets each engine's telemetry phase and the channels' delay jitter, so a load-aware
 /// policy meets other load figures. The same seed repeats the run exactly.

@@ -48,7 +48,8 @@
 //!   keys for removals); each prompt is hashed once per run.
 //! * **Limits.** A prompt of [`EngineConfig::max_model_len`] tokens or more, or one that
 //!   cannot fit in an empty cache, is refused when it reaches the engine; output stops at
-//!   the context length.
+//!   the context length, or where the sequence alone fills the usable cache when that is
+//!   shorter (vLLM refuses to start with a context its cache cannot hold).
 //!
 //! # Calibration
 //! `tests/calibration.rs` replays the requests of the two recorded real engine streams in
@@ -231,11 +232,15 @@ impl Engine {
     }
 
     /// Output tokens this engine generates for a prompt of `prompt_len` tokens asking for
-    /// `requested`: capped by the context length (`max_model_len − prompt_len`), at least 1.
+    /// `requested`: capped by the context, `context − prompt_len`, at least 1. The context
+    /// is `max_model_len`, or the tokens the usable cache holds where that is less: vLLM
+    /// refuses to start when one sequence of `max_model_len` cannot fit the cache, so such
+    /// an engine serves as if started with the context lowered to the cache, and a sequence
+    /// alone never outgrows it (it would preempt itself at every step).
     pub(crate) fn output_len(&self, prompt_len: u32, requested: u32) -> u32 {
-        requested
-            .min(self.cfg.max_model_len.saturating_sub(prompt_len))
-            .max(1)
+        let cache = u64::from(self.pool.usable()) * u64::from(self.cfg.block_size);
+        let context = u64::from(self.cfg.max_model_len).min(cache) as u32;
+        requested.min(context.saturating_sub(prompt_len)).max(1)
     }
 
     /// Queues request `req` (catalog index). The caller checked [`accepts`](Self::accepts).

@@ -33,7 +33,10 @@ impl<'a> Sim<'a> {
             Ok(d) => {
                 let bs = self.w.fleet.engine.block_size;
                 let st = &mut self.reqs[i as usize];
-                st.predicted = d.overlap_blocks.saturating_mul(bs).min(entry.prompt_len);
+                // At most what an engine can reuse: the last prompt token is always
+                // recomputed, so `(prompt − 1)/bs` full blocks.
+                let reusable = entry.prompt_len.saturating_sub(1) / bs * bs;
+                st.predicted = d.overlap_blocks.saturating_mul(bs).min(reusable);
                 st.reason = d.reason.name();
                 let e = d.worker.engine_id as u32;
                 self.place(i, e, Some(d));
