@@ -318,8 +318,10 @@ fn output_stops_where_the_cache_is_full_with_the_sequence_alone() {
         vec![request(1, 0.0, tokens(1, 100), 500)],
         vec![],
     );
-    let mut opts = RunOptions::default();
-    opts.horizon_s = Some(600.0);
+    let opts = RunOptions {
+        horizon_s: Some(600.0),
+        ..Default::default()
+    };
     let r = run(&w, Policy::RoundRobin, &opts);
     assert_eq!(r.completed, 1, "{:?}", r.requests);
     assert_eq!(r.requests[0].output_tokens, 60);
