@@ -13,6 +13,13 @@
 //!   by the second.
 //! * [`FieldCell::clear`] ages twice: both buckets are dropped.
 //!
+//! Limitation: an addition that read the words just before an ageing lands in the bucket
+//! the ageing just made old (its compare-and-swap is on that bucket's word, which the
+//! ageing did not change), so that reservation is dropped by the very next ageing: it
+//! lives from zero to one ageing period instead of one to two. Only the TTL sweep's
+//! timing is affected (a guard's return and reconciliation are exact either way); closing
+//! it would take a second read-modify-write per addition.
+//!
 //! Tags only change under the table's admin lock, and every change is one `swap`, so a
 //! reader always sees two well-formed buckets. A tag repeats only after 2^32 re-taggings of
 //! one bucket (years at several per second); a guard still out by then could at worst take
