@@ -174,6 +174,24 @@ fn token_amounts_saturate_and_return_what_they_added() {
     assert_eq!(t.stats().underflow_clamped, 0);
 }
 
+/// A first token's move of prefill tokens into a decode bucket at `u32::MAX` is cut to what
+/// fits (nothing here) and counted: `MAX` decode tokens held, then 100 prefill tokens
+/// moved.
+#[test]
+fn a_cut_first_token_move_is_counted() {
+    let t = table(1);
+    t.add_worker(Slot(0), G1, Nanos(0)).unwrap();
+    let big = t.reserve(Slot(0), G1, work(0, u32::MAX), Nanos(0)).unwrap();
+    let mut b = t.reserve(Slot(0), G1, work(100, 0), Nanos(0)).unwrap();
+    assert_eq!(t.stats().saturated_tokens, 0, "both fitted when made");
+    assert!(b.first_token());
+    assert_eq!(b.held(), r(1, 0, 0), "the 100 tokens did not fit");
+    assert_eq!(t.reserved(Slot(0)), r(2, 0, u64::from(u32::MAX)));
+    assert_eq!(t.stats().saturated_tokens, 1);
+    drop((big, b));
+    assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
+}
+
 /// Guards made through a lease count in the same slots as the table's own, see the
 /// table's guards as siblings (and are seen by them), and return what they hold after the
 /// table handle and the lease they were made through are dropped.
@@ -691,11 +709,14 @@ fn refused_reservations_leave_no_group_count() {
         t.reserve(Slot(1), G1, work(1, 1), Nanos(0)),
         Err(ReserveError::StaleSlot { .. })
     ));
-    assert!(matches!(
-        t.reserve(Slot(0), G1, work(u32::MAX, 1), Nanos(0)),
-        Err(ReserveError::Saturated { .. })
-    ));
     assert_eq!(t.guards_in_group(Slot(0)), 1, "only the held guard");
+    // Token amounts saturate instead of refusing: such a reservation is held and counted
+    // like any other (the request counter, the only one still refused, cannot be filled
+    // in a test: 2^32 live guards).
+    let saturating = t.reserve(Slot(0), G1, work(u32::MAX, 1), Nanos(0)).unwrap();
+    assert_eq!(t.guards_in_group(Slot(0)), 2);
+    drop(saturating);
+    assert_eq!(t.guards_in_group(Slot(0)), 1);
     drop(held);
     assert_eq!(t.guards_in_group(Slot(0)), 0);
 }

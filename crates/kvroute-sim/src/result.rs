@@ -29,7 +29,8 @@ pub struct RequestRecord {
     /// always recomputed) (tokens).
     pub predicted_cached_tokens: u32,
     /// Output tokens (tokens): what the serving engine generates, the trace's requested
-    /// length capped by the engine's context (`max_model_len − prompt`); the requested
+    /// length capped by the engine's context (`max_model_len − prompt`, or the usable
+    /// cache's tokens − prompt where the cache holds less than `max_model_len`); the requested
     /// length for a request no engine served (refused, rejected or never placed).
     pub output_tokens: u32,
     /// Times admission rejected it before it was placed.

@@ -697,6 +697,59 @@ fn the_engine_preset_replaces_every_engine() {
     let refused = replay_json(&trace, &with);
     let m = &refused["workloads"][0]["runs"][0]["metrics"];
     assert_eq!(m["finished"], 0, "the preset's context refuses it: {m}");
+    // The table names the preset; a sweep notes the requests its engines refused.
+    let out = sim(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--quiet",
+        "--engines",
+        "2",
+        "--policies",
+        "least_load",
+        "--engine",
+        "vllm-calibration",
+    ]);
+    assert!(
+        text(&out.stdout).contains("engine vllm-calibration) =="),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = sim(&[
+        "sweep",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--quiet",
+        "--engines",
+        "2",
+        "--policies",
+        "least_load",
+        "--rate-scales",
+        "1",
+        "--seeds",
+        "2",
+        "--engine",
+        "vllm-calibration",
+    ]);
+    assert!(
+        text(&out.stdout).contains("(engine vllm-calibration)"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains("4 requests refused by their engine"),
+        "2 policies (projected_time, the reference, and least_load) x 2 seeds, one each: {}",
+        text(&out.stderr)
+    );
+    let list = text(&sim(&["list"]).stdout);
+    for p in [
+        "sim-default",
+        "llama-8b-h100",
+        "deepseek-v3-h200x8",
+        "vllm-calibration",
+    ] {
+        assert!(list.contains(&format!("\n  {p}\n")), "{p} in {list}");
+    }
     let bad = sim(&["--engine", "h100", "list"]);
     assert_eq!(
         bad.status.code(),

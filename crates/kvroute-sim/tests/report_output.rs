@@ -160,22 +160,25 @@ fn title_and_json_record_the_run_settings() {
         seed: Some(7),
         rate_scale: Some(0.5),
         telemetry: Some("full".into()),
+        engine: Some("llama-8b-h100".into()),
     };
     assert!(
         set.table().starts_with(
-            "== w2: 2 engines, 3 routed requests (seed 7, rate scale 0.5, telemetry full) ==\n"
+            "== w2: 2 engines, 3 routed requests (seed 7, rate scale 0.5, telemetry full, \
+             engine llama-8b-h100) ==\n"
         ),
         "{}",
         set.table()
     );
     let doc = serde_json::to_value(json::document(7, &[plain, set])).unwrap();
     let w = &doc["workloads"];
-    for key in ["seed", "rate_scale", "telemetry"] {
+    for key in ["seed", "rate_scale", "telemetry", "engine"] {
         assert!(w[0].get(key).is_none(), "{key} in {}", w[0]);
     }
     assert_eq!(w[1]["seed"], 7);
     assert_eq!(w[1]["rate_scale"], 0.5);
     assert_eq!(w[1]["telemetry"], "full");
+    assert_eq!(w[1]["engine"], "llama-8b-h100");
 }
 
 #[test]

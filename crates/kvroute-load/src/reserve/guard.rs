@@ -164,6 +164,10 @@ impl Reservation {
             .table
             .count_return(cell.fields[PREFILL].sub(pre, Ordering::Release))
         {
+            if grown < pre.amount && self.entries[DECODE].is_some() {
+                // The decode bucket could not take all of it: the move was cut.
+                self.lease.table.count_saturated();
+            }
             return true;
         }
         // The prefill part was already dropped (reconciled): undo the move.

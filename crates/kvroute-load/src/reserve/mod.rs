@@ -26,7 +26,7 @@
 //! cohort, additions are checked (the request count is refused past `u32::MAX`; a token
 //! amount that does not fit is cut to what fits, counted in
 //! [`ReservationStats::saturated_tokens`], so that one request with an absurd expected
-//! output cannot make its worker unroutable), and a guard subtracts only what it added,
+//! output cannot make every later reservation on its worker fail), and a guard subtracts only what it added,
 //! only from a bucket that still holds it (tagged buckets, `field.rs`).
 //! Unsigned counters with exact take-back make "never negative" a structural property
 //! rather than a clamp; the clamp that exists is counted and stays 0 in practice.

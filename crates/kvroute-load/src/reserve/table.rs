@@ -263,9 +263,10 @@ pub struct ReservationStats {
     /// `u32::MAX`.
     pub rejected_saturated: u64,
     /// Token amounts of a reservation cut to fit under `u32::MAX` in their age cohort (one
-    /// per field cut): the reservation holds, and later returns, what fitted; while a
-    /// bucket sits at `u32::MAX` the slot's reserved tokens are under-stated by the cut
-    /// part.
+    /// per field cut, and one per first-token move of prefill tokens into a decode bucket
+    /// that could not take them all): the reservation holds, and later returns, what
+    /// fitted; while a bucket sits at `u32::MAX` the slot's reserved tokens are
+    /// under-stated by the cut part.
     pub saturated_tokens: u64,
     /// `reserve_at_most` refusals (another decision reserved first).
     pub rejected_contended: u64,
@@ -396,6 +397,12 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn slot_cell(&self, slot: Slot) -> &SlotCell {
         &self.slots[slot.index()]
+    }
+
+    /// Tallies a token amount cut to fit under `u32::MAX` in its bucket
+    /// ([`ReservationStats::saturated_tokens`]).
+    pub(crate) fn count_saturated(&self) {
+        self.stats.saturated_tokens.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Tallies a returned entry; `true` when it was live.
@@ -913,10 +920,7 @@ impl ReservationTable {
             match cell.fields[f].add(amounts[f], lim, order, f != REQUESTS) {
                 Ok((entry, p)) => {
                     if entry.amount < amounts[f] {
-                        self.inner
-                            .stats
-                            .saturated_tokens
-                            .fetch_add(1, Ordering::Relaxed);
+                        self.inner.count_saturated();
                     }
                     entries[f] = Some(entry);
                     prior.add_field(f, p);

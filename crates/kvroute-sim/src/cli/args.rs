@@ -59,9 +59,10 @@ pub struct Common {
     #[arg(long, global = true, value_name = "KIND", value_parser = PossibleValuesParser::new(["full", "gauges"]))]
     pub telemetry: Option<String>,
     /// Every engine of the fleet runs this preset instead of the workload's own engine
-    /// (`EngineConfig::PRESETS`: capacity, scheduler limits and step time; derivations in
-    /// the simulator's engine docs). Default: the workload's own.
-    #[arg(long, global = true, value_name = "PRESET", value_parser = PossibleValuesParser::new(kvroute_sim::engine::EngineConfig::PRESETS.map(|p| p.0)))]
+    /// (capacity, scheduler limits and step time; `list` describes each, the simulator's
+    /// engine docs derive them). Default: the workload's own engine (`sim-default` for
+    /// the trace and most workloads; some scenarios size their own).
+    #[arg(long, global = true, value_name = "PRESET", value_parser = PossibleValuesParser::new(kvroute_sim::engine::EngineConfig::PRESETS.map(|p| p.name)))]
     pub engine: Option<String>,
 }
 

@@ -156,6 +156,7 @@ fn run_and_report(common: &Common, workloads: &[Workload], rate_scale: f64) -> R
                     .clone()
                     .unwrap_or_else(|| "workload".into()),
             ),
+            engine: common.engine.clone(),
         };
     }
     let failed: Vec<String> = runs
@@ -253,6 +254,13 @@ fn list() -> String {
     for s in &GENERATED {
         let _ = writeln!(out, "  {}", s.name);
         for line in table::wrap(s.reproduces, 76) {
+            let _ = writeln!(out, "      {line}");
+        }
+    }
+    out.push_str("\nengine presets (--engine NAME; default: each workload's own engine):\n");
+    for p in kvroute_sim::engine::EngineConfig::PRESETS {
+        let _ = writeln!(out, "  {}", p.name);
+        for line in table::wrap(p.what, 76) {
             let _ = writeln!(out, "      {line}");
         }
     }

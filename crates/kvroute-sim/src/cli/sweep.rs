@@ -128,7 +128,12 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
     if probe.routed_requests() == 0 {
         return Err(format!("workload `{}` has no request to route", probe.name));
     }
-    let name = probe.name.clone();
+    // The preset in the name, so that the table's header and the JSON tell runs on
+    // different engines apart.
+    let name = match &common.engine {
+        Some(e) => format!("{} (engine {e})", probe.name),
+        None => probe.name.clone(),
+    };
     drop(probe);
     super::check_outputs(common)?;
     let (np, ns, nk) = (policies.len(), scales.len(), seeds.len());
@@ -169,6 +174,7 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
         Ok((
             SWEEP_METRICS.map(|metric| metric.of(&m)),
             r.faults_after_end,
+            r.refused,
         ))
     });
     let results: Vec<_> = results.into_iter().collect::<Result<_, String>>()?;
@@ -186,6 +192,17 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
                 np * nk
             );
         }
+    }
+    // Always on standard error too: requests the engines could never serve (a prompt past
+    // the context or the cache), which no metric of the table counts.
+    let refused: u64 = results.iter().map(|r| r.2).sum();
+    if refused > 0 {
+        let runs_with = results.iter().filter(|r| r.2 > 0).count();
+        eprintln!(
+            "note: {name}: {refused} requests refused by their engine (a prompt past its \
+             context or cache) in {runs_with} of {} runs; the metrics count the served ones",
+            results.len()
+        );
     }
     let values: Vec<_> = results.into_iter().map(|r| r.0).collect();
     let samples = SweepSamples {

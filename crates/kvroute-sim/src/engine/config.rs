@@ -65,7 +65,8 @@ pub struct EngineConfig {
     /// `chunked_prefill_size`); longer prompts are prefilled in chunks (tokens), > 0.
     pub chunk_tokens: u32,
     /// Longest sequence (prompt + output) the engine serves (tokens). A longer prompt is
-    /// refused when it reaches the engine; output stops at this length.
+    /// refused when it reaches the engine; output stops at this length, or where the
+    /// sequence alone fills the usable cache if that comes first.
     pub max_model_len: u32,
     /// Fixed cost of one step (seconds), >= 0.
     pub step_base_s: f64,
@@ -90,8 +91,16 @@ impl Default for EngineConfig {
     }
 }
 
-/// A named engine preset: `(name, constructor)` ([`EngineConfig::PRESETS`]).
-pub type Preset = (&'static str, fn() -> EngineConfig);
+/// A named engine preset ([`EngineConfig::PRESETS`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Preset {
+    /// Its name, as `--engine` takes it.
+    pub name: &'static str,
+    /// What it is, in one line.
+    pub what: &'static str,
+    /// Its configuration.
+    pub make: fn() -> EngineConfig,
+}
 
 /// A configuration value out of range.
 #[derive(Clone, Debug, PartialEq)]
@@ -179,19 +188,42 @@ impl EngineConfig {
 
     /// The named presets, as `--engine` takes them.
     pub const PRESETS: [Preset; 5] = [
-        ("default", Self::default),
-        ("llama-8b-h100", Self::llama_8b_h100),
-        ("deepseek-v3-h200x8", Self::deepseek_v3_h200x8),
-        ("vllm-calibration", Self::vllm_calibration),
-        ("sglang-calibration", Self::sglang_calibration),
+        Preset {
+            name: "sim-default",
+            what: "EngineConfig::default(): 8B-on-H100 step time, the recorded vLLM stream's \
+                   capacity (300,000 blocks, 32 running); the trace's and most workloads' engine",
+            make: Self::default,
+        },
+        Preset {
+            name: "llama-8b-h100",
+            what: "Llama-3.1-8B on one H100: 27,000 blocks of 16, 256 running",
+            make: Self::llama_8b_h100,
+        },
+        Preset {
+            name: "deepseek-v3-h200x8",
+            what: "DeepSeek-V3 on 8 x H200 (one engine): 26,700 blocks of 16, 128 running",
+            make: Self::deepseek_v3_h200x8,
+        },
+        Preset {
+            name: "vllm-calibration",
+            what: "the recorded vLLM stream's engine: 300,000 blocks, 32 running, \
+                   122,880-token context, CPU step clock",
+            make: Self::vllm_calibration,
+        },
+        Preset {
+            name: "sglang-calibration",
+            what: "the recorded SGLang stream's capacity: 125,000 pages, 32 running, \
+                   121,856-token context, CPU step clock",
+            make: Self::sglang_calibration,
+        },
     ];
 
     /// The preset called `name` (one of [`EngineConfig::PRESETS`]), if any.
     pub fn preset(name: &str) -> Option<Self> {
         Self::PRESETS
             .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, make)| make())
+            .find(|p| p.name == name)
+            .map(|p| (p.make)())
     }
 
     /// Checks every field's range.
@@ -256,7 +288,7 @@ mod tests {
     #[test]
     fn every_preset_is_found_by_its_name_and_is_valid() {
         let want = [
-            ("default", EngineConfig::default()),
+            ("sim-default", EngineConfig::default()),
             ("llama-8b-h100", EngineConfig::llama_8b_h100()),
             ("deepseek-v3-h200x8", EngineConfig::deepseek_v3_h200x8()),
             ("vllm-calibration", EngineConfig::vllm_calibration()),
@@ -268,6 +300,7 @@ mod tests {
             assert_eq!(cfg.validate(), Ok(()), "{name}");
         }
         assert_eq!(EngineConfig::preset("h100"), None);
+        assert_eq!(EngineConfig::preset("default"), None);
         // The H100 preset is the one sized as the GPU: 27,000 blocks, 256 running.
         let h100 = EngineConfig::preset("llama-8b-h100").unwrap();
         assert_eq!((h100.kv_blocks, h100.max_running), (27_000, 256));

@@ -85,10 +85,14 @@ pub struct RunSettings {
     /// `--telemetry`: `full` or `gauges`; `workload` where the workload's own modes held.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<String>,
+    /// `--engine`: the preset every engine ran; `None` where the workload's own engine ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 impl fmt::Display for RunSettings {
-    /// `seed 1, rate scale 4, telemetry gauges` (the recorded ones, in that order).
+    /// `seed 1, rate scale 4, telemetry gauges, engine llama-8b-h100` (the recorded ones,
+    /// in that order).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
         if let Some(s) = self.seed {
@@ -99,6 +103,9 @@ impl fmt::Display for RunSettings {
         }
         if let Some(t) = &self.telemetry {
             parts.push(format!("telemetry {t}"));
+        }
+        if let Some(e) = &self.engine {
+            parts.push(format!("engine {e}"));
         }
         f.write_str(&parts.join(", "))
     }
