@@ -17,6 +17,9 @@ pub const MAX_RESCORES: Bounds = Bounds::ints(0, 64, "");
 /// Valid [`AdmissionConfig::max_outstanding_requests`]: `1..=1_000_000` requests.
 pub const MAX_OUTSTANDING_REQUESTS: Bounds = Bounds::ints(1, 1_000_000, "requests");
 
+/// Valid [`RouterConfig::max_model_len`]: 1 to 2^30 tokens.
+pub const MAX_MODEL_LEN: Bounds = Bounds::ints(1, 1 << 30, "tokens");
+
 /// Valid [`PredictedConfig::ttl`]: 1 ms to 600 s (nanoseconds).
 pub const PREDICTED_TTL: Bounds = Bounds::ints(1_000_000, 600_000_000_000, "ns");
 /// Valid [`PredictedConfig::entries`]: 8 (one bucket) to 2^22 entries.
@@ -165,6 +168,16 @@ pub struct RouterConfig {
     /// `projected_time` and made the hit-rate-driven policies pile a burst onto its first
     /// workers (`docs/RESULTS.md`, "Predicted residency").
     pub predicted: Option<PredictedConfig>,
+    /// The engines' context length (tokens, prompt and output together: vLLM's
+    /// `max_model_len`, SGLang's `context_length`), [`MAX_MODEL_LEN`](crate::bounds::MAX_MODEL_LEN). When set, a request's
+    /// expected output is taken as at most `max_model_len − prompt_tokens` (0 when the
+    /// prompt alone reaches it), in its cost and in the decode tokens it reserves, and
+    /// each decision so cut is counted ([`RouterStats::outputs_capped`](crate::RouterStats::outputs_capped)):
+    /// an engine stops generating there, so a caller's "no limit" (`u32::MAX`) reserves what
+    /// the engine can generate instead of saturating the worker's decode figures until
+    /// the request ends or the reservation is swept. `None` (default): outputs are taken as
+    /// given.
+    pub max_model_len: Option<u32>,
 }
 
 impl RouterConfig {
@@ -191,6 +204,7 @@ impl RouterConfig {
             breaker: Some(BreakerConfig::default()),
             near_tie_seed: 0,
             predicted: None,
+            max_model_len: None,
         }
     }
 
@@ -258,6 +272,11 @@ impl RouterConfig {
         }
         if let Some(p) = self.predicted {
             p.validate().map_err(range)?;
+        }
+        if let Some(l) = self.max_model_len {
+            MAX_MODEL_LEN
+                .check_int("max_model_len", u64::from(l))
+                .map_err(range)?;
         }
         self.score.validate().map_err(RouterConfigError::Score)
     }

@@ -130,8 +130,8 @@ pub use config::{AdmissionConfig, PredictedConfig, RouterConfig, RouterConfigErr
 pub mod bounds {
     pub use crate::breaker::{BREAKER_COOLDOWN, BREAKER_COUNT, BREAKER_FRACTION, BREAKER_RATE};
     pub use crate::config::{
-        MAX_OUTSTANDING_REQUESTS, MAX_RESCORES, PREDICTED_ENTRIES, PREDICTED_MIN_TOKENS,
-        PREDICTED_TTL,
+        MAX_MODEL_LEN, MAX_OUTSTANDING_REQUESTS, MAX_RESCORES, PREDICTED_ENTRIES,
+        PREDICTED_MIN_TOKENS, PREDICTED_TTL,
     };
     pub use kvroute_index::index::{
         BLOCK_SIZE, EXPECTED_BLOCKS, MAX_BLOCKS_PER_WORKER, WORKER_SLOTS,

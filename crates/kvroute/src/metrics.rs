@@ -29,6 +29,7 @@
 //! | `kvroute_rescores_total` | counter | | [`RouterStats::rescores`] |
 //! | `kvroute_unchecked_reserves_total` | counter | | [`RouterStats::unchecked_reserves`] |
 //! | `kvroute_admission_redirects_total` | counter | | [`RouterStats::admission_redirects`] |
+//! | `kvroute_outputs_capped_total` | counter | | [`RouterStats::outputs_capped`] |
 //! | `kvroute_rejections_total` | counter | `kind`: `invalid_request`, `no_eligible_worker`, `over_bound`, `contended`, `saturated` | [`RouterStats::rejections`] |
 //! | `kvroute_reservation_refusals_total` | counter | `cause`: `stale`, `saturated`, `contended` | [`ReservationStats`](kvroute_load::ReservationStats) `rejected_*` |
 //! | `kvroute_reservations_swept_total` | counter | `field`: `requests`, `prefill_tokens`, `decode_tokens` | [`RouterStats::reservations_swept`] (requests; tokens) |
@@ -104,6 +105,7 @@ impl RouterStats {
         counter!("kvroute_rescores_total").absolute(self.rescores);
         counter!("kvroute_unchecked_reserves_total").absolute(self.unchecked_reserves);
         counter!("kvroute_admission_redirects_total").absolute(self.admission_redirects);
+        counter!("kvroute_outputs_capped_total").absolute(self.outputs_capped);
         for (kind, v) in self.rejections.named() {
             counter!("kvroute_rejections_total", "kind" => kind).absolute(v);
         }
@@ -233,6 +235,11 @@ pub fn describe_metrics() {
         "kvroute_admission_redirects_total",
         Unit::Count,
         "Decisions admission moved off the scorer's pick.",
+    );
+    c(
+        "kvroute_outputs_capped_total",
+        Unit::Count,
+        "route calls whose expected output was cut to the engines' context (max_model_len).",
     );
     c(
         "kvroute_rejections_total",

@@ -206,10 +206,18 @@ impl Router {
         // The tie cursor rotates through `u32` (its low half, as a `u32` counter would).
         let cursor = seq as u32;
         let random = (cfg.near_tie_band > 0.0).then(|| self.draw(seq));
+        // The output an engine can generate after this prompt (`max_model_len`).
+        let output = match self.max_model_len {
+            Some(l) if req.expected_output_tokens > l.saturating_sub(req.prompt_tokens) => {
+                self.counters.output_capped();
+                l.saturating_sub(req.prompt_tokens)
+            }
+            _ => req.expected_output_tokens,
+        };
         let sreq = ScoreRequest {
             prompt_tokens: req.prompt_tokens,
             block_size: u32::try_from(bs).unwrap_or(u32::MAX),
-            expected_output_tokens: req.expected_output_tokens,
+            expected_output_tokens: output,
         };
         let max = self.max_rescores;
         // The attempt in progress, so that an exit with an error still counts the re-scores
@@ -264,7 +272,7 @@ impl Router {
                 generation,
                 work: Work {
                     prefill_tokens: req.prompt_tokens - cached as u32,
-                    decode_tokens: req.expected_output_tokens,
+                    decode_tokens: output,
                 },
                 // The table's reserved requests as this attempt read them, and the bound
                 // on them that keeps report + reserved − ended (`Reserved::finished`, what

@@ -51,6 +51,8 @@ pub struct Router {
     pub(crate) hasher: BlockHasher,
     pub(crate) block_size: usize,
     pub(crate) max_rescores: u32,
+    /// The engines' context length, when configured (`RouterConfig::max_model_len`).
+    pub(crate) max_model_len: Option<u32>,
     pub(crate) admission: Option<AdmissionConfig>,
     near_tie_seed: u64,
     /// A snapshot older than this at a decision's time is not trusted (see `route`).
@@ -127,6 +129,7 @@ impl Router {
             hasher: BlockHasher::new(config.block_size, config.namespace),
             block_size: config.block_size,
             max_rescores: config.max_rescores,
+            max_model_len: config.max_model_len,
             max_load_age: config.max_load_age,
             admission: config.admission,
             near_tie_seed: config.near_tie_seed,

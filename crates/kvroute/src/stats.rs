@@ -159,6 +159,10 @@ pub struct RouterStats {
     pub unchecked_reserves: u64,
     /// Decisions admission moved off the scorer's pick.
     pub admission_redirects: u64,
+    /// Route calls whose expected output was cut to what the engines' context leaves after
+    /// the prompt ([`RouterConfig::max_model_len`](crate::RouterConfig::max_model_len)),
+    /// counted whatever the request's outcome.
+    pub outputs_capped: u64,
     /// Errors returned by `route`.
     pub rejections: RejectionCounts,
     /// Work released by the TTL sweeper (requests and tokens).
@@ -241,7 +245,7 @@ impl fmt::Display for RouterStats {
     ///   2:0 (slot 1): 1 (fallback_missing 1)
     /// shadow disagreements: 0
     /// fallbacks: missing 1, invalid 0, stale 0, partial 0
-    /// rescores: 0, unchecked reserves: 0, admission redirects: 0
+    /// rescores: 0, unchecked reserves: 0, admission redirects: 0, outputs capped: 0
     /// rejections: invalid_request 0, no_eligible_worker 0, over_bound 0, contended 0, saturated 0
     /// reservations refused: stale 0, saturated 0, contended 0; underflows clamped: 0; token amounts saturated: 0
     /// reservations swept: 0 requests, 0 prefill tokens, 0 decode tokens
@@ -273,8 +277,8 @@ impl fmt::Display for RouterStats {
         }
         writeln!(
             f,
-            "\nrescores: {}, unchecked reserves: {}, admission redirects: {}",
-            self.rescores, self.unchecked_reserves, self.admission_redirects
+            "\nrescores: {}, unchecked reserves: {}, admission redirects: {}, outputs capped: {}",
+            self.rescores, self.unchecked_reserves, self.admission_redirects, self.outputs_capped
         )?;
         f.write_str("rejections:")?;
         for (i, (kind, n)) in self.rejections.named().into_iter().enumerate() {
@@ -353,6 +357,7 @@ pub(crate) struct Counters {
     unchecked: AtomicU64,
     redirects: AtomicU64,
     rejections: [AtomicU64; 5],
+    outputs_capped: AtomicU64,
 }
 
 fn bump(a: &AtomicU64, by: u64) {
@@ -398,6 +403,7 @@ impl Counters {
             unchecked: AtomicU64::new(0),
             redirects: AtomicU64::new(0),
             rejections: core::array::from_fn(|_| AtomicU64::new(0)),
+            outputs_capped: AtomicU64::new(0),
         }
     }
 
@@ -454,6 +460,10 @@ impl Counters {
 
     pub(crate) fn unchecked(&self) {
         bump(&self.unchecked, 1);
+    }
+
+    pub(crate) fn output_capped(&self) {
+        bump(&self.outputs_capped, 1);
     }
 
     pub(crate) fn rejection(&self, e: &RouteError) {
@@ -536,6 +546,7 @@ impl Counters {
             rescores: r(&self.rescores),
             unchecked_reserves: r(&self.unchecked),
             admission_redirects: r(&self.redirects),
+            outputs_capped: r(&self.outputs_capped),
             rejections: RejectionCounts {
                 invalid_request: r(invalid_request),
                 no_eligible_worker: r(no_eligible_worker),

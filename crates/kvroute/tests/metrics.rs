@@ -170,13 +170,13 @@ fn export_metrics_reports_hand_counted_values() {
     // Every documented series is there, zeros included: 33 ingest counters (one per field
     // of the `counters!` list in `ingest/stats.rs`) and the gauge, 4 fallback causes, 5
     // rejection kinds, 3 refusal causes, 3 × 3 released fields, and
-    // the six single counters; the carried work's 3 single counters and 2 × 3 fields;
+    // the seven single counters; the carried work's 3 single counters and 2 × 3 fields;
     // the outcomes' 3 + 1, the breaker's 5 transitions and its gauge, the predictions' 5
     // events; plus the two decision series, the two per-worker series and the mismatch
     // series.
     assert_eq!(
         got.len(),
-        33 + 1 + 4 + 5 + 3 + 9 + 6 + 3 + 6 + 4 + 5 + 1 + 5 + 2 + 2 + 1,
+        33 + 1 + 4 + 5 + 3 + 9 + 7 + 3 + 6 + 4 + 5 + 1 + 5 + 2 + 2 + 1,
         "{got:#?}"
     );
     for name in [
@@ -184,6 +184,7 @@ fn export_metrics_reports_hand_counted_values() {
         "kvroute_rescores_total{}",
         "kvroute_unchecked_reserves_total{}",
         "kvroute_admission_redirects_total{}",
+        "kvroute_outputs_capped_total{}",
         "kvroute_reservation_underflow_clamped_total{}",
         "kvroute_reservation_saturated_tokens_total{}",
         "kvroute_reservation_refusals_total{cause=contended}",
@@ -223,7 +224,7 @@ fn describe_metrics_describes_every_series() {
     let series = snapshotter.snapshot().into_vec();
     assert_eq!(
         series.len(),
-        33 + 1 + 4 + 5 + 3 + 9 + 6 + 3 + 6 + 4 + 5 + 1 + 5
+        33 + 1 + 4 + 5 + 3 + 9 + 7 + 3 + 6 + 4 + 5 + 1 + 5
     );
     for (key, unit, text, _) in &series {
         let name = key.key().name();

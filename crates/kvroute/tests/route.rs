@@ -273,6 +273,56 @@ fn a_snapshot_older_than_the_staleness_bound_is_stale_at_decision_time() {
     assert_eq!(again.reason, Reason::CacheHold);
 }
 
+/// With the engines' context configured (`max_model_len` 4,096 tokens), an expected
+/// output is cut to what the context leaves after the prompt, in the cost and in the
+/// reservation, and each cut is counted. Idle worker (n = 1, no step model: `O/δ` of
+/// decode): a 64-token prompt asking for `u32::MAX` tokens is costed and reserved at
+/// 4,096 − 64 = 4,032 decode tokens, 64/8,000 + 4,032/1,000 = 4.040 s; a 4,096-token
+/// prompt leaves no output (0 decode tokens); a 64-token prompt asking for 1,000 keeps
+/// them, uncounted. Without the setting the first request reserves `u32::MAX`.
+#[test]
+fn an_output_past_the_engines_context_is_cut_and_counted() {
+    let (r, ws) = router(8, 1, |c| c.max_model_len = Some(4_096));
+    publish(&r, &ws, &[]);
+    let a = tokens(7, 64);
+    let first = r.route(&RouteRequest::tokens(&a, u32::MAX, NOW)).unwrap();
+    assert!((first.cost - 4.040).abs() < 1e-4, "{first:?}");
+    let held = r.reserved(ws[0]).unwrap();
+    assert_eq!((held.requests, held.decode_tokens), (1, 4_032));
+    assert_eq!(r.stats().outputs_capped, 1);
+    let long = tokens(8, 4_096);
+    let second = r.route(&RouteRequest::tokens(&long, 100, NOW)).unwrap();
+    let held = r.reserved(ws[0]).unwrap();
+    assert_eq!((held.requests, held.decode_tokens), (2, 4_032));
+    let c = tokens(9, 64);
+    let third = r.route(&RouteRequest::tokens(&c, 1_000, NOW)).unwrap();
+    let held = r.reserved(ws[0]).unwrap();
+    assert_eq!((held.requests, held.decode_tokens), (3, 5_032));
+    assert_eq!(r.stats().outputs_capped, 2);
+    drop((first, second, third));
+
+    let (r, ws) = router(8, 1, |_| {});
+    publish(&r, &ws, &[]);
+    let _d = r.route(&RouteRequest::tokens(&a, u32::MAX, NOW)).unwrap();
+    let held = r.reserved(ws[0]).unwrap();
+    assert_eq!(held.decode_tokens, u64::from(u32::MAX));
+    assert_eq!(r.stats().outputs_capped, 0);
+}
+
+/// A context length of 0 is refused; 1 and 2^30 are accepted, 2^30 + 1 is not.
+#[test]
+fn the_context_length_is_checked() {
+    let check = |l: u32| {
+        let mut c = kvroute::RouterConfig::new(8, BS);
+        c.max_model_len = Some(l);
+        c.validate().is_ok()
+    };
+    assert_eq!(
+        [check(0), check(1), check(1 << 30), check((1 << 30) + 1)],
+        [false, true, true, false]
+    );
+}
+
 /// An expected output of `u32::MAX` tokens (a caller's "no limit") fills the chosen
 /// worker's reserved decode tokens; a later request still routes (its decode tokens do not
 /// fit and are cut, counted), instead of failing while the first is out. One worker, so

@@ -96,7 +96,7 @@ fn decisions_are_counted_per_worker_and_tenancy() {
          \x20 3:0 (slot 2): 1 (cache_miss 1)\n\
          shadow disagreements: 0\n\
          fallbacks: missing 0, invalid 0, stale 0, partial 0\n\
-         rescores: 0, unchecked reserves: 0, admission redirects: 0\n\
+         rescores: 0, unchecked reserves: 0, admission redirects: 0, outputs capped: 0\n\
          rejections: invalid_request 0, no_eligible_worker 0, over_bound 0, contended 0, \
          saturated 0\n\
          reservations refused: stale 0, saturated 0, contended 0; underflows clamped: 0; \

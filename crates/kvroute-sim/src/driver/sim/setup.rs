@@ -123,6 +123,9 @@ impl<'a> Sim<'a> {
         rc.breaker = opts.breaker;
         rc.predicted = opts.predicted;
         rc.near_tie_seed = opts.seed;
+        // What a deployment configures: the engines' context, so that an output asked past
+        // it is costed and reserved as what the engine will generate.
+        rc.max_model_len = Some(fleet.engine.max_model_len.clamp(1, 1 << 30));
         rc.max_blocks_per_worker = rc
             .max_blocks_per_worker
             .max(2 * fleet.engine.kv_blocks as usize);
