@@ -169,14 +169,15 @@ pub struct RouterConfig {
     /// workers (`docs/RESULTS.md`, "Predicted residency").
     pub predicted: Option<PredictedConfig>,
     /// The engines' context length (tokens, prompt and output together: vLLM's
-    /// `max_model_len`, SGLang's `context_length`), [`MAX_MODEL_LEN`](crate::bounds::MAX_MODEL_LEN). When set, a request's
-    /// expected output is taken as at most `max_model_len − prompt_tokens` (0 when the
-    /// prompt alone reaches it), in its cost and in the decode tokens it reserves, and
-    /// each decision so cut is counted ([`RouterStats::outputs_capped`](crate::RouterStats::outputs_capped)):
-    /// an engine stops generating there, so a caller's "no limit" (`u32::MAX`) reserves what
-    /// the engine can generate instead of saturating the worker's decode figures until
-    /// the request ends or the reservation is swept. `None` (default): outputs are taken as
-    /// given.
+    /// `max_model_len`, SGLang's `context_length`),
+    /// [`MAX_MODEL_LEN`](crate::bounds::MAX_MODEL_LEN). When set, a request's expected
+    /// output is taken as at most `max_model_len − prompt_tokens` (0 when the prompt alone
+    /// reaches it), in its cost and in the decode tokens it reserves, and each route call
+    /// so cut is counted ([`RouterStats::outputs_capped`](crate::RouterStats::outputs_capped)):
+    /// an engine stops generating there, so a caller's "no limit" (`u32::MAX`) reserves
+    /// what the engine can generate instead of saturating the worker's decode figures
+    /// until the request ends or the reservation is swept. `None` (default): outputs are
+    /// taken as given.
     pub max_model_len: Option<u32>,
 }
 
