@@ -14,6 +14,7 @@ fn a_toml_router_config_sets_what_it_names_and_defaults_the_rest() {
         block_size = 32
         max_load_age = 500_000_000
         reservation_ttl = 30_000_000_000
+        max_model_len = 131_072
 
         [admission]
         max_outstanding_requests = 48
@@ -30,6 +31,7 @@ fn a_toml_router_config_sets_what_it_names_and_defaults_the_rest() {
     let mut want = RouterConfig::new(64, 32);
     want.max_load_age = Nanos::from_millis(500);
     want.reservation_ttl = Nanos::from_secs(30);
+    want.max_model_len = Some(131_072);
     want.admission = Some(AdmissionConfig::new(48));
     want.score.policy = Policy::ProjectedTime {
         mode: ProjectedMode::Shadow,
