@@ -207,10 +207,13 @@ impl Router {
         let cursor = seq as u32;
         let random = (cfg.near_tie_band > 0.0).then(|| self.draw(seq));
         // The output an engine can generate after this prompt (`max_model_len`).
-        let output = match self.max_model_len {
-            Some(l) if req.expected_output_tokens > l.saturating_sub(req.prompt_tokens) => {
+        let room = self
+            .max_model_len
+            .map(|l| l.saturating_sub(req.prompt_tokens));
+        let output = match room {
+            Some(room) if req.expected_output_tokens > room => {
                 self.counters.output_capped();
-                l.saturating_sub(req.prompt_tokens)
+                room
             }
             _ => req.expected_output_tokens,
         };

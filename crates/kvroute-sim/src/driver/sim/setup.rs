@@ -124,8 +124,9 @@ impl<'a> Sim<'a> {
         rc.predicted = opts.predicted;
         rc.near_tie_seed = opts.seed;
         // What a deployment configures: the engines' context, so that an output asked past
-        // it is costed and reserved as what the engine will generate.
-        rc.max_model_len = Some(fleet.engine.max_model_len.clamp(1, 1 << 30));
+        // it is costed and reserved as what the engine will generate (a context outside
+        // the router's bounds is the router's typed error below).
+        rc.max_model_len = Some(fleet.engine.max_model_len);
         rc.max_blocks_per_worker = rc
             .max_blocks_per_worker
             .max(2 * fleet.engine.kv_blocks as usize);
