@@ -413,11 +413,7 @@ mod tests {
             assert_eq!(out.get(Slot(w as u32)) as usize, want);
         }
         index.match_prefix(&fleet.cold_request(9), &mut out);
-        assert!(
-            out.as_slice()
-                .iter()
-                .all(|&o| o as usize == SYSTEM_PROMPT_BLOCKS)
-        );
+        assert!(out.iter().all(|o| o as usize == SYSTEM_PROMPT_BLOCKS));
     }
 
     #[test]

@@ -87,14 +87,14 @@ fn check_overlaps(
     for &q in order.iter().take(CHECKED_QUERIES) {
         index.match_prefix(&fleet.requests[q], &mut out);
         let scores = pool.backend().find_matches(&peer.requests[q], false);
-        if let Err(e) = same_overlaps(out.as_slice(), &scores) {
+        if let Err(e) = same_overlaps(&out.to_vec(), &scores) {
             panic!("{} workers, conversation {q}: {e}", fleet.workers);
         }
     }
     index.match_prefix(&fleet.cold_request(COLD_SEED), &mut out);
     let cold = PeerFleet::cold_request(fleet, COLD_SEED);
     let scores = pool.backend().find_matches(&cold, false);
-    if let Err(e) = same_overlaps(out.as_slice(), &scores) {
+    if let Err(e) = same_overlaps(&out.to_vec(), &scores) {
         panic!("{} workers, cold request: {e}", fleet.workers);
     }
 }
@@ -113,7 +113,7 @@ fn check_chain_overlaps(
     for &q in order.iter().take(CHECKED_QUERIES) {
         index.match_prefix(&fleet.requests[q], &mut out);
         peer.overlaps_into(&chain.requests[q], &mut got);
-        if let Err(e) = same_dense_overlaps(out.as_slice(), &got) {
+        if let Err(e) = same_dense_overlaps(&out.to_vec(), &got) {
             panic!(
                 "kv-index disagrees with kvroute at {} workers, conversation {q}: {e}",
                 fleet.workers
@@ -122,7 +122,7 @@ fn check_chain_overlaps(
     }
     index.match_prefix(&fleet.cold_request(COLD_SEED), &mut out);
     peer.overlaps_into(&ChainFleet::cold_request(fleet, COLD_SEED), &mut got);
-    if let Err(e) = same_dense_overlaps(out.as_slice(), &got) {
+    if let Err(e) = same_dense_overlaps(&out.to_vec(), &got) {
         panic!(
             "kv-index disagrees with kvroute at {} workers, cold request: {e}",
             fleet.workers
@@ -148,8 +148,8 @@ fn check_run_overlaps(
         index.match_prefix(q, &mut a);
         runs.match_prefix(q, &mut b);
         assert_eq!(
-            a.as_slice(),
-            b.as_slice(),
+            &a.to_vec(),
+            &b.to_vec(),
             "RunIndex disagrees with PrefixIndex at {} workers, query {i}",
             fleet.workers
         );

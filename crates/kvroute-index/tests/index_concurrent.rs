@@ -214,7 +214,7 @@ fn reader(index: &PrefixIndex, tree: &Tree, stop: &AtomicBool, matches: &AtomicU
         for (q, query) in tree.chains.iter().enumerate() {
             for len in [DEPTH, PREFIX + 2] {
                 index.match_prefix(&query[..len], &mut out);
-                let o = out.as_slice();
+                let o = out.to_vec();
                 assert_eq!(o.len(), SLOTS);
                 for &s in &STABLE {
                     assert_eq!(

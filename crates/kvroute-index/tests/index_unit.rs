@@ -178,7 +178,7 @@ fn unknown_removes_are_counted_and_harmless() {
     let s = idx.stats();
     assert_eq!(s.unknown_removes, 5);
     assert_eq!((s.nodes, s.residencies), (1, 1));
-    assert_eq!(overlaps(&idx, &q).as_slice(), &[1, 0, 0, 0]);
+    assert_eq!(overlaps(&idx, &q).to_vec(), &[1, 0, 0, 0]);
 }
 
 /// Everything `stats()` reports except `heap_bytes` and the named counter.
@@ -234,7 +234,7 @@ fn unknown_parent_is_an_error_that_changes_nothing() {
         stats_except(after, "unknown_parent_stores"),
         stats_except(expect, "unknown_parent_stores")
     );
-    assert_eq!(overlaps(&idx, &q).as_slice(), &[2, 0, 0, 0]);
+    assert_eq!(overlaps(&idx, &q).to_vec(), &[2, 0, 0, 0]);
     assert_eq!(
         (idx.worker_blocks(Slot(0)), idx.worker_blocks(Slot(1))),
         (2, 0)
@@ -336,7 +336,7 @@ fn slots_out_of_range_are_errors_everywhere() {
         stats_except(before, "slot_out_of_range")
     );
     let o = overlaps(&idx, &q);
-    assert_eq!(o.as_slice(), &[0, 0, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(o.to_vec(), &[0, 0, 0, 0, 0, 0, 0, 1]);
     assert_eq!(o.get(Slot(8)), 0);
 }
 
@@ -365,8 +365,8 @@ fn chained_stores_equal_one_store_of_the_whole_sequence() {
     idx.store(Slot(2), &ev(Some(30), &ehs(&[33, 34]), &t[3 * BS..]))
         .unwrap();
 
-    assert_eq!(overlaps(&idx, &q).as_slice(), &[5, 5, 1, 0]);
-    assert_eq!(overlaps(&idx, &q[..3]).as_slice(), &[3, 3, 1, 0]);
+    assert_eq!(overlaps(&idx, &q).to_vec(), &[5, 5, 1, 0]);
+    assert_eq!(overlaps(&idx, &q[..3]).to_vec(), &[3, 3, 1, 0]);
     assert_eq!(overlaps(&idx, &q).deepest(), 5);
     // 5 shared nodes + slot 2's two off-chain nodes; 5 + 5 + 3 residencies.
     let s = idx.stats();
@@ -374,7 +374,7 @@ fn chained_stores_equal_one_store_of_the_whole_sequence() {
     // A request that diverges in block 3 matches 3 blocks on slots 0 and 1.
     let mut other = t.clone();
     other[3 * BS] += 1;
-    assert_eq!(overlaps(&idx, &seqs(&other)).as_slice(), &[3, 3, 1, 0]);
+    assert_eq!(overlaps(&idx, &seqs(&other)).to_vec(), &[3, 3, 1, 0]);
 }
 
 /// The same tokens under a LoRA adapter or a cache salt are other blocks.
@@ -403,7 +403,7 @@ fn namespaces_keep_identical_tokens_apart() {
         let mut want = [0u32; 4];
         want[slot] = 3;
         assert_eq!(
-            overlaps(&idx, &seqs_in(&t, *ns)).as_slice(),
+            overlaps(&idx, &seqs_in(&t, *ns)).to_vec(),
             &want,
             "namespace of slot {slot}"
         );
@@ -433,7 +433,7 @@ fn residency_that_is_not_prefix_closed_matches_up_to_the_first_gap() {
         (o.get(Slot(0)), o.get(Slot(64)), o.get(Slot(129))),
         (3, 0, 5)
     );
-    assert_eq!(o.as_slice().iter().map(|&x| x as u64).sum::<u64>(), 8);
+    assert_eq!(o.to_vec().iter().map(|&x| x as u64).sum::<u64>(), 8);
     assert_eq!(o.deepest(), 5);
     // Slot 129 loses block 1: matches 1.
     idx.remove(Slot(129), &[EngineHash(2)]).unwrap();
@@ -510,7 +510,7 @@ fn eviction_drops_the_deeper_of_the_least_recently_stored_blocks_of_that_worker(
         idx.store_hashes(Slot(0), &pairs[..1]),
         Ok(store_out(0, 1, 0, 0))
     );
-    assert_eq!(overlaps(&idx, &q).as_slice(), &[4, 0, 0, 0]);
+    assert_eq!(overlaps(&idx, &q).to_vec(), &[4, 0, 0, 0]);
     // Hash 5 overflows. The two coldest are hash 2 (stamp 2, depth 1) and hash 3 (stamp 3,
     // depth 2): the deeper, hash 3, goes.
     assert_eq!(
@@ -611,7 +611,7 @@ fn slots_on_word_boundaries_report_their_own_overlap() {
     for (i, &s) in slots.iter().enumerate() {
         assert_eq!(o.get(Slot(s)), i as u32 + 1, "slot {s}");
     }
-    assert_eq!(o.as_slice().iter().filter(|&&x| x > 0).count(), 6);
+    assert_eq!(o.to_vec().iter().filter(|&&x| x > 0).count(), 6);
     assert_eq!(o.deepest(), 6);
     assert_eq!(idx.stats().residencies, 21);
     assert_eq!(idx.clear(Slot(1023)), Ok(6));
@@ -663,7 +663,7 @@ fn clear_counts_engine_hashes_and_empties_the_worker() {
     idx.store(Slot(3), &ev(None, &ehs(&[1]), &t[..BS])).unwrap(); // copy of 1
     idx.store(Slot(0), &ev(None, &ehs(&[1]), &t[..BS])).unwrap();
     assert_eq!(idx.clear(Slot(3)), Ok(3));
-    assert_eq!(overlaps(&idx, &q).as_slice(), &[1, 0, 0, 0]);
+    assert_eq!(overlaps(&idx, &q).to_vec(), &[1, 0, 0, 0]);
     assert_eq!((idx.stats().nodes, idx.stats().residencies), (1, 1));
     assert_eq!(idx.worker_blocks(Slot(3)), 0);
     assert_eq!(idx.clear(Slot(3)), Ok(0));
@@ -685,25 +685,25 @@ fn overlaps_buffer_is_resized_and_reset() {
     big.store_hashes(Slot(199), &pairs[..2]).unwrap();
     let mut out = Overlaps::default();
     small.match_prefix(&q, &mut out);
-    assert_eq!(out.as_slice(), &[0, 0, 3]);
+    assert_eq!(out.to_vec(), &[0, 0, 3]);
     big.match_prefix(&q, &mut out);
-    assert_eq!(out.as_slice().len(), 200);
+    assert_eq!(out.to_vec().len(), 200);
     assert_eq!(out.get(Slot(2)), 0);
     assert_eq!(out.get(Slot(199)), 2);
     assert_eq!(out.deepest(), 2);
     // A query is just a list of hashes: slot 199 holds q[1] (but not q[2]).
     big.match_prefix(&q[1..], &mut out);
     assert_eq!(out.get(Slot(199)), 1);
-    assert_eq!(out.as_slice().iter().filter(|&&x| x > 0).count(), 1);
+    assert_eq!(out.to_vec().iter().filter(|&&x| x > 0).count(), 1);
     big.match_prefix(&seqs(&tokens(999, 2)), &mut out);
     assert!(
-        out.as_slice().iter().all(|&x| x == 0),
+        out.to_vec().iter().all(|&x| x == 0),
         "unknown blocks: nobody matches"
     );
     assert_eq!(out.deepest(), 0);
     big.match_prefix(&q, &mut out);
     big.match_prefix(&[], &mut out);
-    assert!(out.as_slice().iter().all(|&x| x == 0));
+    assert!(out.to_vec().iter().all(|&x| x == 0));
     small.match_prefix(&q[..1], &mut out);
-    assert_eq!(out.as_slice(), &[0, 0, 1]);
+    assert_eq!(out.to_vec(), &[0, 0, 1]);
 }

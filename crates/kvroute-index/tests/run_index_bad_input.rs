@@ -140,7 +140,7 @@ fn stores_that_break_the_chain_property_never_over_state_a_match() {
                 for q in &queries {
                     index.match_prefix(q, &mut out);
                     let want = model.overlaps(q);
-                    for (s, (&got, &cap)) in out.as_slice().iter().zip(&want).enumerate() {
+                    for (s, (&got, &cap)) in out.to_vec().iter().zip(&want).enumerate() {
                         if got > cap {
                             return Err(fail(format!(
                                 "slot {s}: overlap {got} over the model's {cap}"
@@ -210,16 +210,12 @@ fn a_split_onto_a_taken_first_key_leaves_the_tail_unlinked() {
     let mut out = index.new_overlaps();
     index.match_prefix(&chain, &mut out);
     let want = model.overlaps(&chain);
-    for (s, (&got, &cap)) in out.as_slice().iter().zip(&want).enumerate() {
+    for (s, (&got, &cap)) in out.to_vec().iter().zip(&want).enumerate() {
         assert!(got <= cap, "slot {s}: {got} over the model's {cap}");
     }
     // The head part is still found: every holder of the chain's first 10 blocks.
     for w in [0usize, 2, 5, 10] {
-        assert!(
-            out.as_slice()[w] >= 10,
-            "worker {w} at {}",
-            out.as_slice()[w]
-        );
+        assert!(out.to_vec()[w] >= 10, "worker {w} at {}", out.to_vec()[w]);
     }
     for w in 0..16 {
         index.clear(Slot(w)).expect("slot");
@@ -291,7 +287,7 @@ fn a_store_that_reserves_and_appends_nothing_keeps_the_view_on_the_live_buffer()
     index.collect_garbage();
     let mut out = index.new_overlaps();
     index.match_prefix(&chain, &mut out);
-    assert_eq!(out.as_slice(), &[1, 0, 0, 0]);
+    assert_eq!(out.to_vec(), &[1, 0, 0, 0]);
     assert_eq!(index.worker_blocks(w), 2, "engine hashes 1 and 2");
     assert_eq!(index.stats().residencies, 1, "one position held");
 }
@@ -313,7 +309,7 @@ fn a_first_key_of_zero_and_the_tables_stand_in_for_it_are_different_runs() {
         .store_hashes(Slot(1), None, &[(EngineHash(2), SequenceHash(STAND_IN))])
         .expect("slot");
     index.match_prefix(&[SequenceHash(0)], &mut out);
-    assert_eq!(out.as_slice(), &[1, 0], "only worker 0 holds block 0");
+    assert_eq!(out.to_vec(), &[1, 0], "only worker 0 holds block 0");
     index
         .store_hashes(
             Slot(1),
@@ -323,13 +319,13 @@ fn a_first_key_of_zero_and_the_tables_stand_in_for_it_are_different_runs() {
         .expect("slot");
     index.match_prefix(&[SequenceHash(0), SequenceHash(77)], &mut out);
     assert_eq!(
-        out.as_slice(),
+        out.to_vec(),
         &[1, 0],
         "worker 1's chain does not start with 0"
     );
     index.match_prefix(&[SequenceHash(STAND_IN), SequenceHash(77)], &mut out);
     assert_eq!(
-        out.as_slice(),
+        out.to_vec(),
         &[0, 0],
         "worker 1's run is left out: under-stated"
     );

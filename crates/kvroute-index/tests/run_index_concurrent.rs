@@ -67,7 +67,7 @@ fn readers_see_only_states_the_writer_passes_through() {
                 let mut out = index.new_overlaps();
                 while !done.load(Ordering::Relaxed) {
                     index.match_prefix(&chain, &mut out);
-                    let o = out.as_slice();
+                    let o = out.to_vec();
                     assert!((20..=40).contains(&o[0]), "worker 0 at {}", o[0]);
                     assert!((10..=30).contains(&o[1]), "worker 1 at {}", o[1]);
                     for (i, &d) in depths.iter().enumerate() {

@@ -316,7 +316,7 @@ impl Harness {
             // The baseline copy of the walk (the dispatched one is the AVX2 copy on a CPU
             // that has it) writes the same overlaps, deepest and tail.
             index.match_prefix_baseline(q, &mut baseline);
-            if baseline.as_slice() != out.as_slice()
+            if baseline.to_vec() != out.to_vec()
                 || baseline.deepest() != out.deepest()
                 || baseline.tail() != out.tail()
                 || baseline.deepest_slot() != out.deepest_slot()
@@ -327,12 +327,12 @@ impl Harness {
                 ));
             }
             let want = model.overlaps(q);
-            if out.as_slice() != want.as_slice() {
-                let first = (0..want.len()).find(|&i| out.as_slice()[i] != want[i]);
+            if out.to_vec() != want.to_vec() {
+                let first = (0..want.len()).find(|&i| out.to_vec()[i] != want[i]);
                 return Err(format!(
                     "overlaps of a {}-block query differ at slot {first:?}: index {:?}, model {:?}",
                     q.len(),
-                    first.map(|i| out.as_slice()[i]),
+                    first.map(|i| out.to_vec()[i]),
                     first.map(|i| want[i]),
                 ));
             }
@@ -512,9 +512,9 @@ fn the_cap_evicts_the_deepest_of_the_least_recently_stored() {
     assert_eq!(index.worker_blocks(Slot(1)), 15);
     let mut out = index.new_overlaps();
     index.match_prefix(&a, &mut out);
-    assert_eq!(out.as_slice(), &[0, 5, 0, 0]);
+    assert_eq!(out.to_vec(), &[0, 5, 0, 0]);
     index.match_prefix(&b, &mut out);
-    assert_eq!(out.as_slice(), &[0, 10, 0, 0]);
+    assert_eq!(out.to_vec(), &[0, 10, 0, 0]);
     assert_eq!(index.stats().evicted_blocks, 5);
 }
 
@@ -551,8 +551,8 @@ fn remove_and_compare(
     for n in lengths {
         index.match_prefix(&chain[..n], &mut out);
         assert_eq!(
-            out.as_slice(),
-            model.overlaps(&chain[..n]).as_slice(),
+            out.to_vec(),
+            model.overlaps(&chain[..n]).to_vec(),
             "{case}, prefix {n}"
         );
     }

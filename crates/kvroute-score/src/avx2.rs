@@ -35,11 +35,12 @@ use core::arch::x86_64 as arch;
 use arch::{
     __m256, __m256i, _CMP_EQ_OQ, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _mm_cvtss_f32,
     _mm_min_ps, _mm_min_ss, _mm_movehdup_ps, _mm_movehl_ps, _mm256_add_ps, _mm256_and_ps,
-    _mm256_and_si256, _mm256_blendv_ps, _mm256_castps256_ps128, _mm256_cmp_ps, _mm256_cmpgt_epi32,
-    _mm256_cvtepi32_ps, _mm256_div_ps, _mm256_extractf128_ps, _mm256_loadu_ps, _mm256_loadu_si256,
-    _mm256_mask_i32gather_epi32, _mm256_max_ps, _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps,
-    _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_srli_epi32, _mm256_storeu_ps, _mm256_sub_ps,
+    _mm256_and_si256, _mm256_blendv_ps, _mm256_castps_si256, _mm256_castps256_ps128,
+    _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cmpgt_epi32, _mm256_cvtepi32_ps, _mm256_div_ps,
+    _mm256_extractf128_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_mask_i32gather_epi32,
+    _mm256_max_ps, _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_set1_epi32,
+    _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sllv_epi32,
+    _mm256_srli_epi32, _mm256_storeu_ps, _mm256_sub_epi32, _mm256_sub_ps,
 };
 use core::ops::{Add, BitAnd, BitAndAssign, Div, Mul, Sub};
 use std::sync::OnceLock;
@@ -52,6 +53,7 @@ use crate::select::{
     simd_select,
 };
 use crate::sparse::{Gather, Outcome, Scratch};
+use kvroute_index::index::OverlapParts;
 
 /// Whether this CPU runs the AVX2 engine: AVX2, BMI1 and POPCNT detected, once per process.
 #[inline]
@@ -304,37 +306,106 @@ impl Vector for F32x8 {
     }
 }
 
+/// [`Gather::Source`] of the AVX2 vector: the match buffer's three parts as `i32` arrays
+/// and the number of slots every part covers, splat across the lanes.
+#[derive(Clone, Copy)]
+pub(crate) struct GatherSource<'a> {
+    entries: *const i32,
+    explicit: *const i32,
+    depths: *const i32,
+    /// The slots (below 2^31) every part covers, in every lane.
+    slots: __m256i,
+    /// Whether there is any slot.
+    any: bool,
+    parts: core::marker::PhantomData<OverlapParts<'a>>,
+}
+
 impl Gather for F32x8 {
-    /// One masked `vpgatherdd` of the lanes below `lanes` whose id is below `raw`'s
-    /// length, then the exact `u32` to `f32` conversion in two halves: `hi · 2^16 + lo`
-    /// with `hi` and `lo` below 2^16 (each converted and scaled exactly), so the one
-    /// rounding is the final addition's, to nearest, ties to even, as `u32 as f32` rounds.
+    type Source<'a> = GatherSource<'a>;
+
     #[inline(always)]
-    fn overlaps(raw: &[u32], ids: &[u32; 8], lanes: usize) -> Self {
+    fn source<'a>(raw: &OverlapParts<'a>) -> GatherSource<'a> {
+        let (entries, explicit, depths) = (raw.entries(), raw.explicit(), raw.depths());
+        // The slots every part covers (all of `entries` for an `OverlapParts`, whose words
+        // cover its entries; checked again here, as the gathers rely on it). Compared
+        // with ids as `i32`: every id is below 2^31 (the trait's contract), and a count
+        // beyond `i32::MAX` admits every such id either way.
+        let slots = entries
+            .len()
+            .min(explicit.len().saturating_mul(64))
+            .min(depths.len().saturating_mul(64))
+            .min(i32::MAX as usize);
+        GatherSource {
+            entries: entries.as_ptr().cast::<i32>(),
+            explicit: explicit.as_ptr().cast::<i32>(),
+            depths: depths.as_ptr().cast::<i32>(),
+            slots: avx!(_mm256_set1_epi32(slots as i32)),
+            any: slots > 0,
+            parts: core::marker::PhantomData,
+        }
+    }
+
+    /// Three masked `vpgatherdd`s of the lanes below `lanes` whose id is below the
+    /// source's slots (the entries, the 32-bit halves of the explicit words holding each
+    /// id's bit, and the word depths), the entry taken where the id's bit is set and the
+    /// word's depth elsewhere ([`OverlapParts::get`]); then the exact `u32` to `f32`
+    /// conversion in two halves: `hi · 2^16 + lo` with `hi` and `lo` below 2^16 (each
+    /// converted and scaled exactly), so the one rounding is the final addition's, to
+    /// nearest, ties to even, as `u32 as f32` rounds.
+    #[inline(always)]
+    fn overlaps(src: &GatherSource<'_>, ids: &[u32; 8], lanes: usize) -> Self {
         let zero = avx!(_mm256_setzero_si256());
-        if raw.is_empty() || lanes == 0 {
+        if !src.any || lanes == 0 {
             return F32x8(avx!(_mm256_cvtepi32_ps(zero)));
         }
-        // Ids and lengths compared as `i32`: every id is below 2^31 (the trait's contract)
-        // and a length beyond `i32::MAX` admits every such id either way.
-        let len = raw.len().min(i32::MAX as usize) as i32;
         let lanes = lanes.min(8) as i32;
         // SAFETY: `ids` is 8 `u32` (32 bytes), exactly what the unaligned load reads.
         let idx = avx!(_mm256_loadu_si256(ids.as_ptr().cast::<__m256i>()));
         let lane_no = avx!(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         let live = avx!(_mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), lane_no));
-        let inside = avx!(_mm256_cmpgt_epi32(_mm256_set1_epi32(len), idx));
+        let inside = avx!(_mm256_cmpgt_epi32(src.slots, idx));
         let mask = avx!(_mm256_and_si256(live, inside));
-        // SAFETY: the gather reads `raw[idx[j]]` (4-byte elements) only for the lanes whose
-        // mask is set, each with `0 <= idx[j] < raw.len()` (ids below 2^31 compare as
-        // non-negative `i32`s against the length just computed), so every read is inside
-        // `raw`; a lane whose mask is clear reads nothing and keeps `zero`.
+        // SAFETY: `src` was made by `source` from parts that outlive it (its lifetime), so
+        // its pointers address live slices. Each gather reads only the lanes whose mask is
+        // set, each with `0 <= idx[j] < slots` (ids below 2^31 compare as non-negative
+        // `i32`s against the count `source` computed); a lane whose mask is clear reads
+        // nothing and keeps `zero`. The entries: `entries[idx[j]]`, inside them
+        // (`slots <= entries.len()`). The explicit bits: the 4-byte half `idx[j] / 32` of
+        // the `u64` words, inside them (`idx[j] / 32 < slots / 32 <= 2 · explicit.len()`),
+        // holding bit `idx[j] % 32` for slot `idx[j]` on this little-endian target (bit
+        // `b` of word `w` is bit `b % 32` of half `2w + b / 32`). The depths:
+        // `depths[idx[j] / 64]`, inside them (`slots <= 64 · depths.len()`).
         let got = avx!(_mm256_mask_i32gather_epi32::<4>(
             zero,
-            raw.as_ptr().cast::<i32>(),
+            src.entries,
             idx,
             mask
         ));
+        let halves = avx!(_mm256_mask_i32gather_epi32::<4>(
+            zero,
+            src.explicit,
+            _mm256_srli_epi32::<5>(idx),
+            mask
+        ));
+        let depth = avx!(_mm256_mask_i32gather_epi32::<4>(
+            zero,
+            src.depths,
+            _mm256_srli_epi32::<6>(idx),
+            mask
+        ));
+        // The id's bit moved to the sign bit: `vblendvps` takes the entry where it is set.
+        let own = avx!(_mm256_sllv_epi32(
+            halves,
+            _mm256_sub_epi32(
+                _mm256_set1_epi32(31),
+                _mm256_and_si256(idx, _mm256_set1_epi32(31))
+            )
+        ));
+        let got = avx!(_mm256_castps_si256(_mm256_blendv_ps(
+            _mm256_castsi256_ps(depth),
+            _mm256_castsi256_ps(got),
+            _mm256_castsi256_ps(own)
+        )));
         let low16 = avx!(_mm256_set1_epi32(0xFFFF));
         let hi = avx!(_mm256_cvtepi32_ps(_mm256_srli_epi32::<16>(got)));
         let lo = avx!(_mm256_cvtepi32_ps(_mm256_and_si256(got, low16)));
@@ -362,6 +433,7 @@ impl Gather for F32x8 {
 mod tests {
     use super::*;
     use crate::select::finite;
+    use kvroute_index::index::Overlaps;
 
     /// The AVX2 lanes' operations, lane by lane, against `f32`'s on every class of value
     /// (NaN on either side, signed zeros, infinities): the same bits for arithmetic,
@@ -433,8 +505,8 @@ mod tests {
     /// # Safety
     /// The CPU has AVX2, BMI1 and POPCNT.
     #[target_feature(enable = "avx2,bmi1,popcnt")]
-    unsafe fn gathered(raw: &[u32], ids: &[u32; 8], lanes: usize) -> [f32; 8] {
-        F32x8::overlaps(raw, ids, lanes).to_array()
+    unsafe fn gathered(raw: &Overlaps, ids: &[u32; 8], lanes: usize) -> [f32; 8] {
+        F32x8::overlaps(&F32x8::source(&raw.parts()), ids, lanes).to_array()
     }
 
     /// The gathered overlaps against `raw.get(id).map_or(0, |&b| b as f32)` written out
@@ -446,7 +518,7 @@ mod tests {
         if !available() {
             return;
         }
-        let raw: Vec<u32> = vec![
+        let dense: Vec<u32> = vec![
             0,
             1,
             16_777_217,
@@ -458,6 +530,7 @@ mod tests {
             96,
             128,
         ];
+        let raw = Overlaps::from_blocks(dense.clone());
         let cases: [([u32; 8], usize); 5] = [
             ([0, 1, 2, 3, 4, 5, 6, 7], 8),
             ([9, 8, 7, 6, 5, 4, 3, 2], 8),
@@ -468,7 +541,7 @@ mod tests {
         for (ids, lanes) in cases {
             let want: [f32; 8] = core::array::from_fn(|j| {
                 if j < lanes {
-                    raw.get(ids[j] as usize).map_or(0.0, |&b| b as f32)
+                    dense.get(ids[j] as usize).map_or(0.0, |&b| b as f32)
                 } else {
                     0.0
                 }
@@ -497,8 +570,58 @@ mod tests {
         ];
         assert_eq!(got, hand);
         // SAFETY: as above.
-        let empty = unsafe { gathered(&[], &[0; 8], 8) };
+        let empty = unsafe { gathered(&Overlaps::default(), &[0; 8], 8) };
         assert_eq!(empty.map(f32::to_bits), [0u32; 8]);
+    }
+
+    /// The gather reads a run-index match's layout (a depth per word of 64 slots, the
+    /// slots that differ as entries) as `Overlaps::get` does, on a fleet built so that
+    /// every kind of word occurs: 200 slots; workers 0-149 hold blocks 1-4 and workers 3
+    /// and 140 blocks 1-8, so the match of blocks 1-8 gives 8 to those two, 4 to the rest
+    /// of 0-149 and 0 to 150-199 (by hand), with words 0 and 1 mostly at depth 4, word 2
+    /// split 22 / 42 and word 3 eight slots of a partial word.
+    #[test]
+    fn gathered_overlaps_read_the_word_layout() {
+        use kvroute_core::{EngineHash, SequenceHash, Slot};
+        use kvroute_index::index::IndexConfig;
+        use kvroute_index::runs::RunIndex;
+        if !available() {
+            return;
+        }
+        let index = RunIndex::new(IndexConfig::new(200, 16)).expect("valid config");
+        let block = |k: u64| (EngineHash(1_000 + k), SequenceHash(k));
+        for w in 0..150u32 {
+            let upto = if w == 3 || w == 140 { 8 } else { 4 };
+            let pairs: Vec<_> = (1..=upto).map(block).collect();
+            index
+                .store_hashes(Slot(w), None, &pairs)
+                .expect("valid slot");
+        }
+        let query: Vec<SequenceHash> = (1..=8).map(SequenceHash).collect();
+        let mut out = index.new_overlaps();
+        index.match_prefix(&query, &mut out);
+        let want = |s: u32| match s {
+            3 | 140 => 8,
+            0..150 => 4,
+            _ => 0,
+        };
+        assert!((0..200).all(|s| out.get(Slot(s)) == want(s)));
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for round in 0..400 {
+            let ids: [u32; 8] = core::array::from_fn(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Past the slots too (200-231 read 0).
+                (x % 232) as u32
+            });
+            let lanes = round % 9;
+            let hand: [f32; 8] =
+                core::array::from_fn(|j| if j < lanes { want(ids[j]) as f32 } else { 0.0 });
+            // SAFETY: `available` detected AVX2, BMI1 and POPCNT.
+            let got = unsafe { gathered(&out, &ids, lanes) };
+            assert_eq!(got, hand, "{ids:?}, {lanes}");
+        }
     }
 
     /// [`Gather::least`] compiled for AVX2.

@@ -8,7 +8,7 @@
 
 use kvroute_core::Fields;
 use kvroute_core::Slot;
-use kvroute_index::index::Overlaps;
+use kvroute_index::index::{OverlapParts, Overlaps};
 use kvroute_load::{LANE_PAD, LoadSnapshot, ReservationTable, Reserved, Validity, padded_len};
 
 use crate::coef::Coefficients;
@@ -220,7 +220,7 @@ impl Fleet {
     pub fn overlap(&self, i: usize) -> f32 {
         if self.lane_deferred {
             if i < self.len && self.mask.get(i).is_some_and(|&m| m != 0) {
-                self.matched.as_slice().get(i).map_or(0.0, |&b| b as f32)
+                self.matched.parts().get(i) as f32
             } else {
                 0.0
             }
@@ -229,12 +229,12 @@ impl Fleet {
         }
     }
 
-    /// The match buffer's entries (blocks per slot) while the `overlap` lane is not
-    /// converted, else `None`: an occupied slot's overlap is its entry as `f32` (0 past
-    /// the entries).
+    /// The match buffer (blocks per slot, [`Overlaps::parts`]) while the `overlap` lane is
+    /// not converted, else `None`: an occupied slot's overlap is its value as `f32` (0 past
+    /// the slots).
     #[inline(always)]
-    pub(crate) fn deferred_overlaps(&self) -> Option<&[u32]> {
-        self.lane_deferred.then(|| self.matched.as_slice())
+    pub(crate) fn deferred_overlaps(&self) -> Option<OverlapParts<'_>> {
+        self.lane_deferred.then(|| self.matched.parts())
     }
 
     /// [`overlap`](Self::overlap) of an occupied slot `i < len` (the decisions' reads):
@@ -243,7 +243,7 @@ impl Fleet {
     #[inline(always)]
     pub(crate) fn overlap_at(&self, i: usize) -> f32 {
         if self.lane_deferred {
-            self.matched.as_slice().get(i).map_or(0.0, |&b| b as f32)
+            self.matched.parts().get(i) as f32
         } else {
             self.overlap[i]
         }
@@ -479,7 +479,7 @@ impl Fleet {
             SimdPath::active(),
             snapshot,
             table,
-            overlaps,
+            Some(overlaps),
             tokens_per_request,
             snapshot_stale,
             true,
@@ -496,17 +496,16 @@ impl Fleet {
         tokens_per_request: u32,
         snapshot_stale: bool,
     ) {
-        let matched = core::mem::take(&mut self.matched);
+        // `None`: the fleet's own match buffer (read in place, not moved out and back).
         self.fill_lanes_on(
             SimdPath::active(),
             snapshot,
             table,
-            &matched,
+            None,
             tokens_per_request,
             snapshot_stale,
             false,
         );
-        self.matched = matched;
     }
 
     /// Brings the `overlap` lane up to date with the match buffer after
@@ -517,7 +516,7 @@ impl Fleet {
             return;
         }
         let n = self.lane_len();
-        let m = self.matched.as_slice().len().min(self.len);
+        let m = self.matched.len().min(self.len);
         convert_overlaps(&mut self.overlap[..n], &self.matched, &self.mask[..n], m);
         self.lane_deferred = false;
     }
@@ -536,14 +535,15 @@ impl Fleet {
     }
 
     /// [`fill_lanes`](Self::fill_lanes) on the copy for `path` (`Avx2` where available;
-    /// any other path, or `Avx2` where the CPU lacks it, runs the baseline copy).
+    /// any other path, or `Avx2` where the CPU lacks it, runs the baseline copy), from
+    /// `overlaps`, or from the fleet's own match buffer when `None`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fill_lanes_on(
         &mut self,
         path: SimdPath,
         snapshot: &LoadSnapshot,
         table: &ReservationTable,
-        overlaps: &Overlaps,
+        overlaps: Option<&Overlaps>,
         tokens_per_request: u32,
         snapshot_stale: bool,
         convert: bool,
@@ -607,8 +607,9 @@ impl Fleet {
         }
         let n = self.lane_len();
         let mask = &self.mask[..n];
+        let overlaps = overlaps.unwrap_or(&self.matched);
 
-        let m = overlaps.as_slice().len().min(len);
+        let m = overlaps.len().min(len);
         let deepest = if convert {
             self.lane_deferred = false;
             convert_overlaps(&mut self.overlap[..n], overlaps, mask, m)
@@ -924,17 +925,36 @@ impl Fleet {
 struct FillInput<'a> {
     snapshot: &'a LoadSnapshot,
     table: &'a ReservationTable,
-    overlaps: &'a Overlaps,
+    /// The request's overlaps; `None`: the fleet's match buffer (`matched`).
+    overlaps: Option<&'a Overlaps>,
     tokens_per_request: u32,
     snapshot_stale: bool,
     convert: bool,
+}
+
+/// The overlaps of slots `8c..8c + 8` of `p` (each below its length): the entries where
+/// all eight are explicit, the word's depth eight times where none is, a per-slot choice
+/// otherwise (a word of 64 slots holds eight such chunks).
+#[inline(always)]
+fn chunk_of(p: &OverlapParts<'_>, c: usize) -> [u32; 8] {
+    let w = c / 8;
+    let bits = (p.explicit()[w] >> ((c % 8) * 8)) as u8;
+    let d = p.depths()[w];
+    let mut x = [d; 8];
+    if bits != 0 {
+        let e = &p.entries()[c * 8..c * 8 + 8];
+        for (j, (x, &e)) in x.iter_mut().zip(e).enumerate() {
+            *x = if bits >> j & 1 != 0 { e } else { d };
+        }
+    }
+    x
 }
 
 /// Writes the `overlap` lane (`lane`, the padded length) from `overlaps`' first `m`
 /// entries, 0 for a slot whose `mask` is 0 and past `m`, and returns its maximum.
 #[inline(always)]
 fn convert_overlaps(lane: &mut [f32], overlaps: &Overlaps, mask: &[u32], m: usize) -> f32 {
-    let ov = overlaps.as_slice();
+    let ov = overlaps.parts();
     // Lanes are padded to a multiple of 8: independent accumulators of the largest
     // overlap lane (every lane is at least +0, so the maximum does not depend on the
     // order it is taken in).
@@ -946,11 +966,12 @@ fn convert_overlaps(lane: &mut [f32], overlaps: &Overlaps, mask: &[u32], m: usiz
         let whole = m / 8 * 8;
         let chunks = lane[..whole]
             .chunks_exact_mut(8)
-            .zip(ov[..whole].chunks_exact(8))
-            .zip(mask[..whole].chunks_exact(8));
-        for ((o, b), k) in chunks {
+            .zip(mask[..whole].chunks_exact(8))
+            .enumerate();
+        for (c, (o, k)) in chunks {
+            let b = chunk_of(&ov, c);
             let mut x = [0f32; 8];
-            for ((x, &b), &k) in x.iter_mut().zip(b).zip(k) {
+            for ((x, &b), &k) in x.iter_mut().zip(&b).zip(k) {
                 *x = f32::from_bits(((b as i32) as f32).to_bits() & k);
             }
             o.copy_from_slice(&x);
@@ -959,7 +980,7 @@ fn convert_overlaps(lane: &mut [f32], overlaps: &Overlaps, mask: &[u32], m: usiz
             }
         }
         for i in whole..m {
-            let x = f32::from_bits(((ov[i] as i32) as f32).to_bits() & mask[i]);
+            let x = f32::from_bits(((ov.get(i) as i32) as f32).to_bits() & mask[i]);
             lane[i] = x;
             deepest[i % 8] = if x > deepest[i % 8] {
                 x
@@ -968,8 +989,8 @@ fn convert_overlaps(lane: &mut [f32], overlaps: &Overlaps, mask: &[u32], m: usiz
             };
         }
     } else {
-        for ((o, b), k) in lane[..m].iter_mut().zip(&ov[..m]).zip(mask) {
-            *o = f32::from_bits((*b as f32).to_bits() & k);
+        for (i, (o, k)) in lane[..m].iter_mut().zip(mask).enumerate() {
+            *o = f32::from_bits((ov.get(i) as f32).to_bits() & k);
         }
         for chunk in lane[..m].chunks(8) {
             for (d, &x) in deepest.iter_mut().zip(chunk) {
@@ -994,10 +1015,10 @@ fn masked_deepest(overlaps: &Overlaps, mask: &[u32], m: usize) -> f32 {
     if overlaps.deepest() == 0 {
         return 0.0;
     }
-    let ov = &overlaps.as_slice()[..m];
+    let ov = overlaps.parts();
     // A known holder of the deepest overlap that is occupied: nothing holds more.
     if let Some(w) = overlaps.deepest_slot() {
-        if w.index() < m && mask[w.index()] != 0 && ov[w.index()] == overlaps.deepest() {
+        if w.index() < m && mask[w.index()] != 0 && ov.get(w.index()) == overlaps.deepest() {
             return overlaps.deepest() as f32;
         }
     }
@@ -1005,25 +1026,23 @@ fn masked_deepest(overlaps: &Overlaps, mask: &[u32], m: usize) -> f32 {
     let mut most = 0u32;
     for &i in tail {
         let i = i as usize;
-        if i < m && mask[i] != 0 && ov[i] > most {
-            most = ov[i];
+        if i < m && mask[i] != 0 && ov.get(i) > most {
+            most = ov.get(i);
         }
     }
     if most <= bound {
         // Eight independent maxima (one vector register where the copy has AVX2).
         let mut lanes = [0u32; 8];
         let whole = m / 8 * 8;
-        for (o, k) in ov[..whole]
-            .chunks_exact(8)
-            .zip(mask[..whole].chunks_exact(8))
-        {
-            for ((l, &o), &k) in lanes.iter_mut().zip(o).zip(k) {
+        for (c, k) in mask[..whole].chunks_exact(8).enumerate() {
+            let o = chunk_of(&ov, c);
+            for ((l, &o), &k) in lanes.iter_mut().zip(&o).zip(k) {
                 let o = o & k;
                 *l = if o > *l { o } else { *l };
             }
         }
-        for (&o, &k) in ov[whole..].iter().zip(&mask[whole..]) {
-            let o = o & k;
+        for (i, &k) in (whole..m).zip(&mask[whole..m]) {
+            let o = ov.get(i) & k;
             most = if o > most { o } else { most };
         }
         most = lanes
@@ -1137,7 +1156,7 @@ mod tests {
     ) {
         f.reset(snapshot.len());
         let tpr = tokens_per_request as f32;
-        let ov = overlaps.as_slice();
+        let ov = overlaps.to_vec();
         for i in 0..snapshot.len() {
             let slot = Slot(i as u32);
             let Some(s) = snapshot.slot(slot) else {
@@ -1397,7 +1416,7 @@ mod tests {
             // Each copy of the fill (baseline and, where the CPU has it, AVX2) alone.
             for path in [SimdPath::Portable, SimdPath::Avx2] {
                 let mut own = Fleet::from_slots(&vec![Some(SlotFigures::idle()); cap + 1]);
-                own.fill_lanes_on(path, &snap, &table, &overlaps, tpr, false, true);
+                own.fill_lanes_on(path, &snap, &table, Some(&overlaps), tpr, false, true);
                 assert_same(&own, &reference, &format!("{path} seed {seed} cap {cap}"));
             }
         }

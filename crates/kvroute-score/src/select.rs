@@ -683,26 +683,25 @@ fn finish<V: Vector>(
 }
 
 /// [`pick_in_band`] on a band given as a list: `band` holds the band's slots in slot order,
-/// each once. The same kept set in the same order, so the same pick (with both keys on,
-/// in one pass instead of two); narrows `band` in
-/// place.
+/// each once, with each slot's overlap as [`Fleet::overlap_at`] reads it (the caller has
+/// it from costing the slot). The same kept set in the same order, so the same pick (with
+/// both keys on, in one pass instead of two); narrows `band` in place.
 // `!(x < y)` is not `x >= y` for a NaN key, which the rule keeps (it never excludes).
 #[allow(clippy::neg_cmp_op_on_partial_ord)]
-pub(crate) fn pick_in_list(f: &Fleet, rule: &TieRule, band: &mut Vec<u32>) -> Option<usize> {
-    let ovl = |i: u32| f.overlap_at(i as usize);
+pub(crate) fn pick_in_list(f: &Fleet, rule: &TieRule, band: &mut Vec<(u32, f32)>) -> Option<usize> {
     let req = |i: u32| f.requests[i as usize];
     if let Some(r) = rule.random {
         if rule.overlap {
             let mut deepest = f32::NEG_INFINITY;
-            for &i in band.iter() {
-                if ovl(i) > deepest {
-                    deepest = ovl(i);
+            for &(_, o) in band.iter() {
+                if o > deepest {
+                    deepest = o;
                 }
             }
-            keep_where(band, |i| !(ovl(i) < deepest));
+            keep_where(band, |(_, o)| !(o < deepest));
         }
         let k = r % (band.len() as u64).max(1);
-        return band.get(k as usize).map(|&i| i as usize);
+        return band.get(k as usize).map(|&(i, _)| i as usize);
     }
     if rule.load && rule.overlap {
         // Both keys in one pass: the least requests, and the most overlap among the slots
@@ -711,8 +710,8 @@ pub(crate) fn pick_in_list(f: &Fleet, rule: &TieRule, band: &mut Vec<u32>) -> Op
         // below keep.
         let (mut min_req, mut top, mut top_nan) =
             (f32::INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY);
-        for &i in band.iter() {
-            let (r, o) = (req(i), ovl(i));
+        for &(i, o) in band.iter() {
+            let r = req(i);
             if r < min_req {
                 min_req = r;
                 top = f32::NEG_INFINITY;
@@ -724,40 +723,40 @@ pub(crate) fn pick_in_list(f: &Fleet, rule: &TieRule, band: &mut Vec<u32>) -> Op
             }
         }
         let top = if top_nan > top { top_nan } else { top };
-        keep_where(band, |i| !(req(i) > min_req) && !(ovl(i) < top));
+        keep_where(band, |(i, o)| !(req(i) > min_req) && !(o < top));
         if band.is_empty() {
             return None;
         }
-        return Some(band[rule.cursor as usize % band.len()] as usize);
+        return Some(band[rule.cursor as usize % band.len()].0 as usize);
     }
     if rule.load {
         let mut min_req = f32::INFINITY;
-        for &i in band.iter() {
+        for &(i, _) in band.iter() {
             if req(i) < min_req {
                 min_req = req(i);
             }
         }
-        keep_where(band, |i| !(req(i) > min_req));
+        keep_where(band, |(i, _)| !(req(i) > min_req));
     }
     if rule.overlap {
         let mut max_ovl = f32::NEG_INFINITY;
-        for &i in band.iter() {
-            if ovl(i) > max_ovl {
-                max_ovl = ovl(i);
+        for &(_, o) in band.iter() {
+            if o > max_ovl {
+                max_ovl = o;
             }
         }
-        keep_where(band, |i| !(ovl(i) < max_ovl));
+        keep_where(band, |(_, o)| !(o < max_ovl));
     }
     if band.is_empty() {
         return None;
     }
-    Some(band[rule.cursor as usize % band.len()] as usize)
+    Some(band[rule.cursor as usize % band.len()].0 as usize)
 }
 
 /// Keeps the entries of `band` for which `keep` holds, in order (a plain compaction: the
 /// band is a few entries, where `Vec::retain`'s set-up costs more than the loop).
 #[inline(always)]
-fn keep_where(band: &mut Vec<u32>, keep: impl Fn(u32) -> bool) {
+fn keep_where<T: Copy>(band: &mut Vec<T>, keep: impl Fn(T) -> bool) {
     let mut n = 0;
     for j in 0..band.len() {
         let i = band[j];
@@ -873,7 +872,10 @@ mod tests {
                 for &i in &band {
                     bits[i as usize / 64] |= 1 << (i % 64);
                 }
-                let mut list = band.clone();
+                let mut list: Vec<(u32, f32)> = band
+                    .iter()
+                    .map(|&i| (i, f.overlap_at(i as usize)))
+                    .collect();
                 assert_eq!(
                     pick_in_list(&f, &rule, &mut list),
                     pick_in_band(&f, &rule, &mut bits),

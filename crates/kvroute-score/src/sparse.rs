@@ -51,6 +51,7 @@
 use crate::coef::CoefKey;
 use crate::cost::Params;
 use crate::fleet::Fleet;
+use kvroute_index::index::OverlapParts;
 use wide::f32x8;
 
 use crate::lane::{Lane, Vector};
@@ -268,24 +269,33 @@ fn columns<V: Vector>(block: &[[f32; 8]; 8]) -> [V; 8] {
     ]
 }
 
-/// Reusable scratch of the sparse decision: the costed slots and their costs, the special
-/// slots costed, the band, and a bitset of the slots holding reservations (sized only when
-/// some do; cleared at the start of each decision).
+/// Reusable scratch of the sparse decision: the costed slots with their costs and
+/// overlaps, the special slots costed, the band (slots with their overlaps, which its tie
+/// keys read), and a bitset of the slots holding reservations (sized only when some do;
+/// cleared at the start of each decision).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Scratch {
-    seen: Vec<(u32, f32)>,
+    seen: Vec<(u32, f32, f32)>,
     special: Vec<u32>,
-    band: Vec<u32>,
+    band: Vec<(u32, f32)>,
     held: Vec<u64>,
 }
 
 /// What the walk needs of a vector beyond [`Vector`]: eight slots' overlaps read from the
 /// match buffer.
 pub(crate) trait Gather: Vector {
-    /// Lane `j < lanes`: `raw[ids[j]]` converted as `u32 as f32` does (round to nearest,
-    /// ties to even), 0 where `ids[j]` is past `raw`'s end; the lanes from `lanes` on: 0.
-    /// `lanes` is at most 8 and every id below 2^31 (the order's slots are below 4,096).
-    fn overlaps(raw: &[u32], ids: &[u32; 8], lanes: usize) -> Self;
+    /// What [`overlaps`](Self::overlaps) reads, prepared once per decision from the match
+    /// buffer's layout.
+    type Source<'a>: Copy;
+
+    /// The source of `raw`.
+    fn source<'a>(raw: &OverlapParts<'a>) -> Self::Source<'a>;
+
+    /// Lane `j < lanes`: `raw.get(ids[j])` (`raw` the parts `src` was made from)
+    /// converted as `u32 as f32` does (round to nearest, ties to even), 0 where `ids[j]`
+    /// is past `raw`'s slots; the lanes from `lanes` on: 0. `lanes` is at most 8 and every
+    /// id below 2^31 (the order's slots are below 4,096).
+    fn overlaps(src: &Self::Source<'_>, ids: &[u32; 8], lanes: usize) -> Self;
 
     /// The least of the eight lanes, none of them NaN (the walk's costs are finite or
     /// +∞). Any order of comparisons gives the same value then, up to the sign of a zero,
@@ -295,11 +305,18 @@ pub(crate) trait Gather: Vector {
 }
 
 impl Gather for f32x8 {
+    type Source<'a> = OverlapParts<'a>;
+
     #[inline(always)]
-    fn overlaps(raw: &[u32], ids: &[u32; 8], lanes: usize) -> Self {
+    fn source<'a>(raw: &OverlapParts<'a>) -> OverlapParts<'a> {
+        *raw
+    }
+
+    #[inline(always)]
+    fn overlaps(raw: &OverlapParts<'_>, ids: &[u32; 8], lanes: usize) -> Self {
         let mut ov = [0f32; 8];
         for (x, &i) in ov.iter_mut().zip(ids).take(lanes) {
-            *x = raw.get(i as usize).map_or(0.0, |&b| b as f32);
+            *x = raw.get(i as usize) as f32;
         }
         f32x8::load(ov)
     }
@@ -313,6 +330,12 @@ impl Gather for f32x8 {
 /// One slot's projected cost from the coefficients (lane 0 of [`cost8`] over `V`).
 #[inline(always)]
 fn projected<V: Vector>(p: &Params, f: &Fleet, i: usize) -> f32 {
+    projected_at::<V>(p, f, i, f.overlap_at(i))
+}
+
+/// [`projected`] with slot `i`'s overlap given (`f.overlap_at(i)`, read by the caller).
+#[inline(always)]
+fn projected_at<V: Vector>(p: &Params, f: &Fleet, i: usize, overlap: f32) -> f32 {
     let [cap, q1, room, spp, a, b, start, barrier] = Packed::of(f, i).0;
     let k = [
         V::splat(cap),
@@ -324,7 +347,7 @@ fn projected<V: Vector>(p: &Params, f: &Fleet, i: usize) -> f32 {
         V::splat(start),
         V::splat(barrier),
     ];
-    cost8(p, &k, V::splat(f.overlap_at(i))).to_array()[0]
+    cost8(p, &k, V::splat(overlap)).to_array()[0]
 }
 
 #[inline(always)]
@@ -436,9 +459,10 @@ fn decide<V: Gather>(
     // read back): no vector is assembled from scalar stores, which a load could not take
     // from the store buffer at once.
     for &i in &s.special {
-        let c = projected::<V>(p, f, i as usize);
+        let o = f.overlap_at(i as usize);
+        let c = projected_at::<V>(p, f, i as usize, o);
         if c.is_finite() {
-            s.seen.push((i, c));
+            s.seen.push((i, c, o));
             m = if c < m { c } else { m };
         }
     }
@@ -453,6 +477,7 @@ fn decide<V: Gather>(
     let budget = walk_budget(n);
     // The match buffer's entries while the fleet's overlap lane is not converted.
     let raw = f.deferred_overlaps();
+    let src = raw.as_ref().map(V::source);
     for (c, chunk) in o.chunks.iter().enumerate() {
         let k = c * 8;
         let limit = band_limit(m, rule.band);
@@ -468,8 +493,8 @@ fn decide<V: Gather>(
         let lanes = (n - k).min(8);
         let cols = columns(&chunk.cols);
         let slots = &chunk.ids;
-        let ov = match raw {
-            Some(raw) => V::overlaps(raw, slots, lanes),
+        let ov = match &src {
+            Some(src) => V::overlaps(src, slots, lanes),
             None => {
                 let mut ov = [0f32; 8];
                 for (x, &i) in ov.iter_mut().zip(slots).take(lanes) {
@@ -509,24 +534,35 @@ fn decide<V: Gather>(
         let costs = cv.to_array();
         let limit = band_limit(m, rule.band);
         let mut within = least.le_mask(V::splat(limit)).bits() & ok;
+        let ovs = ov.to_array();
         while within != 0 {
             let j = within.trailing_zeros() as usize;
-            s.seen.push((slots[j], costs[j]));
+            s.seen.push((slots[j], costs[j], ovs[j]));
             within &= within - 1;
         }
     }
     if s.seen.is_empty() {
         return Outcome::NoneEligible;
     }
-    // The band, as a sorted list of slots, then the tie keys.
+    // The band, as a list of slots (with their overlaps) in slot order, then the tie keys.
     let limit = band_limit(m, rule.band);
-    for &(i, c) in &s.seen {
+    // Kept in slot order as it is built (an insertion sort: the band is a few slots); a
+    // slot costed twice (a tail slot the walk reached) has the same overlap both times
+    // and goes in once.
+    for &(i, c, o) in &s.seen {
         if c <= limit {
-            s.band.push(i);
+            let band = &mut s.band;
+            band.push((i, o));
+            let mut j = band.len() - 1;
+            while j > 0 && band[j - 1].0 > i {
+                band.swap(j - 1, j);
+                j -= 1;
+            }
+            if j > 0 && band[j - 1].0 == i {
+                band.remove(j);
+            }
         }
     }
-    s.band.sort_unstable();
-    s.band.dedup();
     let Some(pick) = pick_in_list(f, rule, &mut s.band) else {
         return Outcome::NoneEligible;
     };
@@ -560,8 +596,8 @@ fn decide<V: Gather>(
         let c = s
             .seen
             .iter()
-            .find(|&&(i, _)| i as usize == pick)
-            .map_or(f32::NAN, |&(_, c)| c);
+            .find(|&&(i, _, _)| i as usize == pick)
+            .map_or(f32::NAN, |&(_, c, _)| c);
         Outcome::Pick(pick, c)
     } else {
         Outcome::Dense

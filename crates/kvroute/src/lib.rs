@@ -163,8 +163,8 @@ pub use kvroute_core::{
 // matching), its vocabulary, and the node-per-block `PrefixIndex` for direct use.
 pub use kvroute_index::hash::ExtraKeysOrderError;
 pub use kvroute_index::index::{
-    BlockStore, IndexConfig, IndexError, IndexStats, Overlaps, PrefixIndex, RemoveOutcome,
-    StoreOutcome, TAIL_SLOTS,
+    BlockStore, IndexConfig, IndexError, IndexStats, OverlapParts, Overlaps, PrefixIndex,
+    RemoveOutcome, StoreOutcome, TAIL_SLOTS,
 };
 pub use kvroute_index::runs::{RunIndex, RunIndexStats};
 pub use kvroute_index::{BlockHasher, LocalBlockHash};

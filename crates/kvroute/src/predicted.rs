@@ -407,14 +407,14 @@ mod tests {
         assert_eq!(p.record(&a, Slot(2), SlotGeneration(1), Nanos::ZERO, 0), 0);
         let mut o = Overlaps::new(4);
         let got = p.apply(&a, Nanos::from_millis(10), live, &mut o, |_, _| {});
-        assert_eq!(o.as_slice(), [0, 0, 100, 0]);
+        assert_eq!(o.to_vec(), [0, 0, 100, 0]);
         assert_eq!((got.raised, o.deepest()), (4, 100));
 
         let mut b = a[..50].to_vec();
         b.extend(chain(8, 30));
         let mut o = Overlaps::new(4);
         p.apply(&b, Nanos::from_millis(10), live, &mut o, |_, _| {});
-        assert_eq!(o.as_slice(), [0, 0, 32, 0]);
+        assert_eq!(o.to_vec(), [0, 0, 32, 0]);
     }
 
     /// Past its TTL, or on a slot whose tenancy changed, a prediction credits nothing.
@@ -461,6 +461,6 @@ mod tests {
         p.apply(&a, Nanos::from_secs(50), live, &mut o, |_, _| {});
         let mut want = vec![1; slots as usize];
         want[0] = 0;
-        assert_eq!(o.as_slice(), want);
+        assert_eq!(o.to_vec(), want);
     }
 }

@@ -50,7 +50,7 @@ fn pairs(workers: usize, rounds: usize) {
     for &q in order.iter().take(CHECKED_QUERIES) {
         runs.match_prefix(&fleet.requests[q], &mut ours);
         peer.overlaps_into(&chain.requests[q], &mut dense);
-        if let Err(e) = same_dense_overlaps(ours.as_slice(), &dense) {
+        if let Err(e) = same_dense_overlaps(&ours.to_vec(), &dense) {
             panic!("kv-index disagrees with kvroute at {workers} workers, conversation {q}: {e}");
         }
     }

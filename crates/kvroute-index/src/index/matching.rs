@@ -15,10 +15,21 @@ use super::table::prefetch_read;
 use kvroute_core::SequenceHash;
 use kvroute_core::Slot;
 
-/// Dense per-slot overlaps (in blocks) filled by [`PrefixIndex::match_prefix`].
+/// Per-slot overlaps (in blocks) filled by a match ([`PrefixIndex::match_prefix`],
+/// [`RunIndex::match_prefix`](crate::runs::RunIndex::match_prefix)).
 ///
-/// `as_slice()[slot]` is the overlap of the worker in `slot`; slots without a worker read 0.
-/// Reuse one `Overlaps` per thread: matching into it never allocates.
+/// [`get`](Self::get)`(slot)` is the overlap of the worker in `slot`; slots without a
+/// worker read 0. Reuse one `Overlaps` per thread: matching into it never allocates.
+///
+/// # Layout: a depth per word of 64 slots, and the slots that differ
+/// The slots are grouped in words of 64 (slot `s` in word `s / 64`, bit `s % 64`). Each
+/// word has a depth and a bitset of *explicit* slots: an explicit slot's overlap is its own
+/// entry, every other slot's is its word's depth. A run-index match, where a shared prefix
+/// ends for most of a word's workers at once, records those workers as the word's depth
+/// (one store, not 64) and only the few that differ as entries; so a match costs what its
+/// holder sets' words and differing workers cost, not one store per worker. Readers go
+/// through [`get`](Self::get), [`iter`](Self::iter), [`to_vec`](Self::to_vec) (the dense
+/// view, allocating) or, for vectorised readers, [`parts`](Self::parts).
 ///
 /// A match may also leave a *tail* ([`tail`](Self::tail)): a bound and the few slots (at
 /// most [`TAIL_SLOTS`]) that may hold more than it; every slot not listed holds at most
@@ -27,7 +38,12 @@ use kvroute_core::Slot;
 /// which is always true.
 #[derive(Clone, Debug, Default)]
 pub struct Overlaps {
+    /// Per slot: the overlap of an explicit slot (other entries are not read).
     blocks: Vec<u32>,
+    /// Per word: the bits of its explicit slots (bits past the slots are not read).
+    explicit: Vec<u64>,
+    /// Per word: the overlap of its slots that are not explicit.
+    depths: Vec<u32>,
     /// Entries past this are known to be zero.
     dirty: usize,
     deepest: u32,
@@ -42,11 +58,60 @@ pub struct Overlaps {
 /// The most slots a match lists in an [`Overlaps`] tail.
 pub const TAIL_SLOTS: usize = 16;
 
+/// The raw layout of an [`Overlaps`] (its type docs), for readers that gather several
+/// slots at once: slot `s` below [`entries`](Self::entries)' length reads `entries()[s]`
+/// when bit `s % 64` of `explicit()[s / 64]` is set, else `depths()[s / 64]`
+/// ([`get`](Self::get)). Always `explicit().len() == depths().len() ==
+/// entries().len().div_ceil(64)` (only [`Overlaps::parts`] makes one).
+#[derive(Clone, Copy, Debug)]
+pub struct OverlapParts<'a> {
+    entries: &'a [u32],
+    explicit: &'a [u64],
+    depths: &'a [u32],
+}
+
+impl<'a> OverlapParts<'a> {
+    /// Per slot, the overlap (blocks) of an explicit slot; other entries hold anything.
+    #[inline(always)]
+    pub fn entries(&self) -> &'a [u32] {
+        self.entries
+    }
+
+    /// Per word of 64 slots, the bits of its explicit slots.
+    #[inline(always)]
+    pub fn explicit(&self) -> &'a [u64] {
+        self.explicit
+    }
+
+    /// Per word of 64 slots, the overlap (blocks) of its slots that are not explicit.
+    #[inline(always)]
+    pub fn depths(&self) -> &'a [u32] {
+        self.depths
+    }
+
+    /// Overlap of slot `i` in blocks (0 past the slots).
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> u32 {
+        if i >= self.entries.len() {
+            return 0;
+        }
+        let w = i / 64;
+        if self.explicit[w] >> (i % 64) & 1 != 0 {
+            self.entries[i]
+        } else {
+            self.depths[w]
+        }
+    }
+}
+
 impl Overlaps {
     /// Zeroed overlaps for `worker_slots` slots.
     pub fn new(worker_slots: usize) -> Self {
+        let words = worker_slots.div_ceil(64);
         Self {
             blocks: vec![0; worker_slots],
+            explicit: vec![u64::MAX; words],
+            depths: vec![0; words],
             dirty: 0,
             deepest: 0,
             tail: [0; TAIL_SLOTS],
@@ -62,8 +127,11 @@ impl Overlaps {
         let deepest = blocks.iter().copied().max().unwrap_or(0);
         let deepest_slot = first_at(&blocks, deepest);
         let dirty = blocks.len();
+        let words = blocks.len().div_ceil(64);
         Self {
             blocks,
+            explicit: vec![u64::MAX; words],
+            depths: vec![0; words],
             dirty,
             deepest,
             tail: [0; TAIL_SLOTS],
@@ -86,13 +154,41 @@ impl Overlaps {
     /// Overlap of `slot` in blocks (0 for a slot outside the array).
     #[inline]
     pub fn get(&self, slot: Slot) -> u32 {
-        self.blocks.get(slot.index()).copied().unwrap_or(0)
+        self.parts().get(slot.index())
     }
 
-    /// Overlap per slot, in blocks; length `worker_slots`.
+    /// Slots (the index's `worker_slots` after a match).
     #[inline]
-    pub fn as_slice(&self) -> &[u32] {
-        &self.blocks
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether there is no slot.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The overlap of every slot in slot order (blocks; [`len`](Self::len) items).
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = u32> + '_ {
+        let parts = self.parts();
+        (0..self.blocks.len()).map(move |i| parts.get(i))
+    }
+
+    /// The dense view: the overlap of every slot in slot order (blocks), in a new vector
+    /// of [`len`](Self::len) entries (allocates).
+    pub fn to_vec(&self) -> Vec<u32> {
+        self.iter().collect()
+    }
+
+    /// The raw layout, for vectorised readers (see [`OverlapParts`]).
+    #[inline(always)]
+    pub fn parts(&self) -> OverlapParts<'_> {
+        OverlapParts {
+            entries: &self.blocks,
+            explicit: &self.explicit,
+            depths: &self.depths,
+        }
     }
 
     /// The largest overlap of any worker, in blocks.
@@ -102,7 +198,7 @@ impl Overlaps {
     }
 
     /// The tail: `(slots, bound)`, where every slot not in `slots` (at most
-    /// [`TAIL_SLOTS`] of them, in slot order, each below `as_slice().len()`) has an overlap
+    /// [`TAIL_SLOTS`] of them, in slot order, each below [`len`](Self::len)) has an overlap
     /// of at most `bound` blocks. Without a tail from the match: no slots, and `bound` is
     /// [`deepest`](Self::deepest).
     #[inline]
@@ -113,20 +209,32 @@ impl Overlaps {
         )
     }
 
+    /// Sets the overlap of `slot` (below `len`) as an explicit entry.
+    #[inline(always)]
+    fn set_entry(&mut self, i: usize, blocks: u32) {
+        self.blocks[i] = blocks;
+        self.explicit[i / 64] |= 1 << (i % 64);
+        self.dirty = self.dirty.max(i + 1);
+    }
+
     /// Sets the overlap of every slot for which `drop(slot)` is true to 0 (for example the
     /// workers whose residency is not trusted) and recomputes [`deepest`](Self::deepest),
     /// in place: never allocates. `drop` is called once per slot, in slot order.
     pub fn zero_where(&mut self, mut drop: impl FnMut(Slot) -> bool) {
         let mut deepest = 0;
-        for (i, o) in self.blocks.iter_mut().enumerate() {
+        for i in 0..self.blocks.len() {
             if drop(Slot(i as u32)) {
-                *o = 0;
+                self.set_entry(i, 0);
             }
-            deepest = deepest.max(*o);
+            deepest = deepest.max(self.parts().get(i));
         }
         // Entries only went down: the tail still holds.
         self.deepest = deepest;
-        self.deepest_slot = first_at(&self.blocks, deepest);
+        self.deepest_slot = if deepest == 0 {
+            None
+        } else {
+            self.iter().position(|b| b == deepest).map(|i| i as u32)
+        };
     }
 
     /// Raises the overlap of `slot` to `blocks` where it is below (a credit from outside
@@ -138,14 +246,14 @@ impl Overlaps {
     /// Never allocates.
     pub fn raise(&mut self, slot: Slot, blocks: u32) -> u32 {
         let i = slot.index();
-        let Some(&before) = self.blocks.get(i) else {
+        if i >= self.blocks.len() {
             return 0;
-        };
+        }
+        let before = self.parts().get(i);
         if blocks <= before {
             return before;
         }
-        self.blocks[i] = blocks;
-        self.dirty = self.dirty.max(i + 1);
+        self.set_entry(i, blocks);
         if let Some(bound) = self.bound
             && blocks > bound.min(self.deepest)
         {
@@ -169,19 +277,33 @@ impl Overlaps {
         before
     }
 
-    fn reset(&mut self, worker_slots: usize) {
+    /// Sizes the buffers to `worker_slots` slots (new entries read 0) and clears the
+    /// summary (deepest, tail, deepest slot); the entries and words are left as they are.
+    fn resize_and_clear(&mut self, worker_slots: usize) {
         self.dirty = self.dirty.min(self.blocks.len());
         if self.blocks.len() != worker_slots {
             self.blocks.clear();
             self.blocks.resize(worker_slots, 0);
-        } else {
-            self.blocks[..self.dirty].fill(0);
+            self.dirty = 0;
+            let words = worker_slots.div_ceil(64);
+            self.explicit.clear();
+            self.explicit.resize(words, u64::MAX);
+            self.depths.clear();
+            self.depths.resize(words, 0);
         }
-        self.dirty = 0;
         self.deepest = 0;
         self.tail_len = 0;
         self.bound = None;
         self.deepest_slot = None;
+    }
+
+    /// Starts a match that writes entries only (the node index's): every entry 0 and
+    /// explicit.
+    fn reset(&mut self, worker_slots: usize) {
+        self.resize_and_clear(worker_slots);
+        self.blocks[..self.dirty].fill(0);
+        self.dirty = 0;
+        self.explicit.fill(u64::MAX);
     }
 }
 
@@ -194,21 +316,33 @@ fn first_at(blocks: &[u32], deepest: u32) -> Option<u32> {
 }
 
 impl Overlaps {
-    /// Starts a match that writes every entry below `worker_slots` itself: sized to
-    /// `worker_slots` (new entries read 0), deepest, tail and deepest slot cleared, but the
-    /// entries a previous match wrote are left as they are until the caller overwrites them
-    /// (or calls [`zero_entries`](Self::zero_entries)).
-    pub(crate) fn begin_unzeroed(&mut self, worker_slots: usize) {
-        self.dirty = self.dirty.min(self.blocks.len());
-        if self.blocks.len() != worker_slots {
-            self.blocks.clear();
-            self.blocks.resize(worker_slots, 0);
-            self.dirty = 0;
+    /// Starts a match that records words ([`record_word`](Self::record_word)): sized to
+    /// `worker_slots`, every slot reading 0 (no slot explicit, every word's depth 0),
+    /// deepest, tail and deepest slot cleared. The entries a previous match wrote stay as
+    /// they are (no slot reads them until recorded again).
+    pub(crate) fn begin_words(&mut self, worker_slots: usize) {
+        self.resize_and_clear(worker_slots);
+        self.explicit.fill(0);
+        self.depths.fill(0);
+    }
+
+    /// Records `depth` as the overlap of word `w`'s slots whose bit is set in `dropped`
+    /// (bits of slots below [`len`](Self::len) only; each slot recorded at most once per
+    /// match, as a walk's workers drop out once). More than half the word at once (a
+    /// shared prefix ending for most of its workers): the word's depth, one store; since
+    /// the bits drop once each, at most one such record per word, and every other slot
+    /// of the word is recorded as an entry. Fewer: entries ([`record`]).
+    #[inline(always)]
+    pub(crate) fn record_word(&mut self, w: usize, dropped: u64, depth: u32) {
+        if dropped == 0 {
+            return;
         }
-        self.deepest = 0;
-        self.tail_len = 0;
-        self.bound = None;
-        self.deepest_slot = None;
+        if dropped.count_ones() > 32 {
+            self.depths[w] = depth;
+            return;
+        }
+        self.explicit[w] |= dropped;
+        record_inline(&mut self.blocks, w, dropped, depth);
     }
 
     /// Records `slot` (below the entries' length; the caller checked) as one whose entry
@@ -217,22 +351,10 @@ impl Overlaps {
         self.deepest_slot = Some(slot);
     }
 
-    /// Sets every entry to 0 (after [`begin_unzeroed`](Self::begin_unzeroed), for a match
-    /// that writes none).
-    pub(crate) fn zero_entries(&mut self) {
-        self.blocks[..self.dirty].fill(0);
-        self.dirty = 0;
-    }
-
-    /// The per-slot entries, for a match to write.
-    pub(crate) fn entries_mut(&mut self) -> &mut [u32] {
-        &mut self.blocks
-    }
-
     /// Ends a match: its deepest overlap, and how many leading entries it may have written.
     pub(crate) fn finish(&mut self, deepest: u32, written: usize) {
         self.deepest = deepest;
-        self.dirty = written.min(self.blocks.len());
+        self.dirty = self.dirty.max(written.min(self.blocks.len()));
     }
 
     /// Records a tail: `slots` (at most [`TAIL_SLOTS`], in slot order, each below the
@@ -256,20 +378,14 @@ pub(crate) const MAX_WORDS: usize = super::types::MAX_WORKER_SLOTS / 64;
 /// at 512 workers, so it was not kept.)
 #[inline]
 pub(crate) fn record(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
-    record_with::<false>(blocks, w, dropped, depth);
+    record_inline(blocks, w, dropped, depth);
 }
 
-/// [`record`], and for a word where all but at most 8 bits are set (a shared prefix
-/// ending for all but the few workers still matching, the run index's common case), a
-/// fill with the few entries kept around it instead of 64 selects. (The node index keeps
-/// [`record`]: inlined into its match, this branch cost it a quarter more instructions.)
-#[inline]
-pub(crate) fn record_most(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
-    record_with::<true>(blocks, w, dropped, depth);
-}
-
+/// [`record`], always inlined (into [`Overlaps::record_word`], on the run index's walk);
+/// the node index's match calls [`record`], which the compiler inlines or not as it
+/// counts best there.
 #[inline(always)]
-fn record_with<const MOST: bool>(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
+fn record_inline(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
     if dropped == 0 {
         return;
     }
@@ -283,35 +399,11 @@ fn record_with<const MOST: bool>(blocks: &mut [u32], w: usize, dropped: u64, dep
         }
     } else if dropped == u64::MAX {
         blocks[base..base + 64].fill(depth);
-    } else if MOST && ones >= 56 {
-        fill_keeping(&mut blocks[base..base + 64], !dropped, depth);
     } else {
         for (b, entry) in blocks[base..base + 64].iter_mut().enumerate() {
             let set = (dropped >> b) & 1 != 0;
             *entry = if set { depth } else { *entry };
         }
-    }
-}
-
-/// Writes `depth` into every entry of `word` (64 of them) but those whose bit is set in
-/// `keep` (at most 8 bits). Reached only from [`record_most`] (the branch is compiled out of
-/// [`record`]), and inlined into it, so that the run index's AVX2 walk fills with 256-bit
-/// stores too.
-#[inline(always)]
-fn fill_keeping(word: &mut [u32], keep: u64, depth: u32) {
-    let mut kept = [0u32; 8];
-    let (mut left, mut k) = (keep, 0);
-    while left != 0 {
-        kept[k] = word[left.trailing_zeros() as usize];
-        k += 1;
-        left &= left - 1;
-    }
-    word.fill(depth);
-    let (mut left, mut k) = (keep, 0);
-    while left != 0 {
-        word[left.trailing_zeros() as usize] = kept[k];
-        k += 1;
-        left &= left - 1;
     }
 }
 
@@ -445,7 +537,7 @@ mod tests {
         assert_eq!((o.deepest(), o.deepest_slot()), (12, Some(Slot(4))));
         assert_eq!(o.tail(), (&[0, 3, 4][..], 2));
         assert_eq!(o.raise(Slot(0), 4), 9, "lower: unchanged");
-        assert_eq!(o.as_slice(), [9, 2, 2, 5, 12]);
+        assert_eq!(o.to_vec(), [9, 2, 2, 5, 12]);
         assert_eq!(o.raise(Slot(7), 3), 0, "outside the array: ignored");
 
         let full: Vec<u32> = (0..TAIL_SLOTS as u32).collect();
@@ -467,12 +559,12 @@ mod tests {
         })
         .unwrap();
         index.match_prefix(&[SequenceHash(1)], &mut o);
-        assert_eq!(o.as_slice(), &[0, 0, 0]);
+        assert_eq!(o.to_vec(), &[0, 0, 0]);
         assert_eq!(o.deepest(), 0);
     }
 
     #[test]
-    fn record_writes_exactly_the_dropped_slots_on_every_path() {
+    fn record_and_record_word_write_exactly_the_dropped_slots_on_every_path() {
         // Masks for each path: few bits, a whole word, many bits, and a word past the
         // end of a short array (one store per bit).
         let mut x: u64 = 0x0123_4567_89ab_cdef;
@@ -506,16 +598,38 @@ mod tests {
                 };
                 let mut got: Vec<u32> = (0..len as u32).collect();
                 let mut want = got.clone();
-                let mut most = got.clone();
                 record(&mut got, w, m, 777);
-                record_most(&mut most, w, m, 777);
-                assert_eq!(most, got, "record_most, mask {m:#x}");
                 for b in 0..64 {
                     if m >> b & 1 == 1 && w * 64 + b < len {
                         want[w * 64 + b] = 777;
                     }
                 }
                 assert_eq!(got, want, "mask {m:#x}, len {len}, word {w}");
+                // The same drop recorded in a word-recording match, then the rest of the
+                // word's slots at another depth, as a walk records them: every slot reads
+                // its own depth (by hand above), whichever of the two became the word's.
+                let mut o = Overlaps::from_blocks((0..len as u32).map(|i| i + 1_000).collect());
+                o.begin_words(len);
+                assert!(o.iter().all(|b| b == 0), "a new match reads 0 everywhere");
+                o.record_word(w, m, 777);
+                let word_slots = if len < (w + 1) * 64 {
+                    (1u64 << (len - w * 64)) - 1
+                } else {
+                    u64::MAX
+                };
+                o.record_word(w, word_slots & !m, 5);
+                let want: Vec<u32> = (0..len)
+                    .map(|s| match s / 64 == w {
+                        false => 0,
+                        true if m >> (s % 64) & 1 == 1 => 777,
+                        true => 5,
+                    })
+                    .collect();
+                assert_eq!(
+                    o.to_vec(),
+                    want,
+                    "record_word, mask {m:#x}, len {len}, word {w}"
+                );
             }
         }
     }
@@ -525,10 +639,10 @@ mod tests {
         let mut o = Overlaps::from_blocks(vec![4, 9, 6, 9]);
         o.zero_where(|s| s.index() == 1);
         // Slot 3 still holds 9 blocks.
-        assert_eq!((o.as_slice(), o.deepest()), (&[4, 0, 6, 9][..], 9));
+        assert_eq!((o.to_vec(), o.deepest()), (vec![4, 0, 6, 9], 9));
         o.zero_where(|s| s.index() == 3);
-        assert_eq!((o.as_slice(), o.deepest()), (&[4, 0, 6, 0][..], 6));
+        assert_eq!((o.to_vec(), o.deepest()), (vec![4, 0, 6, 0], 6));
         o.zero_where(|_| true);
-        assert_eq!((o.as_slice(), o.deepest()), (&[0, 0, 0, 0][..], 0));
+        assert_eq!((o.to_vec(), o.deepest()), (vec![0, 0, 0, 0], 0));
     }
 }

@@ -61,7 +61,7 @@ mod worker;
 use kvroute_core::sync::Mutex;
 use kvroute_core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-pub use matching::{Overlaps, TAIL_SLOTS};
+pub use matching::{OverlapParts, Overlaps, TAIL_SLOTS};
 pub use types::{
     BLOCK_SIZE, BlockStore, EXPECTED_BLOCKS, IndexConfig, IndexCounters, IndexError, IndexStats,
     MAX_BLOCKS_PER_WORKER, MAX_WORKER_SLOTS, RemoveOutcome, StoreOutcome, WORKER_SLOTS,

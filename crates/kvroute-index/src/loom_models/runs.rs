@@ -39,7 +39,7 @@ fn index(slots: usize) -> Arc<RunIndex> {
 fn overlap(index: &RunIndex, query: &[SequenceHash], slot: usize) -> u32 {
     let mut out = index.new_overlaps();
     index.match_prefix(query, &mut out);
-    out.as_slice()[slot]
+    out.get(kvroute_core::Slot(slot as u32))
 }
 
 /// Matches `query` on a reader thread while the main thread runs `event`, and returns the
@@ -49,7 +49,7 @@ fn race(index: &Arc<RunIndex>, query: &[SequenceHash], event: impl FnOnce(&RunIn
     let reader = thread::spawn(move || {
         let mut out = i2.new_overlaps();
         i2.match_prefix(&q, &mut out);
-        out.as_slice().to_vec()
+        out.to_vec()
     });
     event(index);
     reader.join().unwrap()

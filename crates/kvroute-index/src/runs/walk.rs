@@ -10,7 +10,7 @@
 
 use super::RunIndex;
 use crate::index::Overlaps;
-use crate::index::matching::{MAX_WORDS, TAIL_SLOTS, record_most as record};
+use crate::index::matching::{MAX_WORDS, TAIL_SLOTS};
 use kvroute_core::SequenceHash;
 
 /// How many leading keys of `keys` equal the hashes of `want` (compared eight at a time,
@@ -81,19 +81,16 @@ impl RunIndex {
     #[inline(always)]
     fn walk(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
         let slots = self.config.worker_slots;
-        // Entries are not zeroed up front: the walk below writes every slot's entry exactly
-        // once (each worker starts alive and is recorded when it drops out or at the end),
-        // so only a match that stops before the walk zeroes them.
-        out.begin_unzeroed(slots);
+        // Every slot reads 0 from here; the walk records each worker once, when it drops
+        // out or at the end, as its word's depth or as an entry (`Overlaps::record_word`).
+        out.begin_words(slots);
         let n = hashes.len();
         if n == 0 {
-            out.zero_entries();
             return;
         }
         let words = slots.div_ceil(64).min(MAX_WORDS);
         let guard = super::epoch::pin();
         let Some(mut view) = self.heads.find(hashes[0].0, &guard) else {
-            out.zero_entries();
             return;
         };
         let mut alive = [0u64; MAX_WORDS];
@@ -102,7 +99,6 @@ impl RunIndex {
             alive[words - 1] = (1u64 << (slots % 64)) - 1;
         }
         let mut kept = [0u64; MAX_WORDS];
-        let blocks = out.entries_mut();
         let mut d = 0usize;
         let mut deepest = 0usize;
         // A slot whose overlap is `deepest` (once `deepest > 0`): the partial holder that
@@ -137,7 +133,7 @@ impl RunIndex {
                     kept[wi] |= bit;
                 } else {
                     let o = d + c as usize;
-                    blocks[s as usize] = o as u32;
+                    out.record_word(wi, bit, o as u32);
                     if o > deepest {
                         deepest = o;
                         witness = s;
@@ -161,7 +157,7 @@ impl RunIndex {
                 for (w, &dropped) in kept[..words].iter().enumerate() {
                     // At depth 0 too: a worker without the first run's first block gets
                     // its 0 written here.
-                    record(blocks, w, dropped, d as u32);
+                    out.record_word(w, dropped, d as u32);
                 }
                 dropped_max = dropped_max.max(d);
             }
@@ -210,7 +206,7 @@ impl RunIndex {
                 Some(v) => view = v,
                 None => {
                     for (w, &a) in alive[..words].iter().enumerate() {
-                        record(blocks, w, a, d as u32);
+                        out.record_word(w, a, d as u32);
                     }
                     break;
                 }

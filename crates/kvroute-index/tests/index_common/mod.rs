@@ -487,13 +487,13 @@ pub fn check_matches(
     for (qi, q) in queries.iter().enumerate() {
         index.matches(q, out);
         let want = model.overlaps(q);
-        if out.as_slice() != want.as_slice() {
+        if out.to_vec() != want.to_vec() {
             let diff: Vec<(usize, u32, u32)> = want
                 .iter()
-                .zip(out.as_slice())
+                .zip(out.to_vec())
                 .enumerate()
-                .filter(|(_, (w, g))| w != g)
-                .map(|(i, (w, g))| (i, *g, *w))
+                .filter(|(_, (w, g))| **w != *g)
+                .map(|(i, (w, g))| (i, g, *w))
                 .collect();
             return Err(format!(
                 "query #{qi} (len {}): (slot, index, model) differ: {diff:?}",

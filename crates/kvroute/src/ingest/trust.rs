@@ -66,8 +66,8 @@ impl TrustFlags {
         if self.untrusted() == 0 {
             return;
         }
-        let hit = |(i, &o): (usize, &u32)| o > 0 && self.get(Slot(i as u32)) != 0;
-        if !overlaps.as_slice().iter().enumerate().any(hit) {
+        let hit = |(i, o): (usize, u32)| o > 0 && self.get(Slot(i as u32)) != 0;
+        if !overlaps.iter().enumerate().any(hit) {
             return;
         }
         overlaps.zero_where(|slot| self.get(slot) != 0);
@@ -83,12 +83,12 @@ mod tests {
         let t = TrustFlags::new(3);
         let mut o = Overlaps::from_blocks(vec![4, 5, 6]);
         t.mask(&mut o);
-        assert_eq!(o.as_slice(), &[4, 5, 6]);
+        assert_eq!(o.to_vec(), &[4, 5, 6]);
         t.set(Slot(1), SEQUENCE);
         t.set(Slot(1), SEQUENCE | BLOCK_SIZE);
         assert_eq!(t.untrusted(), 1);
         t.mask(&mut o);
-        assert_eq!((o.as_slice(), o.deepest()), (&[4, 0, 6][..], 6));
+        assert_eq!((o.to_vec(), o.deepest()), (vec![4, 0, 6], 6));
         t.set(Slot(1), 0);
         t.set(Slot(9), SEQUENCE); // out of range: ignored
         assert_eq!(t.untrusted(), 0);
