@@ -120,7 +120,6 @@ impl RunIndex {
             }
             let m = common_prefix(keys, want);
             let full = view.full();
-            let mut any = 0u64;
             for w in 0..words {
                 kept[w] = alive[w] & full.get(w).copied().unwrap_or(0);
             }
@@ -142,49 +141,50 @@ impl RunIndex {
                     alive[wi] &= !bit;
                 }
             }
-            // First whether anyone dropped out or stays (a reduction without calls, which
-            // the compiler vectorises), then the entries only when someone dropped out.
-            // `kept` becomes the words of those who dropped out here.
-            let mut dropped_any = 0u64;
+            // Which words still have a worker (`live`) and which lost one here (`gone`), one
+            // bit per word (at most 64 words), in one pass; `kept` becomes the words of
+            // those who dropped out here. The passes after it visit only those words.
+            let (mut live, mut gone) = (0u64, 0u64);
             for w in 0..words {
                 let (a, k) = (alive[w], kept[w]);
                 kept[w] = a & !k;
                 alive[w] = k;
-                dropped_any |= a & !k;
-                any |= k;
+                gone |= u64::from(a & !k != 0) << w;
+                live |= u64::from(k != 0) << w;
             }
-            if dropped_any != 0 {
-                for (w, &dropped) in kept[..words].iter().enumerate() {
+            if gone != 0 {
+                let mut left = gone;
+                while left != 0 {
+                    let w = left.trailing_zeros() as usize;
                     // At depth 0 too: a worker without the first run's first block gets
                     // its 0 written here.
-                    out.record_word(w, dropped, d as u32);
+                    out.record_word(w, kept[w], d as u32);
+                    left &= left - 1;
                 }
                 dropped_max = dropped_max.max(d);
             }
-            if any == 0 {
+            if live == 0 {
                 break;
             }
             if tail.is_none() {
                 let mut alive_count = 0;
-                for &a in &alive[..words] {
-                    // Without `popcnt` (the x86-64 baseline) a count is a dozen
-                    // instructions: count only the words with a worker left.
-                    if a != 0 {
-                        alive_count += a.count_ones() as usize;
-                        if alive_count > TAIL_SLOTS {
-                            break;
-                        }
-                    }
+                let mut left = live;
+                while left != 0 && alive_count <= TAIL_SLOTS {
+                    alive_count += alive[left.trailing_zeros() as usize].count_ones() as usize;
+                    left &= left - 1;
                 }
                 if alive_count <= TAIL_SLOTS {
                     // Every worker not alive now has its overlap written already.
-                    for (w, &a) in alive[..words].iter().enumerate() {
-                        let mut b = a;
+                    let mut left = live;
+                    while left != 0 {
+                        let w = left.trailing_zeros() as usize;
+                        let mut b = alive[w];
                         while b != 0 {
                             tail_slots[tail_len] = (w * 64) as u32 + b.trailing_zeros();
                             tail_len += 1;
                             b &= b - 1;
                         }
+                        left &= left - 1;
                     }
                     tail = Some(dropped_max as u32);
                 }
@@ -192,10 +192,9 @@ impl RunIndex {
             d += m;
             if d > deepest {
                 deepest = d;
-                // `any != 0`: some word has a worker left.
-                if let Some(w) = alive[..words].iter().position(|&a| a != 0) {
-                    witness = (w * 64) as u32 + alive[w].trailing_zeros();
-                }
+                // `live != 0`: some word has a worker left.
+                let w = live.trailing_zeros() as usize;
+                witness = (w * 64) as u32 + alive[w].trailing_zeros();
             }
             let next = if d < n && m > 0 {
                 self.heads.find(hashes[d].0, &guard)
@@ -205,8 +204,11 @@ impl RunIndex {
             match next {
                 Some(v) => view = v,
                 None => {
-                    for (w, &a) in alive[..words].iter().enumerate() {
-                        out.record_word(w, a, d as u32);
+                    let mut left = live;
+                    while left != 0 {
+                        let w = left.trailing_zeros() as usize;
+                        out.record_word(w, alive[w], d as u32);
+                        left &= left - 1;
                     }
                     break;
                 }
