@@ -25,7 +25,9 @@
 //! * [`RunIndex::match_prefix`] takes no lock, never waits and allocates nothing: it pins
 //!   the epoch, finds the run of the request's first block in the head table, compares the
 //!   request's hashes with the run's keys in a row, intersects the surviving workers with
-//!   the run's view, and looks the next block up as the first key of a run.
+//!   the run's view, and looks the next block up as the first key of a run. It records
+//!   the overlaps by word of 64 slots ([`Overlaps`]' layout): a depth per word for the
+//!   workers that drop out together, entries only for the few that differ.
 //! * Writers take one lock for the whole index (events of every worker are applied one at
 //!   a time); they never block readers. A change to a run publishes a new view (and a new
 //!   key buffer when the run outgrows its own); the old ones are freed through the epoch

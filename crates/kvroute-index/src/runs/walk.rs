@@ -5,8 +5,15 @@
 //! first difference or the run's end (`m` positions). A worker whose leading coverage of
 //! the run is `c` (every position for a full holder, `cutoff` for a partial one, 0 for
 //! anyone else) stays alive if `c >= m`, and otherwise drops out with overlap `d + c`. The
-//! request's next hash, if any, is then looked up as the first key of a run. Cost:
-//! O(hashes compared + runs × (words + partials) + workers written); no allocation.
+//! request's next hash, if any, is then looked up as the first key of a run.
+//!
+//! The overlaps go into [`Overlaps`] by word of 64 slots
+//! ([`Overlaps::record_word`](crate::index::Overlaps)): the workers of a word that drop out
+//! together, when they are more than half of it, as the word's depth (one store), the
+//! others as entries. Two bitsets of words, those with a worker left and those that lost one
+//! at this run, keep every pass after a run's bitset arithmetic to those words. Cost:
+//! O(hashes compared + runs × (words + partials) + words that lose a worker + workers
+//! recorded as entries); no allocation.
 
 use super::RunIndex;
 use crate::index::Overlaps;
