@@ -634,6 +634,62 @@ mod tests {
         }
     }
 
+    /// One buffer reused across both indexes' matches, a `from_blocks` and the in-place
+    /// edits reads what a fresh buffer reads each time: 130 workers (three words, the last
+    /// partial) where worker `w` holds the first `(8w) % 21` blocks of one chain, so a
+    /// match of the first `q` blocks gives `min((8w) % 21, q)` (by hand), with words whose
+    /// workers drop out together and words where they do not.
+    #[test]
+    fn one_buffer_reused_across_both_indexes_reads_each_match_exactly() {
+        use crate::index::IndexConfig;
+        use crate::runs::RunIndex;
+        use kvroute_core::EngineHash;
+        let n = 130u32;
+        let held = |w: u32| (8 * w) % 21;
+        let config = IndexConfig::new(n as usize, 16);
+        let (runs, nodes) = (
+            RunIndex::new(config.clone()).unwrap(),
+            PrefixIndex::new(config).unwrap(),
+        );
+        let block = |k: u32| {
+            (
+                EngineHash(u64::from(k) + 500),
+                SequenceHash(u64::from(k) + 1),
+            )
+        };
+        for w in 0..n {
+            let pairs: Vec<_> = (0..held(w)).map(block).collect();
+            runs.store_hashes(Slot(w), None, &pairs).unwrap();
+            nodes.store_hashes(Slot(w), &pairs).unwrap();
+        }
+        let chain: Vec<SequenceHash> = (0..21).map(|k| block(k).1).collect();
+        let want = |q: u32| -> Vec<u32> { (0..n).map(|w| held(w).min(q)).collect() };
+        let mut o = Overlaps::default();
+        for (round, q) in [21u32, 3, 0, 20, 7, 21].into_iter().enumerate() {
+            let query = &chain[..q as usize];
+            if round % 2 == 0 {
+                runs.match_prefix(query, &mut o);
+            } else {
+                nodes.match_prefix(query, &mut o);
+            }
+            assert_eq!(o.to_vec(), want(q), "round {round}, {q} blocks");
+            assert_eq!(o.deepest(), q.min(20), "round {round}");
+            if round == 2 {
+                o = Overlaps::from_blocks(vec![9; n as usize]);
+            }
+        }
+        // In-place edits on a run-index match: a raise and a zeroed slot, in words recorded
+        // as depths.
+        runs.match_prefix(&chain[..5], &mut o);
+        assert_eq!(o.raise(Slot(64), 30), 5);
+        o.zero_where(|s| s.index() == 65);
+        let mut expect = want(5);
+        expect[64] = 30;
+        expect[65] = 0;
+        assert_eq!(o.to_vec(), expect);
+        assert_eq!((o.deepest(), o.deepest_slot()), (30, Some(Slot(64))));
+    }
+
     #[test]
     fn zero_where_drops_slots_and_recomputes_deepest() {
         let mut o = Overlaps::from_blocks(vec![4, 9, 6, 9]);
