@@ -43,6 +43,77 @@ fn common_prefix(keys: &[u64], want: &[SequenceHash]) -> usize {
     m
 }
 
+/// After a run: for each of the first `words` words, `kept` becomes the workers that
+/// dropped out (`alive & !kept`) and `alive` the workers kept; returns two bitsets of
+/// words, `(gone, live)`: those where some worker dropped out, and those where some
+/// worker is still alive.
+#[inline(always)]
+fn settle_words(
+    alive: &mut [u64; MAX_WORDS],
+    kept: &mut [u64; MAX_WORDS],
+    words: usize,
+) -> (u64, u64) {
+    let (mut gone, mut live) = (0u64, 0u64);
+    for w in 0..words.min(MAX_WORDS) {
+        let (a, k) = (alive[w], kept[w]);
+        kept[w] = a & !k;
+        alive[w] = k;
+        gone |= u64::from(a & !k != 0) << w;
+        live |= u64::from(k != 0) << w;
+    }
+    (gone, live)
+}
+
+/// [`settle_words`] four words per 256-bit step, each step's bits of `gone` and `live`
+/// from a compare with zero and a `vmovmskpd`. Steps cover the words up to the next
+/// multiple of four; the walk never sets a word past `words` (they stay 0 in both sets),
+/// so those contribute no bit and stay 0.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[inline(always)]
+unsafe fn settle_words_avx2(
+    alive: &mut [u64; MAX_WORDS],
+    kept: &mut [u64; MAX_WORDS],
+    words: usize,
+) -> (u64, u64) {
+    #[cfg(target_arch = "x86")]
+    use core::arch::x86::{
+        __m256i, _mm256_andnot_si256, _mm256_castsi256_pd, _mm256_cmpeq_epi64,
+        _mm256_loadu_si256, _mm256_movemask_pd, _mm256_setzero_si256, _mm256_storeu_si256,
+    };
+    #[cfg(target_arch = "x86_64")]
+    use core::arch::x86_64::{
+        __m256i, _mm256_andnot_si256, _mm256_castsi256_pd, _mm256_cmpeq_epi64,
+        _mm256_loadu_si256, _mm256_movemask_pd, _mm256_setzero_si256, _mm256_storeu_si256,
+    };
+    const { assert!(MAX_WORDS % 4 == 0) };
+    let (mut gone, mut live) = (0u64, 0u64);
+    let mut w = 0;
+    while w < words.min(MAX_WORDS) {
+        // SAFETY: the CPU has AVX2 (the caller's precondition). `w` is a multiple of 4
+        // below `MAX_WORDS`, itself a multiple of 4, so `w..w + 4` is inside both arrays:
+        // each unaligned 32-byte load and store reads or writes four of their `u64`s.
+        unsafe {
+            let pa = alive.as_mut_ptr().add(w).cast::<__m256i>();
+            let pk = kept.as_mut_ptr().add(w).cast::<__m256i>();
+            let (a, k) = (_mm256_loadu_si256(pa), _mm256_loadu_si256(pk));
+            let dropped = _mm256_andnot_si256(k, a);
+            _mm256_storeu_si256(pk, dropped);
+            _mm256_storeu_si256(pa, k);
+            let zero = _mm256_setzero_si256();
+            let none_dropped =
+                _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(dropped, zero)));
+            let none_kept = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(k, zero)));
+            gone |= (!(none_dropped as u64) & 0xF) << w;
+            live |= (!(none_kept as u64) & 0xF) << w;
+        }
+        w += 4;
+    }
+    (gone, live)
+}
+
 impl RunIndex {
     /// Writes, for every worker slot, how many leading blocks of `hashes` the worker holds
     /// contiguously from block 0, into `out` (see the module docs of `runs`).
@@ -63,14 +134,14 @@ impl RunIndex {
             unsafe { self.match_prefix_avx2(hashes, out) };
             return;
         }
-        self.walk(hashes, out);
+        self.walk::<false>(hashes, out);
     }
 
     /// [`match_prefix`](Self::match_prefix) on the baseline copy, whatever the CPU has
     /// (tests compare it with the dispatched one).
     #[doc(hidden)]
     pub fn match_prefix_baseline(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
-        self.walk(hashes, out);
+        self.walk::<false>(hashes, out);
     }
 
     /// The walk compiled for AVX2, BMI1 and POPCNT (the `alive` words' counts become
@@ -81,12 +152,14 @@ impl RunIndex {
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
     #[target_feature(enable = "avx2,bmi1,popcnt")]
     unsafe fn match_prefix_avx2(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
-        self.walk(hashes, out);
+        self.walk::<true>(hashes, out);
     }
 
-    /// The match itself, inlined into each copy.
+    /// The match itself, inlined into each copy; `AVX2` only in the copy compiled for AVX2
+    /// (`match_prefix_avx2`), where it settles the words four at a time
+    /// ([`settle_words_avx2`]).
     #[inline(always)]
-    fn walk(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
+    fn walk<const AVX2: bool>(&self, hashes: &[SequenceHash], out: &mut Overlaps) {
         let slots = self.config.worker_slots;
         // Every slot reads 0 from here; the walk records each worker once, when it drops
         // out or at the end, as its word's depth or as an entry (`Overlaps::record_word`).
@@ -151,14 +224,16 @@ impl RunIndex {
             // Which words still have a worker (`live`) and which lost one here (`gone`), one
             // bit per word (at most 64 words), in one pass; `kept` becomes the words of
             // those who dropped out here. The passes after it visit only those words.
-            let (mut live, mut gone) = (0u64, 0u64);
-            for w in 0..words {
-                let (a, k) = (alive[w], kept[w]);
-                kept[w] = a & !k;
-                alive[w] = k;
-                gone |= u64::from(a & !k != 0) << w;
-                live |= u64::from(k != 0) << w;
-            }
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            let (gone, live) = if AVX2 {
+                // SAFETY: `AVX2` is true only in `match_prefix_avx2`, whose caller checked
+                // that the CPU has AVX2.
+                unsafe { settle_words_avx2(&mut alive, &mut kept, words) }
+            } else {
+                settle_words(&mut alive, &mut kept, words)
+            };
+            #[cfg(not(any(target_arch = "x86", target_arch = "x86_64")))]
+            let (gone, live) = settle_words(&mut alive, &mut kept, words);
             if gone != 0 {
                 let mut left = gone;
                 while left != 0 {
