@@ -337,6 +337,13 @@ impl Overlaps {
         if dropped == 0 {
             return;
         }
+        self.record_dropped(w, dropped, depth);
+    }
+
+    /// [`record_word`](Self::record_word) for a caller that knows some bit of `dropped`
+    /// is set (with none set it records nothing either way, one test later).
+    #[inline(always)]
+    pub(crate) fn record_dropped(&mut self, w: usize, dropped: u64, depth: u32) {
         if dropped.count_ones() > 32 {
             self.depths[w] = depth;
             return;

@@ -240,7 +240,8 @@ impl RunIndex {
                     let w = left.trailing_zeros() as usize;
                     // At depth 0 too: a worker without the first run's first block gets
                     // its 0 written here.
-                    out.record_word(w, kept[w], d as u32);
+                    // `gone`: some worker of the word dropped out.
+                    out.record_dropped(w, kept[w], d as u32);
                     left &= left - 1;
                 }
                 dropped_max = dropped_max.max(d);
