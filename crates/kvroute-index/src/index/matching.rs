@@ -320,10 +320,22 @@ impl Overlaps {
     /// `worker_slots`, every slot reading 0 (no slot explicit, every word's depth 0),
     /// deepest, tail and deepest slot cleared. The entries a previous match wrote stay as
     /// they are (no slot reads them until recorded again).
+    #[inline(always)]
     pub(crate) fn begin_words(&mut self, worker_slots: usize) {
-        self.resize_and_clear(worker_slots);
-        self.explicit.fill(0);
-        self.depths.fill(0);
+        if self.blocks.len() != worker_slots {
+            self.resize_and_clear(worker_slots);
+        } else {
+            self.dirty = self.dirty.min(self.blocks.len());
+            self.deepest = 0;
+            self.tail_len = 0;
+            self.bound = None;
+            self.deepest_slot = None;
+        }
+        // Stores of whole words (at most 64 of each), not a `memset` call per buffer.
+        for (e, d) in self.explicit.iter_mut().zip(self.depths.iter_mut()) {
+            *e = 0;
+            *d = 0;
+        }
     }
 
     /// Records `depth` as the overlap of word `w`'s slots whose bit is set in `dropped`
