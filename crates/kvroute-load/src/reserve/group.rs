@@ -72,14 +72,15 @@ impl GroupCounts {
 
     /// Bit `b` set for each group `start + b` (`b < 64`, groups below `end` and inside the
     /// table) whose count is not 0, each count loaded with `Acquire` as [`live`](Self::live)
-    /// loads it. One pass over a slice of the cells, so the loop keeps their address in a
-    /// register across the loads.
+    /// loads it. One pass over a slice of the cells, last to first, each bit shifted in at
+    /// the bottom (a shift by one, not by a variable count), so the loop keeps their
+    /// address in a register across the loads.
     pub(crate) fn live_bits(&self, start: usize, end: usize) -> u64 {
         let end = end.min(self.cells.len()).min(start.saturating_add(64));
         let cells = self.cells.get(start..end).unwrap_or(&[]);
         let mut bits = 0u64;
-        for (b, c) in cells.iter().enumerate() {
-            bits |= u64::from(c.0.load(Ordering::Acquire) != 0) << b;
+        for c in cells.iter().rev() {
+            bits = bits << 1 | u64::from(c.0.load(Ordering::Acquire) != 0);
         }
         bits
     }
