@@ -743,13 +743,15 @@ impl ReservationTable {
         // one `or` per group), then only those groups' slots: the loop over every group
         // stays as small as the loads themselves.
         let groups = n.div_ceil(GROUP_SLOTS);
-        for base in (0..groups).step_by(64) {
+        let mut base = 0;
+        while base < groups {
             let mut live = self.inner.groups.live_bits(base, groups);
             while live != 0 {
                 let group = base + live.trailing_zeros() as usize;
                 live &= live - 1;
                 self.push_nonzero_of(group, n, generations, out);
             }
+            base += 64;
         }
     }
 
