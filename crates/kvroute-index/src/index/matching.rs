@@ -343,7 +343,7 @@ impl Overlaps {
     /// match, as a walk's workers drop out once). More than half the word at once (a
     /// shared prefix ending for most of its workers): the word's depth, one store; since
     /// the bits drop once each, at most one such record per word, and every other slot
-    /// of the word is recorded as an entry. Fewer: entries ([`record`]).
+    /// of the word is recorded as an entry. Fewer: entries, one store each.
     #[inline(always)]
     pub(crate) fn record_word(&mut self, w: usize, dropped: u64, depth: u32) {
         if dropped == 0 {
@@ -360,8 +360,18 @@ impl Overlaps {
             self.depths[w] = depth;
             return;
         }
+        // At most 32 entries: one store each (cheaper than a select over the word's 64
+        // entries, which `record` uses for more than 8 bits).
         self.explicit[w] |= dropped;
-        record_inline(&mut self.blocks, w, dropped, depth);
+        let base = w * 64;
+        let mut left = dropped;
+        while left != 0 {
+            let i = base + left.trailing_zeros() as usize;
+            if let Some(entry) = self.blocks.get_mut(i) {
+                *entry = depth;
+            }
+            left &= left - 1;
+        }
     }
 
     /// Records `slot` (below the entries' length; the caller checked) as one whose entry
@@ -395,16 +405,8 @@ pub(crate) const MAX_WORDS: usize = super::types::MAX_WORKER_SLOTS / 64;
 /// Many bits otherwise: one branch-free select per entry. (Expanding eight bits at a time
 /// into lane masks and blending counted 17 % more instructions for the node index's match
 /// at 512 workers, so it was not kept.)
-#[inline]
-pub(crate) fn record(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
-    record_inline(blocks, w, dropped, depth);
-}
-
-/// [`record`], always inlined (into [`Overlaps::record_word`], on the run index's walk);
-/// the node index's match calls [`record`], which the compiler inlines or not as it
-/// counts best there.
 #[inline(always)]
-fn record_inline(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
+pub(crate) fn record(blocks: &mut [u32], w: usize, dropped: u64, depth: u32) {
     if dropped == 0 {
         return;
     }

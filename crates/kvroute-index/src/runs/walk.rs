@@ -80,13 +80,13 @@ unsafe fn settle_words_avx2(
 ) -> (u64, u64) {
     #[cfg(target_arch = "x86")]
     use core::arch::x86::{
-        __m256i, _mm256_andnot_si256, _mm256_castsi256_pd, _mm256_cmpeq_epi64,
-        _mm256_loadu_si256, _mm256_movemask_pd, _mm256_setzero_si256, _mm256_storeu_si256,
+        __m256i, _mm256_andnot_si256, _mm256_castsi256_pd, _mm256_cmpeq_epi64, _mm256_loadu_si256,
+        _mm256_movemask_pd, _mm256_setzero_si256, _mm256_storeu_si256,
     };
     #[cfg(target_arch = "x86_64")]
     use core::arch::x86_64::{
-        __m256i, _mm256_andnot_si256, _mm256_castsi256_pd, _mm256_cmpeq_epi64,
-        _mm256_loadu_si256, _mm256_movemask_pd, _mm256_setzero_si256, _mm256_storeu_si256,
+        __m256i, _mm256_andnot_si256, _mm256_castsi256_pd, _mm256_cmpeq_epi64, _mm256_loadu_si256,
+        _mm256_movemask_pd, _mm256_setzero_si256, _mm256_storeu_si256,
     };
     const { assert!(MAX_WORDS % 4 == 0) };
     let (mut gone, mut live) = (0u64, 0u64);
