@@ -350,6 +350,16 @@ fn projected_at<V: Vector>(p: &Params, f: &Fleet, i: usize, overlap: f32) -> f32
     cost8(p, &k, V::splat(overlap)).to_array()[0]
 }
 
+/// Whether `x` is finite and at least 0 (`x.is_finite() && x >= 0.0`; NaN is not), from
+/// its bits: +0 up to the largest finite value are the bit patterns below +∞'s, and −0 is
+/// the one other. Two integer comparisons, where the float form compiles to a longer
+/// classification of the bits.
+#[inline(always)]
+fn finite_non_negative(x: f32) -> bool {
+    let bits = x.to_bits();
+    bits < f32::INFINITY.to_bits() || bits == (-0.0f32).to_bits()
+}
+
 #[inline(always)]
 fn has(set: &[u64], i: usize) -> bool {
     set[i / 64] >> (i % 64) & 1 != 0
@@ -390,12 +400,9 @@ pub(crate) fn enforce_on<V: Gather>(
     let shaped = CoefKey::is_of(o.key, p)
         && f.coef.projected_for(p)
         && f.len <= WORDS * 64
-        && rule.band.is_finite()
-        && rule.band >= 0.0
-        && p.mean_load.is_finite()
-        && p.mean_load >= 0.0
-        && p.output.is_finite()
-        && p.output >= 0.0
+        && finite_non_negative(rule.band)
+        && finite_non_negative(p.mean_load)
+        && finite_non_negative(p.output)
         && p.prompt.is_finite()
         && p.block_size.is_finite();
     if !shaped {
@@ -612,6 +619,35 @@ mod tests {
     use super::*;
     use crate::fleet::SlotFigures;
     use crate::{ScoreConfig, ScoreRequest, Scorer, SimdPath, TieInput};
+
+    /// The bit test is the float test `is_finite() && x >= 0.0` on every class of value:
+    /// ±0, the least subnormal, 1, the largest finite, ±∞, NaN of either sign and a
+    /// negative value, and on random bit patterns.
+    #[test]
+    fn finite_non_negative_is_the_float_test() {
+        let float = |x: f32| x.is_finite() && x >= 0.0;
+        let mut cases = vec![
+            0.0f32,
+            -0.0,
+            f32::from_bits(1),
+            1.0,
+            f32::MAX,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            -1.0,
+            -f32::from_bits(1),
+        ];
+        let mut r = SplitMix64::new(9);
+        cases.extend((0..10_000).map(|_| f32::from_bits(r.next_u64() as u32)));
+        for x in cases {
+            assert_eq!(finite_non_negative(x), float(x), "{x:?} ({:#x})", x.to_bits());
+        }
+        // By hand: +0 and −0 in, the negatives and non-finite values out.
+        assert!(finite_non_negative(-0.0) && finite_non_negative(f32::MAX));
+        assert!(!finite_non_negative(f32::INFINITY) && !finite_non_negative(-1.0));
+    }
 
     /// A fresh fleet of `n` slots (every 13th vacant), loads drawn from few values so that
     /// exact ties are common; `deep` slots hold `deep_blocks`, the rest `shared` blocks.
