@@ -642,7 +642,12 @@ mod tests {
         let mut r = SplitMix64::new(9);
         cases.extend((0..10_000).map(|_| f32::from_bits(r.next_u64() as u32)));
         for x in cases {
-            assert_eq!(finite_non_negative(x), float(x), "{x:?} ({:#x})", x.to_bits());
+            assert_eq!(
+                finite_non_negative(x),
+                float(x),
+                "{x:?} ({:#x})",
+                x.to_bits()
+            );
         }
         // By hand: +0 and −0 in, the negatives and non-finite values out.
         assert!(finite_non_negative(-0.0) && finite_non_negative(f32::MAX));
