@@ -103,13 +103,13 @@ fn replay(requests: &[Request], workers: usize, deepest: bool) -> Outcome {
         index.match_prefix(&hashes, &mut overlaps);
         let chosen = if deepest {
             (0..workers)
-                .max_by_key(|&w| (overlaps.to_vec()[w], std::cmp::Reverse(load[w])))
+                .max_by_key(|&w| (overlaps.get(Slot(w as u32)), std::cmp::Reverse(load[w])))
                 .expect("at least one worker")
         } else {
             i % workers
         };
         let cap = (r.input_length.saturating_sub(1) / BLOCK) as u64;
-        let hit = u64::from(overlaps.to_vec()[chosen]).min(cap);
+        let hit = u64::from(overlaps.get(Slot(chosen as u32))).min(cap);
         out.hit_tokens += hit * BLOCK as u64;
         out.prompt_tokens += r.input_length as u64;
         out.per_worker_requests[chosen] += 1;

@@ -950,8 +950,9 @@ fn chunk_of(p: &OverlapParts<'_>, c: usize) -> [u32; 8] {
     x
 }
 
-/// Writes the `overlap` lane (`lane`, the padded length) from `overlaps`' first `m`
-/// entries, 0 for a slot whose `mask` is 0 and past `m`, and returns its maximum.
+/// Writes the `overlap` lane (`lane`, the padded length) from the overlaps of the first
+/// `m` slots of `overlaps`, 0 for a slot whose `mask` is 0 and past `m`, and returns its
+/// maximum.
 #[inline(always)]
 fn convert_overlaps(lane: &mut [f32], overlaps: &Overlaps, mask: &[u32], m: usize) -> f32 {
     let ov = overlaps.parts();
@@ -1005,7 +1006,7 @@ fn convert_overlaps(lane: &mut [f32], overlaps: &Overlaps, mask: &[u32], m: usiz
         .fold(0.0, |d, x| if x > d { x } else { d })
 }
 
-/// The largest overlap among the first `m` entries of `overlaps` whose `mask` is set, as
+/// The largest overlap among the first `m` slots of `overlaps` whose `mask` is set, as
 /// `f32` (what [`convert_overlaps`] returns, without writing the lane). An occupied
 /// [`Overlaps::deepest_slot`] holds the largest of all; otherwise, since every slot outside
 /// the match's tail holds at most its bound, when an occupied tail slot holds more the

@@ -482,7 +482,8 @@ fn decide<V: Gather>(
     let lifted = p.mean_load + 1.0;
     let n = o.slots.len();
     let budget = walk_budget(n);
-    // The match buffer's entries while the fleet's overlap lane is not converted.
+    // The match buffer's layout (`OverlapParts`) while the fleet's overlap lane is not
+    // converted, prepared once for the walk's gathers.
     let raw = f.deferred_overlaps();
     let src = raw.as_ref().map(V::source);
     for (c, chunk) in o.chunks.iter().enumerate() {

@@ -51,7 +51,7 @@ pub struct Overlaps {
     tail: [u32; TAIL_SLOTS],
     tail_len: usize,
     bound: Option<u32>,
-    /// A slot whose entry is `deepest`, when known.
+    /// A slot whose overlap is `deepest`, when known.
     deepest_slot: Option<u32>,
 }
 
@@ -142,10 +142,10 @@ impl Overlaps {
     }
 
     /// A slot whose overlap is [`deepest`](Self::deepest), when the overlaps know one
-    /// (after a `RunIndex` match, [`from_blocks`](Self::from_blocks) or
-    /// [`zero_where`](Self::zero_where)); `None` when `deepest` is 0 or no slot is known
-    /// (a node-index match). Lets a reader find the deepest overlap among some slots
-    /// without reading every entry.
+    /// (after a `RunIndex` match, [`from_blocks`](Self::from_blocks),
+    /// [`zero_where`](Self::zero_where) or a [`raise`](Self::raise) to a new deepest);
+    /// `None` when `deepest` is 0 or no slot is known (a node-index match). Lets a reader
+    /// find the deepest overlap among some slots without reading every slot.
     #[inline]
     pub fn deepest_slot(&self) -> Option<Slot> {
         self.deepest_slot.map(Slot)
@@ -374,8 +374,8 @@ impl Overlaps {
         }
     }
 
-    /// Records `slot` (below the entries' length; the caller checked) as one whose entry
-    /// is the deepest.
+    /// Records `slot` (below the entries' length; the caller checked) as one whose
+    /// overlap is the deepest.
     pub(crate) fn set_deepest_slot(&mut self, slot: u32) {
         self.deepest_slot = Some(slot);
     }

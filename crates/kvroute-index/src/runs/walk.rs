@@ -145,7 +145,8 @@ impl RunIndex {
     }
 
     /// The walk compiled for AVX2, BMI1 and POPCNT (the `alive` words' counts become
-    /// `popcnt`, their scans `tzcnt`, the entry fills 256-bit stores).
+    /// `popcnt`, their scans `tzcnt`, and a run's words are settled four at a time,
+    /// [`settle_words_avx2`]).
     ///
     /// # Safety
     /// The CPU must support AVX2, BMI1 and POPCNT.

@@ -402,7 +402,7 @@ impl Model {
         query.iter().take_while(|h| held.contains(&h.0)).count() as u32
     }
 
-    /// Expected `Overlaps::as_slice()`.
+    /// Expected `Overlaps::to_vec()`: the overlap of every slot.
     pub fn overlaps(&self, query: &[SequenceHash]) -> Vec<u32> {
         let mut v = vec![0u32; self.worker_slots];
         for &slot in self.workers.keys() {
