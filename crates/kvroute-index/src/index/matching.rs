@@ -291,6 +291,12 @@ impl Overlaps {
             self.depths.clear();
             self.depths.resize(words, 0);
         }
+        self.clear_summary();
+    }
+
+    /// Clears what a match says besides the overlaps: deepest, tail and deepest slot.
+    #[inline(always)]
+    fn clear_summary(&mut self) {
         self.deepest = 0;
         self.tail_len = 0;
         self.bound = None;
@@ -325,11 +331,7 @@ impl Overlaps {
         if self.blocks.len() != worker_slots {
             self.resize_and_clear(worker_slots);
         } else {
-            self.dirty = self.dirty.min(self.blocks.len());
-            self.deepest = 0;
-            self.tail_len = 0;
-            self.bound = None;
-            self.deepest_slot = None;
+            self.clear_summary();
         }
         // Stores of whole words (at most 64 of each), not a `memset` call per buffer.
         for (e, d) in self.explicit.iter_mut().zip(self.depths.iter_mut()) {
