@@ -345,19 +345,10 @@ impl Overlaps {
     /// match, as a walk's workers drop out once). More than half the word at once (a
     /// shared prefix ending for most of its workers): the word's depth, one store; since
     /// the bits drop once each, at most one such record per word, and every other slot
-    /// of the word is recorded as an entry. Fewer: entries, one store each.
+    /// of the word is recorded as an entry. Fewer: entries, one store each (none for an
+    /// empty `dropped`, which records nothing).
     #[inline(always)]
     pub(crate) fn record_word(&mut self, w: usize, dropped: u64, depth: u32) {
-        if dropped == 0 {
-            return;
-        }
-        self.record_dropped(w, dropped, depth);
-    }
-
-    /// [`record_word`](Self::record_word) for a caller that knows some bit of `dropped`
-    /// is set (with none set it records nothing either way, one test later).
-    #[inline(always)]
-    pub(crate) fn record_dropped(&mut self, w: usize, dropped: u64, depth: u32) {
         if dropped.count_ones() > 32 {
             self.depths[w] = depth;
             return;

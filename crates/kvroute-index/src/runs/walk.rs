@@ -241,8 +241,7 @@ impl RunIndex {
                     let w = left.trailing_zeros() as usize;
                     // At depth 0 too: a worker without the first run's first block gets
                     // its 0 written here.
-                    // `gone`: some worker of the word dropped out.
-                    out.record_dropped(w, kept[w], d as u32);
+                    out.record_word(w, kept[w], d as u32);
                     left &= left - 1;
                 }
                 dropped_max = dropped_max.max(d);
