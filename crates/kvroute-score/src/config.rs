@@ -199,6 +199,18 @@ pub struct ScoreConfig {
     /// With the others idle the margin is the absolute part. 0 keeps only the absolute part.
     /// Measured in `docs/RESULTS.md`.
     pub escape_margin_rel: f32,
+    /// `projected_time`'s KV-bound switch (ratio), `0.0..=2.0`, default 0.9: while the mean
+    /// KV usage of the occupied workers ([`Aggregates::mean_kv_usage`](crate::Aggregates::mean_kv_usage))
+    /// is at least this, `projected_time` (enforce, and the counterfactual of shadow)
+    /// decides by the blocks cost of `dynamo_cost` (KV in use plus queued and new prefill,
+    /// less the cached prefix, in blocks) with [`Reason::KvBound`](crate::Reason::KvBound),
+    /// instead of by projected seconds. Projected seconds model an engine whose batch is
+    /// limited by its running slots; once the fleet's KV is nearly full, KV limits every
+    /// batch and an engine's backlog drains at the rate its KV turns over, which the
+    /// seconds do not see, so the fleet is balanced on KV work instead (`docs/RESULTS.md`,
+    /// "The trace on the H100-sized engine", measures 0.8 to 0.95 and the switch off).
+    /// Above 1 it never switches (no report exceeds 1).
+    pub kv_bound_usage: f32,
     /// `cache_aware` imbalance gate, absolute part (requests), `0.0..=1e6`, default 64.
     pub imbalance_abs: f32,
     /// `cache_aware` imbalance gate, relative part (ratio), `1.0..=1000.0`, default 1.5.
@@ -238,6 +250,7 @@ impl Default for ScoreConfig {
             owner_slack: 0.1,
             escape_margin_s: 2.0,
             escape_margin_rel: 2.0,
+            kv_bound_usage: 0.9,
             imbalance_abs: 64.0,
             imbalance_rel: 1.5,
             cache_threshold: 0.3,
@@ -276,6 +289,8 @@ pub mod bounds {
     pub const ESCAPE_MARGIN_S: Bounds = Bounds::floats(0.0, 3600.0, "s");
     /// [`ScoreConfig::escape_margin_rel`](super::ScoreConfig::escape_margin_rel).
     pub const ESCAPE_MARGIN_REL: Bounds = Bounds::floats(0.0, 100.0, "");
+    /// [`ScoreConfig::kv_bound_usage`](super::ScoreConfig::kv_bound_usage).
+    pub const KV_BOUND_USAGE: Bounds = Bounds::floats(0.0, 2.0, "");
     /// [`ScoreConfig::imbalance_abs`](super::ScoreConfig::imbalance_abs).
     pub const IMBALANCE_ABS: Bounds = Bounds::floats(0.0, 1e6, "requests");
     /// [`ScoreConfig::imbalance_rel`](super::ScoreConfig::imbalance_rel).
@@ -310,6 +325,7 @@ impl ScoreConfig {
         OWNER_SLACK.check_f32("owner_slack", self.owner_slack)?;
         ESCAPE_MARGIN_S.check_f32("escape_margin_s", self.escape_margin_s)?;
         ESCAPE_MARGIN_REL.check_f32("escape_margin_rel", self.escape_margin_rel)?;
+        KV_BOUND_USAGE.check_f32("kv_bound_usage", self.kv_bound_usage)?;
         IMBALANCE_ABS.check_f32("imbalance_abs", self.imbalance_abs)?;
         IMBALANCE_REL.check_f32("imbalance_rel", self.imbalance_rel)?;
         CACHE_THRESHOLD.check_f32("cache_threshold", self.cache_threshold)?;

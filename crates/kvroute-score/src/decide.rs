@@ -230,8 +230,9 @@ impl Scorer {
             p,
             rule,
         };
-        // `enforce`'s order: the fleet-wide rule, then the scoped one, both dense.
-        if ctx.fallback_cause().is_some() {
+        // `enforce`'s order: the KV-bound switch, the fleet-wide rule, then the scoped one,
+        // all dense.
+        if ctx.kv_bound() || ctx.fallback_cause().is_some() {
             return None;
         }
         self.sparse_decided = true;
@@ -408,6 +409,33 @@ impl Ctx<'_> {
             Some(i) => self.scoped(self.choice(i, self.classify(i), s.costs[i])),
             None => none(),
         }
+    }
+
+    /// Whether `projected_time` decides by the blocks cost: the occupied slots' mean KV
+    /// usage is at least [`ScoreConfig::kv_bound_usage`] (never with no occupied slot).
+    fn kv_bound(&self) -> bool {
+        let a = self.fleet.aggregates();
+        a.occupied > 0 && a.mean_kv_usage >= self.cfg.kv_bound_usage
+    }
+
+    /// `projected_time` enforce: [`enforce`](Self::enforce), or, when the fleet is KV-bound
+    /// ([`kv_bound`](Self::kv_bound)), the blocks cost (`dynamo_cost`'s model, its
+    /// telemetry fallbacks included) with the reason [`Reason::KvBound`] wherever that cost
+    /// chose (a fallback keeps its own reason).
+    fn enforce_or_kv_bound<E: Engine>(&self, s: &mut Scorer) -> Choice {
+        if !self.kv_bound() {
+            return self.enforce::<E>(s);
+        }
+        s.sparse_decided = false;
+        s.sparse_declined = false;
+        let mut c = self.model::<E>(s, CostKind::Dynamo);
+        if matches!(
+            c.reason,
+            Reason::CacheHold | Reason::CacheMiss | Reason::Spill
+        ) {
+            c.reason = Reason::KvBound;
+        }
+        c
     }
 
     fn enforce<E: Engine>(&self, s: &mut Scorer) -> Choice {
@@ -722,13 +750,14 @@ fn decide<E: Engine>(
         Policy::OwnerPressure => ctx.owner_pressure::<E>(s),
         Policy::ProjectedTime { mode } => match mode {
             ProjectedMode::Off => ctx.least_load::<E>(s, Reason::LeastLoad),
-            ProjectedMode::Enforce => ctx.enforce::<E>(s),
+            ProjectedMode::Enforce => ctx.enforce_or_kv_bound::<E>(s),
             ProjectedMode::Shadow => {
                 let mut c = ctx.least_load::<E>(s, Reason::LeastLoad);
                 // `enforce` leaves the costs of the model that chose in `s.costs`
-                // (projected seconds, or its fallback's): the dispatched slot's is read there,
-                // or computed alone after a sparse decision (the same bits).
-                let cf = ctx.enforce::<E>(s);
+                // (projected seconds, the blocks cost when KV-bound, or its fallback's): the
+                // dispatched slot's is read there, or computed alone after a sparse decision
+                // (the same bits).
+                let cf = ctx.enforce_or_kv_bound::<E>(s);
                 let dispatched_cost = c.slot.map_or(f32::NAN, |d| {
                     if s.sparse_decided {
                         crate::sparse::cost_of(&ctx.p, fleet, d.index())

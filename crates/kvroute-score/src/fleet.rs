@@ -101,6 +101,12 @@ pub struct Aggregates {
     /// exact and every fill path gets the same bits. `projected_time`'s batch lift reads it:
     /// a worker far past its cap (a hot owner's queue) does not lift every other worker.
     pub mean_batch: f32,
+    /// Mean KV usage over occupied slots (ratio, as the slots report it; 0 when none):
+    /// each slot's `kv` lane rounded down to a multiple of 2⁻²⁰ (a NaN or negative one
+    /// counts 0, one above 2²⁰ counts 2²⁰), so that the sum is exact and every fill path gets
+    /// the same bits. `projected_time`'s KV-bound switch reads it
+    /// ([`ScoreConfig::kv_bound_usage`](crate::ScoreConfig::kv_bound_usage)).
+    pub mean_kv_usage: f32,
     /// Largest `requests` (requests; ignores NaN; −inf when none).
     pub max_load: f32,
     /// Smallest `requests` (requests; ignores NaN; +inf when none).
@@ -371,6 +377,7 @@ impl Fleet {
         let mut a = EMPTY_AGGREGATES;
         let mut sum = 0.0f64;
         let mut batch = 0u64;
+        let mut kv = 0u64;
         for i in 0..self.len {
             if self.occupied[i] == 0.0 {
                 continue;
@@ -379,6 +386,7 @@ impl Fleet {
             let r = self.requests[i];
             sum += f64::from(r);
             batch += batch_units(r, self.occ[i]);
+            kv += kv_units(self.kv[i]);
             if r > a.max_load {
                 a.max_load = r;
             }
@@ -397,6 +405,7 @@ impl Fleet {
         if a.occupied > 0 {
             a.mean_load = (sum / a.occupied as f64) as f32;
             a.mean_batch = mean_of_units(batch, a.occupied);
+            a.mean_kv_usage = mean_kv_of_units(kv, a.occupied);
         }
         self.agg = Some(a);
     }
@@ -880,15 +889,18 @@ impl Fleet {
             }
         }
         let mut batch = 0u64;
+        let mut kv = 0u64;
         for i in 0..n {
             if self.mask[i] != 0 {
                 batch += batch_units(self.requests[i], self.occ[i]);
+                kv += kv_units(self.kv[i]);
             }
         }
         BaseAgg {
             occupied: count.iter().map(|&c| c as usize).sum(),
             sum: sum.iter().sum(),
             batch,
+            kv,
             max: max
                 .into_iter()
                 .fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a }),
@@ -913,6 +925,7 @@ impl Fleet {
         if b.occupied > 0 {
             a.mean_load = (b.sum / b.occupied as f64) as f32;
             a.mean_batch = mean_of_units(b.batch, b.occupied);
+            a.mean_kv_usage = mean_kv_of_units(b.kv, b.occupied);
         }
         a
     }
@@ -1058,6 +1071,7 @@ const EMPTY_AGGREGATES: Aggregates = Aggregates {
     occupied: 0,
     mean_load: 0.0,
     mean_batch: 0.0,
+    mean_kv_usage: 0.0,
     max_load: f32::NEG_INFINITY,
     min_load: f32::INFINITY,
     deepest: 0.0,
@@ -1088,6 +1102,22 @@ fn batch_units(requests: f32, occupancy: f32) -> u64 {
 #[inline]
 fn mean_of_units(units: u64, occupied: usize) -> f32 {
     (units as f64 / 1024.0 / occupied as f64) as f32
+}
+
+/// Units of 2⁻²⁰ in a slot's KV usage for [`Aggregates::mean_kv_usage`]: `kv` rounded
+/// down to a unit, 0 for a NaN or negative `kv`, at most 2⁴⁰ units (a usage of 2²⁰, far
+/// above any report), so that no fleet's sum can overflow and every sum is exact in `f64`.
+#[inline]
+fn kv_units(kv: f32) -> u64 {
+    const MAX_UNITS: f64 = (1u64 << 40) as f64;
+    let u = (f64::from(kv) * 1_048_576.0).floor();
+    if u > 0.0 { u.min(MAX_UNITS) as u64 } else { 0 }
+}
+
+/// The mean KV usage of `units` (2⁻²⁰ each) over `occupied` slots (`occupied > 0`).
+#[inline]
+fn mean_kv_of_units(units: u64, occupied: usize) -> f32 {
+    (units as f64 / 1_048_576.0 / occupied as f64) as f32
 }
 
 /// A stale rank's own occupancy: `(running + waiting + reserved − ended) / max_running` of
@@ -1127,6 +1157,8 @@ struct BaseAgg {
     sum: f64,
     /// Sum of [`batch_units`] over occupied slots (exact).
     batch: u64,
+    /// Sum of [`kv_units`] over occupied slots (exact).
+    kv: u64,
     /// Largest `requests` (−inf when none).
     max: f32,
     /// Smallest `requests` (+inf when none).
@@ -1141,7 +1173,7 @@ struct BaseAgg {
 mod tests {
     use kvroute_core::{LoadSample, Nanos};
     use kvroute_core::{SlotGeneration, WorkerId};
-    use kvroute_load::{EngineConfig, LoadConfig, LoadPublisher, Reservation, Work};
+    use kvroute_load::{EngineConfig, LoadConfig, LoadPublisher, LoadReader, Reservation, Work};
 
     use super::*;
     use crate::rng::NearTieRng;
@@ -1272,6 +1304,7 @@ mod tests {
         for (name, p, q) in [
             ("mean", x.mean_load, y.mean_load),
             ("mean batch", x.mean_batch, y.mean_batch),
+            ("mean KV usage", x.mean_kv_usage, y.mean_kv_usage),
             ("max", x.max_load, y.max_load),
             ("min", x.min_load, y.min_load),
             ("deepest", x.deepest, y.deepest),
@@ -1521,10 +1554,14 @@ mod tests {
     /// worker fresh, the SIMD passes computing from the coefficients, the slots that
     /// reservations changed recomputed) decides as the scalar reference does, round after
     /// round of new and released reservations.
-    #[test]
-    fn decisions_on_kept_coefficients_equal_the_reference() {
-        let cap = 300;
-        let mut r = NearTieRng::new(7);
+    /// `cap` fresh workers of 16 slots published at 100 s, their loads drawn from `r`
+    /// (0-7 running, 0-3 waiting, queues of at most 0.5 s) and KV usage from `kv`, each
+    /// registered in the reservation table too; the reader, the table and the slots.
+    fn published(
+        cap: usize,
+        r: &mut NearTieRng,
+        kv: impl Fn(&mut NearTieRng) -> f32,
+    ) -> (LoadReader, ReservationTable, Vec<Slot>) {
         let (mut publisher, reader) = LoadPublisher::new(LoadConfig::new(cap)).unwrap();
         let table = ReservationTable::new(cap, ReservationTable::DEFAULT_TTL).unwrap();
         let now = Nanos::from_secs(100);
@@ -1534,20 +1571,24 @@ mod tests {
             let w = WorkerId::new(i as u64, 0);
             publisher.add_worker(slot, w, SlotGeneration(1)).unwrap();
             table.add_worker(slot, SlotGeneration(1), now).unwrap();
-            let mut sample = LoadSample::new(
-                pick(&mut r, 8) as u32,
-                pick(&mut r, 4) as u32,
-                16,
-                pick(&mut r, 500) as f32 / 1_000.0,
-            );
+            let mut sample = LoadSample::new(pick(r, 8) as u32, pick(r, 4) as u32, 16, kv(r));
             // Queues of at most 0.5 s: the least-load gap rarely passes the 2 s escape
             // margin, so the decisions mostly skip the least-load selection.
-            sample.waiting_prefill_tokens = Some(pick(&mut r, 2_000) as u32);
-            sample.prefill_tps = Some(4_000.0 + pick(&mut r, 8_000) as f32);
+            sample.waiting_prefill_tokens = Some(pick(r, 2_000) as u32);
+            sample.prefill_tps = Some(4_000.0 + pick(r, 8_000) as f32);
             publisher.apply_sample(w, sample, now).unwrap();
             tenants.push(slot);
         }
         publisher.publish(now).unwrap();
+        (reader, table, tenants)
+    }
+
+    #[test]
+    fn decisions_on_kept_coefficients_equal_the_reference() {
+        let cap = 300;
+        let mut r = NearTieRng::new(7);
+        let (reader, table, tenants) = published(cap, &mut r, |r| pick(r, 500) as f32 / 1_000.0);
+        let now = Nanos::from_secs(100);
         let snap = reader.load();
         let cfg = crate::ScoreConfig::default();
         let mut kept = Fleet::new();
@@ -1634,6 +1675,61 @@ mod tests {
         );
         matched.convert_lane();
         assert_same(&matched, &kept, "converted lane");
+    }
+
+    /// On a fleet whose mean KV usage reaches `kv_bound_usage` (every worker at 0.90-0.99;
+    /// 0.9 by default), the router's path (`fill_with_matched`, then `score_matched`)
+    /// never decides sparsely: it converts the overlap lane and decides by the blocks cost,
+    /// the slot and cost `dynamo_cost` gives on the same fleet, with the reason
+    /// `kv_bound`, as the scalar reference does. With the switch above the mean, the same
+    /// fleet is decided by projected seconds again.
+    #[test]
+    fn a_kv_bound_fleet_is_decided_by_the_blocks_cost_on_every_path() {
+        let cap = 200;
+        let mut r = NearTieRng::new(19);
+        let (reader, table, _) = published(cap, &mut r, |r| 0.9 + pick(r, 100) as f32 / 1_000.0);
+        let snap = reader.load();
+        let cfg = crate::ScoreConfig::default();
+        let dynamo = crate::ScoreConfig::with_policy(crate::Policy::DynamoCost);
+        let mut scorer = crate::Scorer::new();
+        let mut matched = Fleet::new();
+        for round in 0..8u32 {
+            let overlaps = Overlaps::from_blocks(
+                (0..cap)
+                    .map(|_| pick(&mut r, 2) as u32 * pick(&mut r, 100) as u32)
+                    .collect(),
+            );
+            *matched.matched_mut() = overlaps;
+            matched.fill_with_matched(&snap, &table, &cfg, false);
+            let mean = matched.aggregates().mean_kv_usage;
+            assert!((0.9..1.0).contains(&mean), "mean KV usage {mean}");
+            let req = crate::ScoreRequest {
+                prompt_tokens: 800 + pick(&mut r, 3_000) as u32,
+                block_size: 16,
+                expected_output_tokens: pick(&mut r, 500) as u32,
+            };
+            let tie = crate::TieInput {
+                cursor: round,
+                random: None,
+            };
+            let got = scorer.score_matched(&mut matched, req, &cfg, tie);
+            assert!(
+                !scorer.sparse_decided && !matched.lane_deferred,
+                "round {round}"
+            );
+            let want = scorer.score_reference(&matched, req, &cfg, tie);
+            assert!(got.same_as(&want), "round {round}: {got:?} vs {want:?}");
+            let blocks = scorer.score_reference(&matched, req, &dynamo, tie);
+            assert_eq!(
+                (got.slot, got.reason, got.cost.to_bits()),
+                (blocks.slot, crate::Reason::KvBound, blocks.cost.to_bits()),
+                "round {round}: {blocks:?}"
+            );
+            let mut above = cfg;
+            above.kv_bound_usage = 1.0;
+            let projected = scorer.score_reference(&matched, req, &above, tie);
+            assert_ne!(projected.reason, crate::Reason::KvBound, "round {round}");
+        }
     }
 
     /// `fill_with_matched` from `overlaps` against the eager fill `kept` of the same

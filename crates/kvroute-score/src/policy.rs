@@ -460,7 +460,7 @@ mod tests {
         }
         assert_eq!(
             (PolicyKind::COUNT, Policy::LABEL_COUNT, Reason::COUNT),
-            (10, 12, 12)
+            (10, 12, 13)
         );
     }
 
@@ -656,6 +656,7 @@ mod tests {
                 "fallback_stale",
                 "fallback_partial",
                 "no_eligible_worker",
+                "kv_bound",
             ]
         );
         for r in Reason::ALL {
@@ -670,7 +671,7 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.starts_with("unknown reason `fallback`; accepted: round_robin, "));
         assert!(
-            msg.ends_with(", fallback_partial, no_eligible_worker"),
+            msg.ends_with(", fallback_partial, no_eligible_worker, kv_bound"),
             "{msg}"
         );
         let causes: Vec<&str> = FallbackCause::ALL.iter().map(|c| c.name()).collect();

@@ -88,13 +88,17 @@ pub enum Reason {
     Fallback(FallbackCause),
     /// No occupied slot with a finite cost (empty fleet, all vacant, all NaN).
     NoEligibleWorker,
+    /// `projected_time` with the fleet KV-bound (its mean KV usage at least
+    /// [`ScoreConfig::kv_bound_usage`](crate::ScoreConfig::kv_bound_usage)): chosen by the
+    /// blocks cost, which balances the workers' KV work with the cached prefix credited.
+    KvBound,
 }
 
 impl Reason {
     /// Every reason, in [`index`](Self::index) order (`ALL[r.index()] == r`): declaration
     /// order, [`Reason::Fallback`] once per [`FallbackCause`] in [`FallbackCause::ALL`]
     /// order.
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 13] = [
         Reason::RoundRobin,
         Reason::LeastLoad,
         Reason::CacheHold,
@@ -107,6 +111,7 @@ impl Reason {
         Reason::Fallback(FallbackCause::Stale),
         Reason::Fallback(FallbackCause::Partial),
         Reason::NoEligibleWorker,
+        Reason::KvBound,
     ];
 
     /// Number of reasons (`ALL.len()`), fallbacks counted once per cause.
@@ -125,6 +130,7 @@ impl Reason {
             Reason::NoSafeSpillHold => 6,
             Reason::Fallback(c) => FALLBACK + c.index(),
             Reason::NoEligibleWorker => FALLBACK + FallbackCause::COUNT,
+            Reason::KvBound => FALLBACK + FallbackCause::COUNT + 1,
         }
     }
 
@@ -143,6 +149,7 @@ impl Reason {
             Reason::Fallback(FallbackCause::Stale) => "fallback_stale",
             Reason::Fallback(FallbackCause::Partial) => "fallback_partial",
             Reason::NoEligibleWorker => "no_eligible_worker",
+            Reason::KvBound => "kv_bound",
         }
     }
 }

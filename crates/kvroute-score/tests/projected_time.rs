@@ -461,6 +461,16 @@ fn runtime_knobs_are_bounded() {
             format!("router_replicas = {replicas} is out of range 1..=1024 replicas")
         );
     }
+    for usage in [-0.1, 2.01, f32::NAN] {
+        let mut c = cfg(ENFORCE);
+        c.kv_bound_usage = usage;
+        assert_eq!(c.validate().unwrap_err().field, "kv_bound_usage", "{usage}");
+    }
+    for usage in [0.0, 0.9, 2.0] {
+        let mut c = cfg(ENFORCE);
+        c.kv_bound_usage = usage;
+        assert_eq!(c.validate(), Ok(()), "{usage}");
+    }
     let mut s = Scorer::new();
     // A scorer given an invalid config still decides without panicking (the facade never
     // passes one; SharedConfig refuses to hold one).
@@ -507,4 +517,67 @@ fn the_escape_never_targets_a_worker_without_telemetry() {
             "margin {margin}: {a:?} against {b:?}"
         );
     }
+}
+
+/// Two workers for an 8,000-token prompt (500 blocks) expecting 100 output tokens: slot 0
+/// holds all of it, with 4 requests and 100,000 decode tokens in KV; slot 1 holds none, with
+/// 12 requests and 60,000 decode tokens; nothing queued; KV usage 15/16 and 7/8, so the
+/// mean is 0.906 25 (exact in the 2⁻²⁰ units the mean counts).
+///
+/// At or below the switch (the default 0.9, or 0.906 25 itself) the fleet is KV-bound and
+/// the blocks cost decides: `(queued + prompt)/16 − overlap + decode/16 + max(prompt/16 −
+/// overlap, 0)`, slot 0: `500 − 500 + 6,250 + 0 = 6,250`, slot 1: `500 − 0 + 3,750 + 500 =
+/// 4,750`: slot 1, reason `kv_bound`, cost 4,750.
+///
+/// Just above it, projected seconds decide (occupancy unknown, so each batch is its
+/// requests counted in full and the mean batch is (4 + 12)/2 = 8, lifted to 9): slot 0,
+/// `n = max(9, 5) = 9`, no prefill, decode `(2·9 − 1) × 100/1,000 = 1.7`, barrier
+/// `0.15 × 15 = 2.25`: 3.95 s; slot 1, `n = max(9, 13) = 13`, prefill
+/// `13 × 8,000/8,000 = 13`, decode `25 × 0.1 = 2.5`, barrier `0.15 × 7 = 1.05`: 16.55 s. The
+/// escape does not fire (`least_load` 52.25 against 31.05 s, a gap of 21.2 s under the
+/// 2 + 2 × 31.05 s margin): slot 0 keeps it, `cache_hold`, 3.95 s.
+#[test]
+fn a_kv_bound_fleet_is_balanced_on_kv_blocks() {
+    let f = Fleet::from_slots(&[
+        Some(fig(500.0, 4.0, 0.0, 100_000.0, 0.9375)),
+        Some(fig(0.0, 12.0, 0.0, 60_000.0, 0.875)),
+    ]);
+    assert_eq!(f.aggregates().mean_kv_usage, 0.906_25);
+    let at = |switch: f32| {
+        let mut c = cfg(ENFORCE);
+        c.kv_bound_usage = switch;
+        both_out(&f, 8_000, 100, &c, 0)
+    };
+    for switch in [0.9, 0.906_25] {
+        let c = at(switch);
+        assert_eq!((slot(&c), c.reason), (1, Reason::KvBound), "{switch}");
+        assert_eq!(c.cost, 4_750.0, "{switch}");
+    }
+    let c = at(0.906_25f32.next_up());
+    assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
+    assert!((c.cost - 3.95).abs() < 1e-5, "{c:?}");
+    // Shadow records the same KV-bound counterfactual beside its `least_load` dispatch.
+    let mut c = cfg(Policy::ProjectedTime {
+        mode: ProjectedMode::Shadow,
+    });
+    c.kv_bound_usage = 0.9;
+    let shadow = both_out(&f, 8_000, 100, &c, 0);
+    let cf = shadow.shadow.expect("shadow records a counterfactual");
+    assert_eq!(
+        (cf.slot.map(|s| s.index()), cf.reason, cf.cost),
+        (Some(1), Reason::KvBound, 4_750.0)
+    );
+}
+
+/// The fleet's mean KV usage counts occupied slots only, each rounded down to 2⁻²⁰: 0.5
+/// and 1.0 with a vacant slot between them average 0.75; a NaN or negative usage counts 0
+/// (0.5, NaN and −1 average 1/6, rounded once to `f32`).
+#[test]
+fn the_mean_kv_usage_counts_occupied_slots() {
+    let at = |kv: f32| Some(fig(0.0, 1.0, 0.0, 0.0, kv));
+    let f = Fleet::from_slots(&[at(0.5), None, at(1.0)]);
+    assert_eq!(f.aggregates().mean_kv_usage, 0.75);
+    let g = Fleet::from_slots(&[at(0.5), at(f32::NAN), at(-1.0)]);
+    assert_eq!(g.aggregates().mean_kv_usage, (0.5f64 / 3.0) as f32);
+    assert_eq!(Fleet::from_slots(&[None]).aggregates().mean_kv_usage, 0.0);
 }

@@ -201,17 +201,22 @@ fn check_counterfactual(
     // alone does not have: that case is checked by hand in `tests/projected_time.rs` and
     // `tests/shadow_gain.rs`, not here.
     let mut own_figures = figures[d.index()];
+    // A KV-bound fleet (its mean KV usage at least `kv_bound_usage`) was costed by the
+    // blocks cost, which reads no fleet aggregate: alone, the slot has the same blocks cost
+    // under `dynamo_cost`.
+    let kv_bound = cf.reason == Reason::KvBound;
     let mean = f.aggregates().mean_batch;
-    let lifted = own_figures.is_some_and(|fg| {
-        let occ = fg.occupancy.unwrap_or(0.0);
-        // Room (occupancy below 1, or NaN) and a mean above its own load (or NaN).
-        let room = occ.partial_cmp(&1.0) != Some(core::cmp::Ordering::Greater)
-            && occ.partial_cmp(&1.0) != Some(core::cmp::Ordering::Equal);
-        let below_mean = mean.partial_cmp(&fg.requests) == Some(core::cmp::Ordering::Greater)
-            || mean.is_nan()
-            || fg.requests.is_nan();
-        room && below_mean
-    });
+    let lifted = !kv_bound
+        && own_figures.is_some_and(|fg| {
+            let occ = fg.occupancy.unwrap_or(0.0);
+            // Room (occupancy below 1, or NaN) and a mean above its own load (or NaN).
+            let room = occ.partial_cmp(&1.0) != Some(core::cmp::Ordering::Greater)
+                && occ.partial_cmp(&1.0) != Some(core::cmp::Ordering::Equal);
+            let below_mean = mean.partial_cmp(&fg.requests) == Some(core::cmp::Ordering::Greater)
+                || mean.is_nan()
+                || fg.requests.is_nan();
+            room && below_mean
+        });
     if lifted {
         return Ok(());
     }
@@ -221,7 +226,15 @@ fn check_counterfactual(
         fg.validity = Validity::Fresh;
     }
     let alone = Fleet::from_slots(&[own_figures]);
-    let own = s.score_reference(&alone, req, enforce, TieInput::default());
+    // Otherwise the projected seconds, alone as in the fleet (a slot alone whose own KV
+    // usage reaches the switch would switch: not here).
+    let mut model = *enforce;
+    if kv_bound {
+        model.policy = Policy::DynamoCost;
+    } else {
+        model.kv_bound_usage = 2.0;
+    }
+    let own = s.score_reference(&alone, req, &model, TieInput::default());
     if own.slot.is_some() && unfresh {
         prop_assert!(cf.dispatched_cost >= own.cost, "{:?} alone {:?}", cf, own);
     } else if own.slot.is_some() {

@@ -51,6 +51,11 @@ pub struct Common {
     /// worker's KV events show it (milliseconds, >= 1).
     #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub predicted_ttl_ms: Option<u64>,
+    /// The router's `projected_time` KV-bound switch (`ScoreConfig::kv_bound_usage`): the
+    /// fleet's mean KV usage at or above which it decides by the blocks cost, 0..=2 (above
+    /// 1: never). Default: the router's (0.9).
+    #[arg(long, global = true, value_name = "RATIO", value_parser = parse_kv_bound_usage)]
+    pub kv_bound_usage: Option<f32>,
     /// Which load figures every engine reports for the whole run: `full` (queued prefill
     /// and decode tokens, throughputs: SGLang's `/v1/loads`) or `gauges` (vLLM's
     /// Prometheus gauges: running, waiting, KV usage), overriding a scenario's
@@ -75,6 +80,29 @@ impl Common {
             p
         })
     }
+}
+
+impl Common {
+    /// The scorer knobs these flags change (`None`: the router's defaults).
+    pub fn score(&self) -> Option<kvroute::ScoreConfig> {
+        self.kv_bound_usage.map(|u| {
+            let mut c = kvroute::ScoreConfig::default();
+            c.kv_bound_usage = u;
+            c
+        })
+    }
+}
+
+/// `--kv-bound-usage`: a ratio within `ScoreConfig::kv_bound_usage`'s bounds.
+fn parse_kv_bound_usage(s: &str) -> Result<f32, String> {
+    let v: f32 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("`{s}` is not a number: {e}"))?;
+    let mut c = kvroute::ScoreConfig::default();
+    c.kv_bound_usage = v;
+    c.validate().map_err(|e| e.to_string())?;
+    Ok(v)
 }
 
 impl Common {

@@ -141,6 +141,7 @@ fn run_and_report(common: &Common, workloads: &[Workload], rate_scale: f64) -> R
                 prompt_hashes: Some(hashes),
                 predicted,
                 telemetry,
+                score: common.score(),
                 ..Default::default()
             };
             driver::run(w, p, &opts)

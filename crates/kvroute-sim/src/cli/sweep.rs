@@ -161,6 +161,7 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
             prompt_hashes: Some(h).filter(|h| h.fit(&w)),
             predicted,
             telemetry,
+            score: common.score(),
             ..Default::default()
         };
         let r = driver::run(&w, policies[p], &opts);
