@@ -32,7 +32,15 @@
 //!   request adds, [`crate::cost`]), unless that winner's `least_load` seconds exceed the
 //!   `least_load` winner's by more than `escape_margin_s` and by more than
 //!   `escape_margin_s + escape_margin_rel · mean`, `mean` the mean `least_load` seconds of
-//!   the other occupied slots (then the latter, [`Reason::LoadEscape`]).
+//!   the other occupied slots (then the latter, [`Reason::LoadEscape`]). While the fleet
+//!   is KV-bound (the occupied slots' mean KV usage,
+//!   [`Aggregates::mean_kv_usage`](crate::Aggregates::mean_kv_usage), at least
+//!   [`ScoreConfig::kv_bound_usage`], 0.9), enforce and shadow's counterfactual decide by
+//!   `dynamo_cost`'s blocks cost instead, with its telemetry rules
+//!   ([`Reason::KvBound`]; a fallback keeps its own reason): projected seconds model a
+//!   batch limited by running slots, and once KV limits every batch an engine's backlog
+//!   drains at its KV's turnover, which the blocks cost balances (`docs/RESULTS.md`, "The
+//!   trace on the H100-sized engine"). The sparse decision never runs then.
 //! * `dynamo_cost`, `lmetric`: least cost of their formulas.
 //! * `cache_aware` (the gateway): if `max − min > imbalance_abs` and
 //!   `max > min · imbalance_rel` (requests), the fewest requests ([`Reason::LoadEscape`]);
