@@ -422,8 +422,11 @@ impl Ctx<'_> {
     /// Whether `projected_time` decides by the blocks cost: the occupied slots' mean KV
     /// usage is at least [`ScoreConfig::kv_bound_usage`] (never with no occupied slot).
     fn kv_bound(&self) -> bool {
-        let a = self.fleet.aggregates();
-        a.occupied > 0 && a.mean_kv_usage >= self.cfg.kv_bound_usage
+        // Read in place (`aggregates` copies the whole struct).
+        self.fleet
+            .agg
+            .as_ref()
+            .is_some_and(|a| a.occupied > 0 && a.mean_kv_usage >= self.cfg.kv_bound_usage)
     }
 
     /// `projected_time` enforce: [`enforce`](Self::enforce), or, when the fleet is KV-bound

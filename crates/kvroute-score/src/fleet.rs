@@ -896,11 +896,16 @@ impl Fleet {
                 kv += kv_units(self.kv[i]);
             }
         }
+        let occupied = count.iter().map(|&c| c as usize).sum();
         BaseAgg {
-            occupied: count.iter().map(|&c| c as usize).sum(),
+            occupied,
             sum: sum.iter().sum(),
             batch,
-            kv,
+            mean_kv: if occupied > 0 {
+                mean_kv_of_units(kv, occupied)
+            } else {
+                0.0
+            },
             max: max
                 .into_iter()
                 .fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a }),
@@ -925,7 +930,7 @@ impl Fleet {
         if b.occupied > 0 {
             a.mean_load = (b.sum / b.occupied as f64) as f32;
             a.mean_batch = mean_of_units(b.batch, b.occupied);
-            a.mean_kv_usage = mean_kv_of_units(b.kv, b.occupied);
+            a.mean_kv_usage = b.mean_kv;
         }
         a
     }
@@ -1157,8 +1162,9 @@ struct BaseAgg {
     sum: f64,
     /// Sum of [`batch_units`] over occupied slots (exact).
     batch: u64,
-    /// Sum of [`kv_units`] over occupied slots (exact).
-    kv: u64,
+    /// [`Aggregates::mean_kv_usage`] (reservations do not change it: computed once per
+    /// base, not per decision).
+    mean_kv: f32,
     /// Largest `requests` (−inf when none).
     max: f32,
     /// Smallest `requests` (+inf when none).
