@@ -209,7 +209,10 @@ pub struct ScoreConfig {
     /// batch and an engine's backlog drains at the rate its KV turns over, which the
     /// seconds do not see, so the fleet is balanced on KV work instead (`docs/RESULTS.md`,
     /// "The trace on the H100-sized engine", measures 0.8 to 0.95 and the switch off).
-    /// Above 1 it never switches (no report exceeds 1).
+    /// Above 1 it never switches (no report exceeds 1). The usage is what the engines
+    /// report: vLLM's `kv_cache_usage_perc` and SGLang's token usage both count cached
+    /// blocks that no running request holds as free, so a warm prefix cache alone does not
+    /// switch it; a fleet reporting no KV usage (0) never does.
     pub kv_bound_usage: f32,
     /// `cache_aware` imbalance gate, absolute part (requests), `0.0..=1e6`, default 64.
     pub imbalance_abs: f32,
