@@ -58,7 +58,8 @@ pub(crate) const BETA_MAX: f32 = 100.0;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum ProjectedMode {
-    /// Dispatch by projected seconds, with the hard load escape.
+    /// Dispatch by projected seconds, with the hard load escape; on a KV-bound fleet by
+    /// the blocks cost ([`ScoreConfig::kv_bound_usage`]).
     #[default]
     Enforce,
     /// Dispatch as `least_load`; compute what `enforce` would have chosen and record it as
@@ -95,7 +96,8 @@ pub enum Policy {
     OwnerPressure,
     /// The latency the request adds to each worker, in seconds (the default): a cache
     /// owner loses once its queueing and decode delay exceed the cost of recomputing the
-    /// prefix on a less loaded peer.
+    /// prefix on a less loaded peer. While the fleet is KV-bound
+    /// ([`ScoreConfig::kv_bound_usage`]) the blocks cost decides instead.
     ProjectedTime {
         /// off, shadow or enforce.
         mode: ProjectedMode,
@@ -209,10 +211,11 @@ pub struct ScoreConfig {
     /// batch and an engine's backlog drains at the rate its KV turns over, which the
     /// seconds do not see, so the fleet is balanced on KV work instead (`docs/RESULTS.md`,
     /// "The trace on the H100-sized engine", measures 0.8 to 0.95 and the switch off).
-    /// Above 1 it never switches (no report exceeds 1). The usage is what the engines
-    /// report: vLLM's `kv_cache_usage_perc` and SGLang's token usage both count cached
-    /// blocks that no running request holds as free, so a warm prefix cache alone does not
-    /// switch it; a fleet reporting no KV usage (0) never does.
+    /// The mean counts each worker's usage at most 1, so above 1 it never switches; at 0
+    /// it always does. The usage is what the engines report: vLLM's
+    /// `kv_cache_usage_perc` and SGLang's token usage both count cached blocks that no
+    /// running request holds as free, so a warm prefix cache alone does not switch it. A
+    /// worker without a good report counts 0 (the switch needs the reports' evidence).
     pub kv_bound_usage: f32,
     /// `cache_aware` imbalance gate, absolute part (requests), `0.0..=1e6`, default 64.
     pub imbalance_abs: f32,

@@ -103,7 +103,8 @@ pub struct Aggregates {
     pub mean_batch: f32,
     /// Mean KV usage over occupied slots (ratio, as the slots report it; 0 when none):
     /// each slot's `kv` lane rounded down to a multiple of 2⁻²⁰ (a NaN or negative one
-    /// counts 0, one above 2²⁰ counts 2²⁰), so that the sum is exact and every fill path gets
+    /// counts 0, one above 1 counts 1; a worker without a good report is published idle,
+    /// so it counts 0), so that the sum is exact and every fill path gets
     /// the same bits. `projected_time`'s KV-bound switch reads it
     /// ([`ScoreConfig::kv_bound_usage`](crate::ScoreConfig::kv_bound_usage)).
     pub mean_kv_usage: f32,
@@ -1109,20 +1110,31 @@ fn mean_of_units(units: u64, occupied: usize) -> f32 {
     (units as f64 / 1024.0 / occupied as f64) as f32
 }
 
+/// Units per 1.0 of KV usage in [`Aggregates::mean_kv_usage`] (2²⁰).
+const KV_UNITS: f64 = 1_048_576.0;
+
 /// Units of 2⁻²⁰ in a slot's KV usage for [`Aggregates::mean_kv_usage`]: `kv` rounded
-/// down to a unit, 0 for a NaN or negative `kv`, at most 2⁴⁰ units (a usage of 2²⁰, far
-/// above any report), so that no fleet's sum can overflow and every sum is exact in `f64`.
+/// down to a unit, 0 for a NaN or negative `kv`, at most 2²⁰ (a usage of 1: no engine
+/// uses more than its whole KV, and a report above it cannot lift the fleet's mean past
+/// 1), so that a sum over up to 2³³ slots is exact in `f64`.
 #[inline]
 fn kv_units(kv: f32) -> u64 {
-    const MAX_UNITS: f64 = (1u64 << 40) as f64;
-    let u = (f64::from(kv) * 1_048_576.0).floor();
-    if u > 0.0 { u.min(MAX_UNITS) as u64 } else { 0 }
+    let u = (f64::from(kv) * KV_UNITS).floor();
+    if u > 0.0 { u.min(KV_UNITS) as u64 } else { 0 }
+}
+
+/// `threshold` rounded down to the units of [`kv_units`] (then to `f32`, which keeps the
+/// order): a fleet whose every slot reports exactly `threshold` has this mean, so
+/// comparing [`Aggregates::mean_kv_usage`] with it switches at the threshold itself.
+#[inline]
+pub(crate) fn kv_threshold(threshold: f32) -> f32 {
+    ((f64::from(threshold) * KV_UNITS).floor() / KV_UNITS) as f32
 }
 
 /// The mean KV usage of `units` (2⁻²⁰ each) over `occupied` slots (`occupied > 0`).
 #[inline]
 fn mean_kv_of_units(units: u64, occupied: usize) -> f32 {
-    (units as f64 / 1_048_576.0 / occupied as f64) as f32
+    (units as f64 / KV_UNITS / occupied as f64) as f32
 }
 
 /// A stale rank's own occupancy: `(running + waiting + reserved − ended) / max_running` of

@@ -201,28 +201,33 @@ impl std::error::Error for ParseReasonError {}
 /// choice, so [`gain`](Self::gain) = `dispatched_cost − cost` is the latency enforce
 /// expects to save on this request.
 ///
-/// That model is `enforce`'s projected seconds, or, when `enforce` itself falls back
-/// ([`Reason::Fallback`] as the counterfactual's reason), the fallback's `least_load`
-/// seconds over the trusted slots (+inf for a slot the fallback excludes).
+/// That model is `enforce`'s projected seconds; on a KV-bound fleet
+/// ([`Reason::KvBound`] as the counterfactual's reason,
+/// [`ScoreConfig::kv_bound_usage`](crate::ScoreConfig::kv_bound_usage)) the blocks cost,
+/// in blocks, so that both costs and the gain are blocks then; or, when `enforce` itself
+/// falls back ([`Reason::Fallback`] as the counterfactual's reason), the fallback's
+/// `least_load` seconds over the trusted slots (+inf for a slot the fallback excludes).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Counterfactual {
     /// The slot it would have chosen.
     pub slot: Option<Slot>,
     /// Its reason.
     pub reason: Reason,
-    /// Its cost under the model (seconds; NaN when no slot).
+    /// Its cost under the model (seconds; blocks when the reason is
+    /// [`Reason::KvBound`]; NaN when no slot).
     pub cost: f32,
     /// Its overlap (blocks; 0 when no slot).
     pub overlap_blocks: f32,
-    /// The dispatched slot's cost under the same model (seconds; NaN when nothing was
-    /// dispatched; may be non-finite for a slot that model cannot cost).
+    /// The dispatched slot's cost under the same model (the unit of `cost`; NaN when
+    /// nothing was dispatched; may be non-finite for a slot that model cannot cost).
     pub dispatched_cost: f32,
 }
 
 impl Counterfactual {
-    /// The seconds enforce expects to save on this request: `dispatched_cost − cost`
-    /// (positive when the counterfactual is cheaper, 0 when it is the dispatched slot; NaN
-    /// or infinite when either cost is).
+    /// What enforce expects to save on this request, `dispatched_cost − cost`, in the
+    /// model's unit (seconds; blocks of KV work when the reason is [`Reason::KvBound`]):
+    /// positive when the counterfactual is cheaper, 0 when it is the dispatched slot, NaN
+    /// or infinite when either cost is.
     pub fn gain(&self) -> f32 {
         self.dispatched_cost - self.cost
     }

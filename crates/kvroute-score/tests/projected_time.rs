@@ -529,7 +529,7 @@ fn the_escape_never_targets_a_worker_without_telemetry() {
 /// overlap, 0)`, slot 0: `500 − 500 + 6,250 + 0 = 6,250`, slot 1: `500 − 0 + 3,750 + 500 =
 /// 4,750`: slot 1, reason `kv_bound`, cost 4,750.
 ///
-/// Just above it, projected seconds decide (occupancy unknown, so each batch is its
+/// A unit of the mean (2⁻²⁰) above it, projected seconds decide (occupancy unknown, so each batch is its
 /// requests counted in full and the mean batch is (4 + 12)/2 = 8, lifted to 9): slot 0,
 /// `n = max(9, 5) = 9`, no prefill, decode `(2·9 − 1) × 100/1,000 = 1.7`, barrier
 /// `0.15 × 15 = 2.25`: 3.95 s; slot 1, `n = max(9, 13) = 13`, prefill
@@ -553,7 +553,7 @@ fn a_kv_bound_fleet_is_balanced_on_kv_blocks() {
         assert_eq!((slot(&c), c.reason), (1, Reason::KvBound), "{switch}");
         assert_eq!(c.cost, 4_750.0, "{switch}");
     }
-    let c = at(0.906_25f32.next_up());
+    let c = at(0.906_25 + 1.0 / 1_048_576.0);
     assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
     assert!((c.cost - 3.95).abs() < 1e-5, "{c:?}");
     // Shadow records the same KV-bound counterfactual beside its `least_load` dispatch.
@@ -569,9 +569,10 @@ fn a_kv_bound_fleet_is_balanced_on_kv_blocks() {
     );
 }
 
-/// The fleet's mean KV usage counts occupied slots only, each rounded down to 2⁻²⁰: 0.5
-/// and 1.0 with a vacant slot between them average 0.75; a NaN or negative usage counts 0
-/// (0.5, NaN and −1 average 1/6, rounded once to `f32`).
+/// The fleet's mean KV usage counts occupied slots only, each rounded down to 2⁻²⁰ and at
+/// most 1: 0.5 and 1.0 with a vacant slot between them average 0.75; a NaN or negative
+/// usage counts 0 (0.5, NaN and −1 average 1/6, rounded once to `f32`); +∞ and 7 count 1
+/// (with 0.5, 2.5/3).
 #[test]
 fn the_mean_kv_usage_counts_occupied_slots() {
     let at = |kv: f32| Some(fig(0.0, 1.0, 0.0, 0.0, kv));
@@ -579,5 +580,36 @@ fn the_mean_kv_usage_counts_occupied_slots() {
     assert_eq!(f.aggregates().mean_kv_usage, 0.75);
     let g = Fleet::from_slots(&[at(0.5), at(f32::NAN), at(-1.0)]);
     assert_eq!(g.aggregates().mean_kv_usage, (0.5f64 / 3.0) as f32);
+    let h = Fleet::from_slots(&[at(0.5), at(f32::INFINITY), at(7.0)]);
+    assert_eq!(h.aggregates().mean_kv_usage, (2.5f64 / 3.0) as f32);
     assert_eq!(Fleet::from_slots(&[None]).aggregates().mean_kv_usage, 0.0);
+}
+
+/// The switch at its own value: eight workers each reporting exactly 0.9 (0.899 999 976 as
+/// `f32`, 943,718.4 units of 2⁻²⁰, counted 943,718) have a mean just below 0.9, yet the
+/// knob at 0.9 switches (it is compared in the mean's units) and the knob one unit above
+/// (943,719/2²⁰) does not. A worker reporting +∞ among idle ones is counted at 1, so
+/// the knob above 1 never switches, and at 0 an idle fleet does.
+#[test]
+fn the_kv_bound_switch_holds_at_its_own_value() {
+    let reason = |kv: &[f32], switch: f32| {
+        let slots: Vec<_> = kv
+            .iter()
+            .map(|&k| Some(fig(0.0, 1.0, 0.0, 0.0, k)))
+            .collect();
+        let mut c = cfg(ENFORCE);
+        c.kv_bound_usage = switch;
+        both_out(&Fleet::from_slots(&slots), 1_000, 100, &c, 0).reason
+    };
+    let at_switch = [0.9f32; 8];
+    assert_eq!(reason(&at_switch, 0.9), Reason::KvBound);
+    assert_eq!(
+        reason(&at_switch, (943_719.0f64 / 1_048_576.0) as f32),
+        Reason::CacheMiss
+    );
+    let mut spike = [0.1f32; 100];
+    spike[0] = f32::INFINITY;
+    assert_eq!(reason(&spike, 1.01), Reason::CacheMiss);
+    assert_eq!(reason(&spike, 2.0), Reason::CacheMiss);
+    assert_eq!(reason(&[0.0; 4], 0.0), Reason::KvBound);
 }

@@ -10,7 +10,9 @@ use kvroute_score::{FallbackCause, Policy, Reason};
 /// what that would gain ([`gain`](Self::gain)).
 ///
 /// Both costs are under the model that chose the counterfactual: enforce's projected
-/// seconds (the latency the request adds to the worker), or, when enforce itself fell back
+/// seconds (the latency the request adds to the worker); on a KV-bound fleet
+/// ([`Reason::KvBound`] as its reason, `ScoreConfig::kv_bound_usage`) the blocks cost, so
+/// that both costs and the gain are blocks of KV work then; or, when enforce itself fell back
 /// on telemetry ([`Reason::Fallback`] as its reason), the fallback's `least_load` seconds
 /// over the workers with trusted telemetry (+inf for the others). See
 /// `kvroute_score::Counterfactual`.
@@ -20,20 +22,21 @@ pub struct Shadow {
     pub worker: Option<WorkerId>,
     /// Its reason.
     pub reason: Reason,
-    /// Its cost under the model (seconds; NaN when none).
+    /// Its cost under the model (seconds; blocks when the reason is [`Reason::KvBound`];
+    /// NaN when none).
     pub cost: f32,
     /// Leading blocks of the prompt it holds (blocks; 0 when none), any predicted-residency
     /// credit included (unlike [`Decision::overlap_blocks`], the index's alone).
     pub overlap_blocks: u32,
-    /// The dispatched worker's cost under the same model (seconds; NaN when admission
+    /// The dispatched worker's cost under the same model (the unit of `cost`; NaN when admission
     /// redirected the decision, whose worker the scorer did not cost; may be non-finite
     /// for a worker the model cannot cost).
     pub dispatched_cost: f32,
 }
 
 impl Shadow {
-    /// The seconds enforce expects to save on this request, `dispatched_cost − cost`:
-    /// positive when the counterfactual is cheaper, 0 when it is the dispatched worker, NaN
+    /// What enforce expects to save on this request, `dispatched_cost − cost`, in the
+    /// model's unit (seconds; blocks when the reason is [`Reason::KvBound`]): positive when the counterfactual is cheaper, 0 when it is the dispatched worker, NaN
     /// or infinite when either cost is.
     pub fn gain(&self) -> f32 {
         self.dispatched_cost - self.cost
@@ -69,7 +72,9 @@ pub struct Decision {
     /// `max(overlap_blocks, predicted_blocks)`.
     pub predicted_blocks: u32,
     /// The chosen worker's cost under the policy that decided (the policy's unit: seconds
-    /// for `projected_time` and `least_load`, see `kvroute_score`'s policy docs).
+    /// for `projected_time` and `least_load`, blocks for `dynamo_cost` and for
+    /// `projected_time` on a KV-bound fleet, [`Reason::KvBound`]; see `kvroute_score`'s
+    /// policy docs).
     pub cost: f32,
     /// The policy in force for this decision.
     pub policy: Policy,
