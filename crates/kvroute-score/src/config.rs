@@ -212,7 +212,8 @@ pub struct ScoreConfig {
     /// seconds do not see, so the fleet is balanced on KV work instead (`docs/RESULTS.md`,
     /// "The trace on the H100-sized engine", measures 0.8 to 0.95 and the switch off).
     /// The mean counts each worker's usage at most 1, so above 1 it never switches; at 0
-    /// it always does. The usage is what the engines report: vLLM's
+    /// it always does. It is compared with this less 2⁻²⁰, the unit each worker's usage is
+    /// rounded down to, so a fleet reporting exactly this everywhere switches. The usage is what the engines report: vLLM's
     /// `kv_cache_usage_perc` and SGLang's token usage both count cached blocks that no
     /// running request holds as free, so a warm prefix cache alone does not switch it. A
     /// worker without a good report counts 0 (the switch needs the reports' evidence).

@@ -420,13 +420,13 @@ impl Ctx<'_> {
     }
 
     /// Whether `projected_time` decides by the blocks cost: the occupied slots' mean KV
-    /// usage is at least [`ScoreConfig::kv_bound_usage`] rounded down to the mean's units
-    /// of 2⁻²⁰ (so a fleet reporting exactly the threshold everywhere switches; never with
+    /// usage is at least [`ScoreConfig::kv_bound_usage`] less one of the mean's units of
+    /// 2⁻²⁰ (so a fleet reporting exactly the threshold everywhere switches; never with
     /// no occupied slot).
     fn kv_bound(&self) -> bool {
         // Read in place (`aggregates` copies the whole struct).
         self.fleet.agg.as_ref().is_some_and(|a| {
-            a.occupied > 0 && a.mean_kv_usage >= crate::fleet::kv_threshold(self.cfg.kv_bound_usage)
+            a.occupied > 0 && a.mean_kv_usage >= self.cfg.kv_bound_usage - crate::fleet::KV_UNIT
         })
     }
 

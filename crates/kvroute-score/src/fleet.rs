@@ -1123,13 +1123,10 @@ fn kv_units(kv: f32) -> u64 {
     if u > 0.0 { u.min(KV_UNITS) as u64 } else { 0 }
 }
 
-/// `threshold` rounded down to the units of [`kv_units`] (then to `f32`, which keeps the
-/// order): a fleet whose every slot reports exactly `threshold` has this mean, so
-/// comparing [`Aggregates::mean_kv_usage`] with it switches at the threshold itself.
-#[inline]
-pub(crate) fn kv_threshold(threshold: f32) -> f32 {
-    ((f64::from(threshold) * KV_UNITS).floor() / KV_UNITS) as f32
-}
+/// One unit of [`kv_units`] as an `f32` (2⁻²⁰): the switch compares the mean with its
+/// threshold less this, so that a fleet whose every slot reports exactly the threshold
+/// (each rounded down by less than a unit) switches.
+pub(crate) const KV_UNIT: f32 = 1.0 / 1_048_576.0;
 
 /// The mean KV usage of `units` (2⁻²⁰ each) over `occupied` slots (`occupied > 0`).
 #[inline]

@@ -529,7 +529,8 @@ fn the_escape_never_targets_a_worker_without_telemetry() {
 /// overlap, 0)`, slot 0: `500 − 500 + 6,250 + 0 = 6,250`, slot 1: `500 − 0 + 3,750 + 500 =
 /// 4,750`: slot 1, reason `kv_bound`, cost 4,750.
 ///
-/// A unit of the mean (2⁻²⁰) above it, projected seconds decide (occupancy unknown, so each batch is its
+/// Two units of the mean (2⁻²⁰ each) above it (the switch allows one unit of rounding),
+/// projected seconds decide (occupancy unknown, so each batch is its
 /// requests counted in full and the mean batch is (4 + 12)/2 = 8, lifted to 9): slot 0,
 /// `n = max(9, 5) = 9`, no prefill, decode `(2·9 − 1) × 100/1,000 = 1.7`, barrier
 /// `0.15 × 15 = 2.25`: 3.95 s; slot 1, `n = max(9, 13) = 13`, prefill
@@ -553,7 +554,7 @@ fn a_kv_bound_fleet_is_balanced_on_kv_blocks() {
         assert_eq!((slot(&c), c.reason), (1, Reason::KvBound), "{switch}");
         assert_eq!(c.cost, 4_750.0, "{switch}");
     }
-    let c = at(0.906_25 + 1.0 / 1_048_576.0);
+    let c = at(0.906_25 + 2.0 / 1_048_576.0);
     assert_eq!((slot(&c), c.reason), (0, Reason::CacheHold));
     assert!((c.cost - 3.95).abs() < 1e-5, "{c:?}");
     // Shadow records the same KV-bound counterfactual beside its `least_load` dispatch.
@@ -587,8 +588,8 @@ fn the_mean_kv_usage_counts_occupied_slots() {
 
 /// The switch at its own value: eight workers each reporting exactly 0.9 (0.899 999 976 as
 /// `f32`, 943,718.4 units of 2⁻²⁰, counted 943,718) have a mean just below 0.9, yet the
-/// knob at 0.9 switches (it is compared in the mean's units) and the knob one unit above
-/// (943,719/2²⁰) does not. A worker reporting +∞ among idle ones is counted at 1, so
+/// knob at 0.9 switches (it allows one unit of 2⁻²⁰ for the rounding) and the knob two
+/// units above the mean (943,720/2²⁰) does not. A worker reporting +∞ among idle ones is counted at 1, so
 /// the knob above 1 never switches, and at 0 an idle fleet does.
 #[test]
 fn the_kv_bound_switch_holds_at_its_own_value() {
@@ -604,7 +605,7 @@ fn the_kv_bound_switch_holds_at_its_own_value() {
     let at_switch = [0.9f32; 8];
     assert_eq!(reason(&at_switch, 0.9), Reason::KvBound);
     assert_eq!(
-        reason(&at_switch, (943_719.0f64 / 1_048_576.0) as f32),
+        reason(&at_switch, (943_720.0f64 / 1_048_576.0) as f32),
         Reason::CacheMiss
     );
     let mut spike = [0.1f32; 100];
