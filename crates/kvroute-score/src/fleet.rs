@@ -1119,14 +1119,16 @@ const KV_UNITS: f64 = 1_048_576.0;
 /// 1), so that a sum over up to 2³³ slots is exact in `f64`.
 #[inline]
 fn kv_units(kv: f32) -> u64 {
-    let u = (f64::from(kv) * KV_UNITS).floor();
+    // The conversion truncates, which is the floor for the positive values it gets (no
+    // `f64::floor`, a library call in the baseline x86-64 build).
+    let u = f64::from(kv) * KV_UNITS;
     if u > 0.0 { u.min(KV_UNITS) as u64 } else { 0 }
 }
 
 /// One unit of [`kv_units`] as an `f32` (2⁻²⁰): the switch compares the mean with its
 /// threshold less this, so that a fleet whose every slot reports exactly the threshold
 /// (each rounded down by less than a unit) switches.
-pub(crate) const KV_UNIT: f32 = 1.0 / 1_048_576.0;
+pub(crate) const KV_UNIT: f32 = (1.0 / KV_UNITS) as f32;
 
 /// The mean KV usage of `units` (2⁻²⁰ each) over `occupied` slots (`occupied > 0`).
 #[inline]
