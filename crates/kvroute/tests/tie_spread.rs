@@ -52,12 +52,36 @@ fn vacant_slots_do_not_double_the_next_worker() {
     }
 }
 
+/// 8 threads decide in 200 lock-step rounds: each round every thread routes one identical
+/// request, and no thread starts the next round before every thread has dropped this
+/// round's decision (a barrier). Within a round the threads' decisions see some of each
+/// other's reservations, so its split varies with scheduling; a thread descheduled while it
+/// holds a reservation stalls only its own round, never the next ones.
 #[test]
 fn ties_from_many_threads_spread_over_every_worker() {
+    const THREADS: usize = 8;
+    const ROUNDS: usize = 200;
     let (r, ws) = router(1024, 4, |_| {});
     publish(&r, &ws, &[]);
+    let prompt = tokens(3, 4 * BS);
+    let barrier = std::sync::Barrier::new(THREADS);
     let by: Vec<BTreeMap<WorkerId, usize>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8).map(|_| s.spawn(|| route_ties(&r, 200))).collect();
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut by = BTreeMap::new();
+                    for _ in 0..ROUNDS {
+                        let d = r
+                            .route(&RouteRequest::tokens(&prompt, 16, NOW))
+                            .expect("a worker");
+                        *by.entry(d.worker).or_insert(0) += 1;
+                        drop(d);
+                        barrier.wait();
+                    }
+                    by
+                })
+            })
+            .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let mut total = BTreeMap::new();
@@ -66,9 +90,9 @@ fn ties_from_many_threads_spread_over_every_worker() {
             *total.entry(w).or_insert(0) += n;
         }
     }
-    // 1,600 decisions, fair share 400 each. Concurrent decisions see each other's brief
-    // reservations (which break the tie towards the idler workers), so the split is not
-    // exact, but no worker may get less than half or more than one and a half fair shares.
+    // 1,600 decisions, fair share 400 each. No worker may get less than half or more than
+    // one and a half fair shares.
+    assert_eq!(total.values().sum::<usize>(), THREADS * ROUNDS);
     for w in &ws {
         let n = total.get(w).copied().unwrap_or(0);
         assert!((200..=600).contains(&n), "{w}: {n} of 1600 ({total:?})");
