@@ -317,7 +317,8 @@ fn replay_seed_matters_and_repeats() {
 
 /// A one-engine sweep: every policy sends every request to the one engine, and nothing a
 /// seed draws changes what the engine does, so each cell's seeds agree (zero-width
-/// intervals) and every policy is tied with the reference.
+/// intervals) and every policy is tied with the reference. Its JSON records the router
+/// settings the command line gave.
 #[test]
 fn sweep_on_one_engine_is_all_ties() {
     let dir = scratch("sweep");
@@ -349,6 +350,10 @@ fn sweep_on_one_engine_is_all_ties() {
         "--jobs",
         "2",
         "--quiet",
+        "--kv-bound-usage",
+        "0.5",
+        "--predicted-ttl-ms",
+        "1500",
         "--json",
         json.to_str().unwrap(),
         "--svg",
@@ -358,6 +363,14 @@ fn sweep_on_one_engine_is_all_ties() {
     assert!(text(&out.stdout).contains("rate x2"));
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(
+        v["settings"],
+        serde_json::json!({
+            "telemetry": "workload",
+            "predicted_ttl_ms": 1500,
+            "kv_bound_usage": 0.5,
+        })
+    );
     assert_eq!(v["reference"], "projected_time");
     assert_eq!(v["policies"].as_array().unwrap().len(), 3);
     assert_eq!(v["seeds"], serde_json::json!([1, 2, 3]));

@@ -143,8 +143,8 @@ fn rendered_table_has_one_aligned_row_per_policy() {
 }
 
 /// The settings a run was made with are in its table's title and in its JSON workload
-/// entry, in the order seed, rate scale, telemetry; a run that recorded none has the
-/// plain title and no such keys.
+/// entry, in the order seed, rate scale, telemetry, engine, predicted residency TTL,
+/// KV-bound switch; a run that recorded none has the plain title and no such keys.
 #[test]
 fn title_and_json_record_the_run_settings() {
     let plain = runs(2, &["kv_aware"]);
@@ -161,24 +161,36 @@ fn title_and_json_record_the_run_settings() {
         rate_scale: Some(0.5),
         telemetry: Some("full".into()),
         engine: Some("llama-8b-h100".into()),
+        predicted_ttl_ms: Some(2_500),
+        kv_bound_usage: Some(0.75),
     };
     assert!(
         set.table().starts_with(
             "== w2: 2 engines, 3 routed requests (seed 7, rate scale 0.5, telemetry full, \
-             engine llama-8b-h100) ==\n"
+             engine llama-8b-h100, predicted TTL 2500 ms, KV-bound usage 0.75) ==\n"
         ),
         "{}",
         set.table()
     );
     let doc = serde_json::to_value(json::document(7, &[plain, set])).unwrap();
     let w = &doc["workloads"];
-    for key in ["seed", "rate_scale", "telemetry", "engine"] {
+    for key in [
+        "seed",
+        "rate_scale",
+        "telemetry",
+        "engine",
+        "predicted_ttl_ms",
+        "kv_bound_usage",
+    ] {
         assert!(w[0].get(key).is_none(), "{key} in {}", w[0]);
     }
     assert_eq!(w[1]["seed"], 7);
     assert_eq!(w[1]["rate_scale"], 0.5);
     assert_eq!(w[1]["telemetry"], "full");
     assert_eq!(w[1]["engine"], "llama-8b-h100");
+    assert_eq!(w[1]["predicted_ttl_ms"], 2_500);
+    // 0.75 is exact in f32, so it reads back as the same f64.
+    assert_eq!(w[1]["kv_bound_usage"], 0.75);
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::builder::PossibleValuesParser;
 use clap::{Args, Parser, Subcommand};
 use kvroute::Policy;
+use kvroute_sim::report::RunSettings;
 use kvroute_sim::workload::arrivals::MAX_ARRIVAL_JITTER_S;
 
 /// kvroute's fleet simulator: runs workloads through the real kvroute Router under every
@@ -79,6 +80,22 @@ impl Common {
             p.ttl = kvroute::Nanos::from_millis(ms);
             p
         })
+    }
+}
+
+impl Common {
+    /// The settings these flags record with a run ([`RunSettings`]): telemetry (`workload`
+    /// where the workload's own modes hold), engine preset, predicted residency TTL and
+    /// KV-bound switch; seed and rate scale left for the caller (a sweep has several).
+    pub fn settings(&self) -> RunSettings {
+        RunSettings {
+            seed: None,
+            rate_scale: None,
+            telemetry: Some(self.telemetry.clone().unwrap_or_else(|| "workload".into())),
+            engine: self.engine.clone(),
+            predicted_ttl_ms: self.predicted_ttl_ms,
+            kv_bound_usage: self.kv_bound_usage,
+        }
     }
 }
 

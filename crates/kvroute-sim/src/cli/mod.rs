@@ -151,13 +151,7 @@ fn run_and_report(common: &Common, workloads: &[Workload], rate_scale: f64) -> R
         w.settings = RunSettings {
             seed: Some(seed),
             rate_scale: Some(rate_scale),
-            telemetry: Some(
-                common
-                    .telemetry
-                    .clone()
-                    .unwrap_or_else(|| "workload".into()),
-            ),
-            engine: common.engine.clone(),
+            ..common.settings()
         };
     }
     let failed: Vec<String> = runs

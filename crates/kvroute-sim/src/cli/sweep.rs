@@ -214,7 +214,8 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
         seeds,
         values,
     };
-    let summary = summarise(&samples).map_err(|e| e.to_string())?;
+    let mut summary = summarise(&samples).map_err(|e| e.to_string())?;
+    summary.settings = common.settings();
     super::emit(&sweep_table::render(&summary))?;
     if !common.quiet {
         eprintln!(

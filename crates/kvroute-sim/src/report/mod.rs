@@ -88,11 +88,19 @@ pub struct RunSettings {
     /// `--engine`: the preset every engine ran; `None` where the workload's own engine ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
+    /// `--predicted-ttl-ms`: the router's predicted residency TTL (milliseconds); `None`
+    /// where it was off (the router's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_ttl_ms: Option<u64>,
+    /// `--kv-bound-usage`: the router's KV-bound switch (mean KV usage, 0..=2); `None`
+    /// where the router's default held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_bound_usage: Option<f32>,
 }
 
 impl fmt::Display for RunSettings {
-    /// `seed 1, rate scale 4, telemetry gauges, engine llama-8b-h100` (the recorded ones,
-    /// in that order).
+    /// `seed 1, rate scale 4, telemetry gauges, engine llama-8b-h100, predicted TTL 10000
+    /// ms, KV-bound usage 0.85` (the recorded ones, in that order).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
         if let Some(s) = self.seed {
@@ -106,6 +114,12 @@ impl fmt::Display for RunSettings {
         }
         if let Some(e) = &self.engine {
             parts.push(format!("engine {e}"));
+        }
+        if let Some(ms) = self.predicted_ttl_ms {
+            parts.push(format!("predicted TTL {ms} ms"));
+        }
+        if let Some(u) = self.kv_bound_usage {
+            parts.push(format!("KV-bound usage {u}"));
         }
         f.write_str(&parts.join(", "))
     }

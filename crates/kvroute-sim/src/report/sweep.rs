@@ -236,6 +236,9 @@ pub struct SweepSummary {
     pub metrics: Vec<&'static str>,
     /// The cells.
     pub cells: Vec<Vec<Vec<Cell>>>,
+    /// The settings every run of the sweep had (its seeds and rate scales are the lists
+    /// above); the defaults where the caller recorded none.
+    pub settings: crate::report::RunSettings,
 }
 
 /// Why samples could not be summarised.
@@ -303,6 +306,7 @@ pub fn summarise(samples: &SweepSamples) -> Result<SweepSummary, SweepError> {
         seeds: samples.seeds.clone(),
         metrics: SWEEP_METRICS.iter().map(|m| m.name()).collect(),
         cells,
+        settings: crate::report::RunSettings::default(),
     })
 }
 
