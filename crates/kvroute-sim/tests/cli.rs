@@ -776,3 +776,88 @@ fn the_engine_preset_replaces_every_engine() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--faults`: a fault program added to a trace. Twelve requests arrive 0.25 s apart on
+/// one engine (0, 0.25, ..., 2.75 s, each done within 0.1 s); the engine fails every
+/// request from 1.375 s on, so the six arriving from 1.5 s on are never served, at every
+/// rate scale (the fault moves with the load: at 4x it starts at 0.34375 s, between the
+/// sixth arrival at 0.3125 s and the seventh at 0.375 s). A program the fleet refuses is
+/// an error naming the fault.
+#[test]
+fn a_fault_program_runs_with_the_load_at_every_rate_scale() {
+    let dir = scratch("faults");
+    let trace = dir.join("t.jsonl");
+    let lines: String = (0..12)
+        .map(|i| {
+            format!(
+                "{{\"timestamp\": {}, \"input_length\": 700, \"output_length\": 8, \"hash_ids\": [0, {}]}}\n",
+                i * 250,
+                i + 1
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines).unwrap();
+    let program = dir.join("faults.json");
+    std::fs::write(
+        &program,
+        r#"[{"at_s": 1.375, "engine": 0, "kind": "fail_fast", "duration_s": 100000}]"#,
+    )
+    .unwrap();
+    let finished = |faults: Option<&std::path::Path>, scale: &str| {
+        let json = dir.join(format!("out-{scale}-{}.json", faults.is_some()));
+        let mut args = vec![
+            "--quiet",
+            "--policies",
+            "round_robin",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        if let Some(p) = faults {
+            args.extend(["--faults", p.to_str().unwrap()]);
+        }
+        args.extend([
+            "replay",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--engines",
+            "1",
+            "--rate-scale",
+            scale,
+        ]);
+        let out = sim(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let w = &v["workloads"][0];
+        assert_eq!(
+            w["faults"].as_str(),
+            faults.map(|p| p.to_str().unwrap()),
+            "{w}"
+        );
+        w["runs"][0]["metrics"]["finished"].as_u64().unwrap()
+    };
+    for scale in ["1", "2", "4"] {
+        assert_eq!(finished(None, scale), 12, "rate scale {scale}");
+        assert_eq!(finished(Some(&program), scale), 6, "rate scale {scale}");
+    }
+
+    std::fs::write(
+        &program,
+        r#"[{"at_s": 1, "engine": 0, "kind": "restart"}, {"at_s": 1, "engine": 1, "kind": "restart"}]"#,
+    )
+    .unwrap();
+    let out = sim(&[
+        "--quiet",
+        "--faults",
+        program.to_str().unwrap(),
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--engines",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("fault 1: engine is not in the fleet"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -144,7 +144,7 @@ fn rendered_table_has_one_aligned_row_per_policy() {
 
 /// The settings a run was made with are in its table's title and in its JSON workload
 /// entry, in the order seed, rate scale, telemetry, engine, predicted residency TTL,
-/// KV-bound switch; a run that recorded none has the plain title and no such keys.
+/// KV-bound switch, fault program; a run that recorded none has the plain title and no such keys.
 #[test]
 fn title_and_json_record_the_run_settings() {
     let plain = runs(2, &["kv_aware"]);
@@ -163,11 +163,13 @@ fn title_and_json_record_the_run_settings() {
         engine: Some("llama-8b-h100".into()),
         predicted_ttl_ms: Some(2_500),
         kv_bound_usage: Some(0.75),
+        faults: Some("f.json".into()),
     };
     assert!(
         set.table().starts_with(
             "== w2: 2 engines, 3 routed requests (seed 7, rate scale 0.5, telemetry full, \
-             engine llama-8b-h100, predicted TTL 2500 ms, KV-bound usage 0.75) ==\n"
+             engine llama-8b-h100, predicted TTL 2500 ms, KV-bound usage 0.75, faults f.json) \
+             ==\n"
         ),
         "{}",
         set.table()
@@ -181,6 +183,7 @@ fn title_and_json_record_the_run_settings() {
         "engine",
         "predicted_ttl_ms",
         "kv_bound_usage",
+        "faults",
     ] {
         assert!(w[0].get(key).is_none(), "{key} in {}", w[0]);
     }
@@ -191,6 +194,7 @@ fn title_and_json_record_the_run_settings() {
     assert_eq!(w[1]["predicted_ttl_ms"], 2_500);
     // 0.75 is exact in f32, so it reads back as the same f64.
     assert_eq!(w[1]["kv_bound_usage"], 0.75);
+    assert_eq!(w[1]["faults"], "f.json");
 }
 
 #[test]

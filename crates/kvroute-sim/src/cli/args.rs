@@ -70,6 +70,15 @@ pub struct Common {
     /// the trace and most workloads; some scenarios size their own).
     #[arg(long, global = true, value_name = "PRESET", value_parser = PossibleValuesParser::new(kvroute_sim::engine::EngineConfig::PRESETS.map(|p| p.name)))]
     pub engine: Option<String>,
+    /// A fault program to run the workload through, after its own faults: a JSON array
+    /// of `{"at_s", "engine", "kind", ...}` objects, `kind` one of restart, disconnect,
+    /// telemetry_blackout, fail_fast, partial_telemetry (each but restart with
+    /// `duration_s`), event_loss (`duration_s`, `loss`), slowdown (`duration_s`,
+    /// `factor`), flap (`duration_s`, `period_s`, `down_s`); times in seconds of the
+    /// workload's own timeline, moved with the load by a rate scale (README, "Fault
+    /// programs")
+    #[arg(long, global = true, value_name = "FILE")]
+    pub faults: Option<PathBuf>,
 }
 
 impl Common {
@@ -95,7 +104,22 @@ impl Common {
             engine: self.engine.clone(),
             predicted_ttl_ms: self.predicted_ttl_ms,
             kv_bound_usage: self.kv_bound_usage,
+            faults: self.faults.as_ref().map(|p| p.display().to_string()),
         }
+    }
+
+    /// The `--faults` program, read and parsed (`None` without the flag).
+    ///
+    /// # Errors
+    /// The file cannot be read or is not a fault program (the message names the file).
+    pub fn fault_program(&self) -> Result<Option<Vec<kvroute_sim::fault::Fault>>, String> {
+        let Some(path) = &self.faults else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        kvroute_sim::workload::faults::parse_faults(&text)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", path.display()))
     }
 }
 

@@ -12,6 +12,7 @@ use kvroute_sim::driver::{self, RunOptions};
 use kvroute_sim::report::{RunSettings, WorkloadRuns, json, svg, table};
 use kvroute_sim::workload::Workload;
 use kvroute_sim::workload::arrivals::{jitter_arrivals, scale_arrivals};
+use kvroute_sim::workload::faults::add_faults;
 use kvroute_sim::workload::generated::GENERATED;
 use kvroute_sim::workload::scenarios::{self, SCENARIOS};
 use kvroute_sim::workload::synth::truncate;
@@ -97,8 +98,12 @@ fn dispatch(cli: Cli) -> Result<(), String> {
             vec![w]
         }
     };
+    let faults = common.fault_program()?;
     for w in &mut workloads {
         common.apply_engine(w);
+        if let Some(f) = &faults {
+            add_faults(w, f, rate_scale).map_err(|e| e.to_string())?;
+        }
     }
     run_and_report(&common, &workloads, rate_scale)
 }

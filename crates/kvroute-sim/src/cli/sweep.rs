@@ -6,10 +6,12 @@ use std::time::Instant;
 
 use kvroute::{Policy, ProjectedMode};
 use kvroute_sim::driver::{self, PromptHashes, RunOptions};
+use kvroute_sim::fault::Fault;
 use kvroute_sim::report::sweep::{SWEEP_METRICS, SweepSamples, summarise};
 use kvroute_sim::report::{compute, sweep_svg, sweep_table};
 use kvroute_sim::workload::Workload;
 use kvroute_sim::workload::arrivals::{jitter_arrivals, scale_arrivals};
+use kvroute_sim::workload::faults::add_faults;
 use kvroute_sim::workload::scenarios::Scenario;
 use kvroute_sim::workload::trace::{TraceOptions, load_trace};
 
@@ -46,11 +48,13 @@ enum Source {
 
 impl Source {
     /// The workload for one cell: built (named) or copied (trace), its engines replaced
-    /// by the `--engine` preset if given, arrivals divided by `scale`, then jittered by
-    /// `jitter_s` seeded with `seed`.
+    /// by the `--engine` preset if given, arrivals divided by `scale`, the `--faults`
+    /// program added (moved with the load), then jittered by `jitter_s` seeded with
+    /// `seed`.
     fn workload(
         &self,
         common: &Common,
+        faults: Option<&[Fault]>,
         scale: f64,
         seed: u64,
         jitter_s: f64,
@@ -62,6 +66,9 @@ impl Source {
         };
         common.apply_engine(&mut w);
         scale_arrivals(&mut w, scale).map_err(|e| e.to_string())?;
+        if let Some(f) = faults {
+            add_faults(&mut w, f, scale).map_err(|e| e.to_string())?;
+        }
         jitter_arrivals(&mut w, jitter_s, seed).map_err(|e| e.to_string())?;
         Ok(w)
     }
@@ -124,15 +131,30 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
         .collect::<Option<_>>()
         .ok_or("--seed plus --seeds overflows a 64-bit seed")?;
     let src = source(common, args)?;
-    let probe = src.workload(common, scales[0], seeds[0], args.arrival_jitter)?;
+    let faults = common.fault_program()?;
+    let probe = src.workload(
+        common,
+        faults.as_deref(),
+        scales[0],
+        seeds[0],
+        args.arrival_jitter,
+    )?;
     if probe.routed_requests() == 0 {
         return Err(format!("workload `{}` has no request to route", probe.name));
     }
-    // The preset in the name, so that the table's header and the JSON tell runs on
-    // different engines apart.
-    let name = match &common.engine {
-        Some(e) => format!("{} (engine {e})", probe.name),
-        None => probe.name.clone(),
+    // The preset and the fault program in the name, so that the table's header and the
+    // JSON tell runs on different engines or faults apart.
+    let mut extra = Vec::new();
+    if let Some(e) = &common.engine {
+        extra.push(format!("engine {e}"));
+    }
+    if let Some(p) = &common.faults {
+        extra.push(format!("faults {}", p.display()));
+    }
+    let name = if extra.is_empty() {
+        probe.name.clone()
+    } else {
+        format!("{} ({})", probe.name, extra.join(", "))
     };
     drop(probe);
     super::check_outputs(common)?;
@@ -148,7 +170,13 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
     let telemetry = common.telemetry();
     let results = runner::run_in_order(&order, threads, common.quiet, |i, progress| {
         let (p, s, k) = (i / (ns * nk), (i / nk) % ns, i % nk);
-        let w = src.workload(common, scales[s], seeds[k], args.arrival_jitter)?;
+        let w = src.workload(
+            common,
+            faults.as_deref(),
+            scales[s],
+            seeds[k],
+            args.arrival_jitter,
+        )?;
         let shared = match src {
             Source::Trace(_) => &hashes[0],
             Source::Named(..) => &hashes[k],

@@ -96,11 +96,14 @@ pub struct RunSettings {
     /// where the router's default held.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_bound_usage: Option<f32>,
+    /// `--faults`: the fault program's file, as given; `None` without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<String>,
 }
 
 impl fmt::Display for RunSettings {
     /// `seed 1, rate scale 4, telemetry gauges, engine llama-8b-h100, predicted TTL 10000
-    /// ms, KV-bound usage 0.85` (the recorded ones, in that order).
+    /// ms, KV-bound usage 0.85, faults f.json` (the recorded ones, in that order).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
         if let Some(s) = self.seed {
@@ -120,6 +123,9 @@ impl fmt::Display for RunSettings {
         }
         if let Some(u) = self.kv_bound_usage {
             parts.push(format!("KV-bound usage {u}"));
+        }
+        if let Some(p) = &self.faults {
+            parts.push(format!("faults {p}"));
         }
         f.write_str(&parts.join(", "))
     }

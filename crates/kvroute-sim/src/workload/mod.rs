@@ -1,5 +1,6 @@
-//! Workloads: the Mooncake trace reader, the built-in scenarios, the generated workloads
-//! and the arrival reshaping (rate scale, jitter) the sweep applies to any of them.
+//! Workloads: the Mooncake trace reader, the built-in scenarios, the generated workloads,
+//! the arrival reshaping (rate scale, jitter) the sweep applies to any of them, and fault
+//! programs read from a file and added to any of them.
 
 use crate::engine::EngineConfig;
 use crate::fault::Fault;
@@ -7,6 +8,7 @@ use crate::net::ChannelConfig;
 use crate::request::SimRequest;
 
 pub mod arrivals;
+pub mod faults;
 pub mod generated;
 pub mod scenarios;
 pub mod synth;
