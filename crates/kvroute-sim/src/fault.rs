@@ -31,6 +31,9 @@
 //!   vLLM's Prometheus gauges (running, waiting, KV usage: [`crate::net::TelemetryMode`]),
 //!   not the token counts and throughputs, as an engine without the richer endpoint (or an
 //!   older version) reports in a fleet where the others have it.
+//!
+//! A scenario schedules its own faults; a user's schedule of them is read from JSON and
+//! added to any workload by [`crate::workload::faults`] (`kvroute-sim --faults FILE`).
 
 /// One fault on the schedule.
 #[derive(Clone, Copy, Debug, PartialEq)]
