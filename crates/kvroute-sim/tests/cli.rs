@@ -25,6 +25,21 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// Writes twelve requests 0.25 s apart (0, 0.25, ..., 2.75 s), each of 700 prompt tokens
+/// (the shared first trace block and one of its own) and 8 output tokens, to `path`.
+fn write_short_trace(path: &std::path::Path) {
+    let lines: String = (0..12)
+        .map(|i| {
+            format!(
+                "{{\"timestamp\": {}, \"input_length\": 700, \"output_length\": 8, \"hash_ids\": [0, {}]}}\n",
+                i * 250,
+                i + 1
+            )
+        })
+        .collect();
+    std::fs::write(path, lines).unwrap();
+}
+
 /// Runs `replay --quiet` on `trace` with `args` and `--json` into a file beside the trace;
 /// asserts success and returns the parsed JSON.
 fn replay_json(trace: &std::path::Path, args: &[&str]) -> serde_json::Value {
@@ -323,16 +338,7 @@ fn replay_seed_matters_and_repeats() {
 fn sweep_on_one_engine_is_all_ties() {
     let dir = scratch("sweep");
     let trace = dir.join("t.jsonl");
-    let lines: String = (0..12)
-        .map(|i| {
-            format!(
-                "{{\"timestamp\": {}, \"input_length\": 700, \"output_length\": 8, \"hash_ids\": [0, {}]}}\n",
-                i * 250,
-                i + 1
-            )
-        })
-        .collect();
-    std::fs::write(&trace, lines).unwrap();
+    write_short_trace(&trace);
     let json = dir.join("sweep.json");
     let svg = dir.join("plots");
     let out = sim(&[
@@ -787,16 +793,7 @@ fn the_engine_preset_replaces_every_engine() {
 fn a_fault_program_runs_with_the_load_at_every_rate_scale() {
     let dir = scratch("faults");
     let trace = dir.join("t.jsonl");
-    let lines: String = (0..12)
-        .map(|i| {
-            format!(
-                "{{\"timestamp\": {}, \"input_length\": 700, \"output_length\": 8, \"hash_ids\": [0, {}]}}\n",
-                i * 250,
-                i + 1
-            )
-        })
-        .collect();
-    std::fs::write(&trace, lines).unwrap();
+    write_short_trace(&trace);
     let program = dir.join("faults.json");
     std::fs::write(
         &program,
