@@ -89,7 +89,7 @@ pub enum FaultKind {
     Slowdown {
         /// Seconds.
         duration_s: f64,
-        /// Step time multiplier, >= 1.
+        /// Step time multiplier, `1.0..=`[`MAX_SLOWDOWN`].
         factor: f64,
     },
     /// Load reports carry only vLLM's gauges for `duration_s` (module docs).
@@ -102,8 +102,8 @@ pub enum FaultKind {
 impl Fault {
     /// Checks the fault against a fleet of `engines`; returns what is wrong, in words.
     pub fn check(&self, engines: u32) -> Result<(), &'static str> {
-        if !(self.at_s.is_finite() && self.at_s >= 0.0) {
-            return Err("at_s must be finite and >= 0 seconds");
+        if !(self.at_s.is_finite() && (0.0..=MAX_FAULT_S).contains(&self.at_s)) {
+            return Err("at_s must be in 0..=1e9 seconds");
         }
         if self.engine >= engines {
             return Err("engine is not in the fleet");
@@ -115,8 +115,8 @@ impl Fault {
             | FaultKind::FailFast { duration_s }
             | FaultKind::PartialTelemetry { duration_s } => duration_s,
             FaultKind::Slowdown { duration_s, factor } => {
-                if !(factor.is_finite() && factor >= 1.0) {
-                    return Err("factor must be finite and >= 1");
+                if !(factor.is_finite() && (1.0..=MAX_SLOWDOWN).contains(&factor)) {
+                    return Err("factor must be in 1..=1000");
                 }
                 duration_s
             }
@@ -125,8 +125,8 @@ impl Fault {
                 period_s,
                 down_s,
             } => {
-                if !(period_s.is_finite() && period_s > 0.0) {
-                    return Err("period_s must be finite and > 0 seconds");
+                if !(period_s.is_finite() && period_s > 0.0 && period_s <= MAX_FAULT_S) {
+                    return Err("period_s must be > 0 and at most 1e9 seconds");
                 }
                 if !(down_s.is_finite() && (0.0..=period_s).contains(&down_s)) {
                     return Err("down_s must be in 0..=period_s seconds");
@@ -140,8 +140,8 @@ impl Fault {
                 duration_s
             }
         };
-        if !(duration.is_finite() && duration >= 0.0) {
-            return Err("duration_s must be finite and >= 0 seconds");
+        if !(duration.is_finite() && (0.0..=MAX_FAULT_S).contains(&duration)) {
+            return Err("duration_s must be in 0..=1e9 seconds");
         }
         Ok(())
     }
@@ -152,6 +152,16 @@ impl Fault {
         (start, start.saturating_add(secs_to_ns(duration_s)))
     }
 }
+
+/// Largest fault time, duration or flap period (seconds): 10^9 s, well inside the
+/// nanoseconds of virtual time a `u64` holds (about 1.8·10^10 s), so no window saturates.
+pub const MAX_FAULT_S: f64 = 1e9;
+
+/// Largest slowdown factor: a step of the 8B engine (6.9 ms) then lasts 6.9 s. A larger
+/// one models an engine that has stopped, which a disconnect or a fail-fast fault models
+/// without stretching the run's virtual time past every report and timer (a factor of
+/// 10^9 made a 200-request replay run for minutes).
+pub const MAX_SLOWDOWN: f64 = 1000.0;
 
 /// How long a gateway takes to see a failed attempt and try the request again (seconds):
 /// one refused connection or error response, a round trip inside a data centre.
@@ -434,5 +444,40 @@ mod tests {
         assert!(slow(0.0, f64::NAN).check(4).is_err());
         assert!(slow(0.0, f64::INFINITY).check(4).is_err());
         assert!(slow(0.0, 1.0).check(4).is_ok());
+        assert!(slow(0.0, 1000.0).check(4).is_ok());
+        assert!(slow(0.0, 1000.5).check(4).is_err());
+    }
+
+    /// Times, durations and flap periods above 10^9 s are refused (their nanoseconds would
+    /// come near the `u64` limit); 10^9 s itself is taken.
+    #[test]
+    fn fault_times_are_bounded() {
+        let blackout = |at_s, duration_s| Fault {
+            at_s,
+            engine: 0,
+            kind: FaultKind::TelemetryBlackout { duration_s },
+        };
+        assert!(blackout(1e9, 1e9).check(1).is_ok());
+        assert_eq!(
+            blackout(1.5e9, 1.0).check(1),
+            Err("at_s must be in 0..=1e9 seconds")
+        );
+        assert_eq!(
+            blackout(0.0, 1e300).check(1),
+            Err("duration_s must be in 0..=1e9 seconds")
+        );
+        let flap = Fault {
+            at_s: 0.0,
+            engine: 0,
+            kind: FaultKind::Flap {
+                duration_s: 10.0,
+                period_s: 2e9,
+                down_s: 1.0,
+            },
+        };
+        assert_eq!(
+            flap.check(1),
+            Err("period_s must be > 0 and at most 1e9 seconds")
+        );
     }
 }

@@ -787,8 +787,8 @@ fn the_engine_preset_replaces_every_engine() {
 /// one engine (0, 0.25, ..., 2.75 s, each done within 0.1 s); the engine fails every
 /// request from 1.375 s on, so the six arriving from 1.5 s on are never served, at every
 /// rate scale (the fault moves with the load: at 4x it starts at 0.34375 s, between the
-/// sixth arrival at 0.3125 s and the seventh at 0.375 s). A program the fleet refuses is
-/// an error naming the fault.
+/// sixth arrival at 0.3125 s and the seventh at 0.375 s). A program the fleet refuses, or
+/// one `--telemetry` would cut short, is an error naming the file and the fault.
 #[test]
 fn a_fault_program_runs_with_the_load_at_every_rate_scale() {
     let dir = scratch("faults");
@@ -855,6 +855,34 @@ fn a_fault_program_runs_with_the_load_at_every_rate_scale() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.contains("fault 1: engine is not in the fleet"), "{err}");
+    assert!(
+        err.contains("faults.json: fault 1: engine is not in the fleet"),
+        "{err}"
+    );
+
+    // `--telemetry` would drop a partial-telemetry fault: the two are refused together.
+    std::fs::write(
+        &program,
+        r#"[{"at_s": 1, "engine": 0, "kind": "partial_telemetry", "duration_s": 5}]"#,
+    )
+    .unwrap();
+    let out = sim(&[
+        "--quiet",
+        "--telemetry",
+        "full",
+        "--faults",
+        program.to_str().unwrap(),
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--engines",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("fault 0 (partial_telemetry) contradicts --telemetry full"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

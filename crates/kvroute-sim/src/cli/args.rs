@@ -75,8 +75,9 @@ pub struct Common {
     /// telemetry_blackout, fail_fast, partial_telemetry (each but restart with
     /// `duration_s`), event_loss (`duration_s`, `loss`), slowdown (`duration_s`,
     /// `factor`), flap (`duration_s`, `period_s`, `down_s`); times in seconds of the
-    /// workload's own timeline, moved with the load by a rate scale (README, "Fault
-    /// programs")
+    /// workload's own timeline, each start moved with the load by a rate scale (durations
+    /// not); refused together with `--telemetry` when it holds partial_telemetry faults
+    /// (README, "Fault programs")
     #[arg(long, global = true, value_name = "FILE")]
     pub faults: Option<PathBuf>,
 }
@@ -117,8 +118,43 @@ impl Common {
             return Ok(None);
         };
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        kvroute_sim::workload::faults::parse_faults(&text)
-            .map(Some)
+        let faults = kvroute_sim::workload::faults::parse_faults(&text)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        // `--telemetry` holds for every engine the whole run: it would drop the program's
+        // partial-telemetry faults (as it drops a scenario's), so the two together are
+        // refused rather than one silently ignored.
+        if let Some(t) = &self.telemetry
+            && let Some(i) = faults.iter().position(|f| {
+                matches!(
+                    f.kind,
+                    kvroute_sim::fault::FaultKind::PartialTelemetry { .. }
+                )
+            })
+        {
+            return Err(format!(
+                "{}: fault {i} (partial_telemetry) contradicts --telemetry {t}, which holds \
+                 for every engine the whole run; leave one of them out",
+                path.display()
+            ));
+        }
+        Ok(Some(faults))
+    }
+
+    /// `add_faults` of the `--faults` program to `w`, an error naming the file.
+    ///
+    /// # Errors
+    /// A fault `w`'s fleet refuses (`Fault::check`).
+    pub fn add_program(
+        &self,
+        w: &mut kvroute_sim::workload::Workload,
+        faults: &[kvroute_sim::fault::Fault],
+        scale: f64,
+    ) -> Result<(), String> {
+        let path = self
+            .faults
+            .as_deref()
+            .unwrap_or(std::path::Path::new("--faults"));
+        kvroute_sim::workload::faults::add_faults(w, faults, scale)
             .map_err(|e| format!("{}: {e}", path.display()))
     }
 }

@@ -12,7 +12,6 @@ use kvroute_sim::driver::{self, RunOptions};
 use kvroute_sim::report::{RunSettings, WorkloadRuns, json, svg, table};
 use kvroute_sim::workload::Workload;
 use kvroute_sim::workload::arrivals::{jitter_arrivals, scale_arrivals};
-use kvroute_sim::workload::faults::add_faults;
 use kvroute_sim::workload::generated::GENERATED;
 use kvroute_sim::workload::scenarios::{self, SCENARIOS};
 use kvroute_sim::workload::synth::truncate;
@@ -102,7 +101,7 @@ fn dispatch(cli: Cli) -> Result<(), String> {
     for w in &mut workloads {
         common.apply_engine(w);
         if let Some(f) = &faults {
-            add_faults(w, f, rate_scale).map_err(|e| e.to_string())?;
+            common.add_program(w, f, rate_scale)?;
         }
     }
     run_and_report(&common, &workloads, rate_scale)
@@ -293,7 +292,8 @@ fn unapplied_faults(w: &WorkloadRuns, workload: &Workload) -> Vec<String> {
                 .get(i)
                 .map_or((0, f64::NAN), |f| (f.engine, f.at_s));
             format!(
-                "{}: fault {i} (engine {engine}, at {at} s) was not applied in {n} of {} runs: \
+                "{}: scheduled fault {i} (the workload's own faults first, then --faults'; \
+                 engine {engine}, at {at:.1} s of the run) was not applied in {n} of {} runs: \
                  each ended first (the latest at {end:.1} s)",
                 w.name,
                 w.runs.len()

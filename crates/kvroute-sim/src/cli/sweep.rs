@@ -11,7 +11,6 @@ use kvroute_sim::report::sweep::{SWEEP_METRICS, SweepSamples, summarise};
 use kvroute_sim::report::{compute, sweep_svg, sweep_table};
 use kvroute_sim::workload::Workload;
 use kvroute_sim::workload::arrivals::{jitter_arrivals, scale_arrivals};
-use kvroute_sim::workload::faults::add_faults;
 use kvroute_sim::workload::scenarios::Scenario;
 use kvroute_sim::workload::trace::{TraceOptions, load_trace};
 
@@ -67,7 +66,7 @@ impl Source {
         common.apply_engine(&mut w);
         scale_arrivals(&mut w, scale).map_err(|e| e.to_string())?;
         if let Some(f) = faults {
-            add_faults(&mut w, f, scale).map_err(|e| e.to_string())?;
+            common.add_program(&mut w, f, scale)?;
         }
         jitter_arrivals(&mut w, jitter_s, seed).map_err(|e| e.to_string())?;
         Ok(w)
@@ -216,7 +215,8 @@ pub fn run(common: &Common, args: &SweepArgs) -> Result<(), String> {
         if let Some(first) = late.first() {
             eprintln!(
                 "note: {name} at x{scale}: {} of {} runs ended before some of the workload's \
-                 faults started (never applied; faults {first:?} in the first of them)",
+                 faults started (never applied; scheduled faults {first:?} in the first of \
+                 them, counting the workload's own faults first, then --faults')",
                 late.len(),
                 np * nk
             );

@@ -25,11 +25,14 @@
 //! ]
 //! ```
 //!
-//! A field the kind does not take, an unknown field or kind, a missing field, and a value
-//! [`Fault::check`] refuses are errors naming the fault (its index in the array). Added to
-//! a workload ([`add_faults`]), each fault's time is moved as the workload's arrivals were
-//! by its rate scale ([`crate::workload::arrivals::scale_arrivals`]: a fault keeps its
-//! place in the load), after the workload's own faults.
+//! An unknown kind, a field the kind needs and lacks or does not take, and a value
+//! [`Fault::check`] refuses are errors naming the fault (its index in the array); JSON that
+//! is not an array of such objects (an unknown field, a mistyped value) is serde's error,
+//! with its line and column. Added to a workload ([`add_faults`]), each fault's start is
+//! moved as the workload's arrivals were by its rate scale
+//! ([`crate::workload::arrivals::scale_arrivals`]: a fault keeps its place in the load),
+//! after the workload's own faults; durations, periods and down times stay in seconds, as
+//! a scenario's do.
 
 use serde::Deserialize;
 
