@@ -642,7 +642,8 @@ fn faults_the_run_never_reached_are_noted() {
         .enumerate()
     {
         let want = format!(
-            "note: restart[..5]: fault {i} (engine {engine}, at {at} s) was not applied in 1 of 1 runs"
+            "note: restart[..5]: scheduled fault {i} (the workload's own faults first, then \
+             --faults'; engine {engine}, at {at:.1} s of the run) was not applied in 1 of 1 runs"
         );
         assert!(err.contains(&want), "missing `{want}` in:\n{err}");
     }
@@ -677,7 +678,8 @@ fn sweep_cuts_a_named_workload_and_notes_the_faults_it_never_reached() {
     for scale in ["x1", "x2"] {
         let want = format!(
             "note: restart[..5] at {scale}: 4 of 4 runs ended before some of the workload's \
-             faults started (never applied; faults [0, 1, 2, 3] in the first of them)"
+             faults started (never applied; scheduled faults [0, 1, 2, 3] in the first of \
+             them, counting the workload's own faults first, then --faults')"
         );
         assert!(stderr.contains(&want), "missing `{want}` in:\n{stderr}");
     }
