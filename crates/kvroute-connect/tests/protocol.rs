@@ -250,6 +250,9 @@ async fn a_live_batch_that_does_not_decode_is_replayed_at_once() {
     c.add_engine(spec(9, &[&rank])).unwrap();
     let w = WorkerId::new(9, 0);
     assert!(wait_until(LONG, || c.rank_stats().iter().all(|s| s.connected), || {}).await);
+    // Nothing is published while the residency is awaited, so nothing would show a lost
+    // first batch: it is sent once the subscription has reached the engine.
+    assert!(rank.wait_subscribed(LONG));
     let mut model = Residency::default();
     let first = batch(wall(), vec![store(&[1, 2], None)], 0);
     model.apply(&first);

@@ -1,5 +1,8 @@
-//! An emulated engine DP rank speaking the engines' protocol over libzmq: a PUB socket
-//! sending `[topic, seq, payload]`, a replay ROUTER answering `[empty, seq]` requests from
+//! An emulated engine DP rank speaking the engines' protocol over libzmq: a publishing
+//! socket sending `[topic, seq, payload]` (an XPUB, which a SUB reads as the engines' PUB,
+//! and which tells when a subscription has arrived: a PUB drops what it sends before a new
+//! subscriber's subscription has reached it, ZeroMQ's "slow joiner", so a test that needs
+//! its first live batch delivered waits for it, [`EmulatedRank::wait_subscribed`]), a replay ROUTER answering `[empty, seq]` requests from
 //! a bounded buffer with `[empty, topic, seq, payload]` messages and the end marker, as
 //! vLLM's and SGLang's `ZmqEventPublisher` do. Batches are encoded by `kvroute-wire`'s
 //! encoder. A batch can be buffered without being sent (a forced loss), and the rank can
@@ -27,6 +30,20 @@ struct Inner {
     replay_ep: Option<String>,
     /// Per replay request served: (sequence asked for, first sequence sent, if any).
     served: Vec<(u64, Option<u64>)>,
+    /// Whether the publishing socket has seen a subscription since it was bound.
+    subscribed: bool,
+}
+
+impl Inner {
+    /// Reads the subscription messages queued on the publishing socket (an XPUB passes
+    /// each new subscription up as a message whose first byte is 1).
+    fn read_subscriptions(&mut self) {
+        while let Ok(m) = self.pub_sock.recv_bytes(zmq::DONTWAIT) {
+            if m.first() == Some(&1) {
+                self.subscribed = true;
+            }
+        }
+    }
 }
 
 /// One emulated rank.
@@ -55,7 +72,7 @@ impl EmulatedRank {
     /// Binds on ephemeral loopback ports; `replay_depth: None` runs no replay socket.
     pub fn start(topic: &str, replay_depth: Option<usize>) -> Self {
         let ctx = zmq::Context::new();
-        let (pub_sock, pub_ep) = bind(&ctx, zmq::PUB, "tcp://127.0.0.1:*");
+        let (pub_sock, pub_ep) = bind(&ctx, zmq::XPUB, "tcp://127.0.0.1:*");
         let (router, replay_ep) = match replay_depth {
             Some(_) => {
                 let (r, ep) = bind(&ctx, zmq::ROUTER, "tcp://127.0.0.1:*");
@@ -74,6 +91,7 @@ impl EmulatedRank {
             pub_ep,
             replay_ep,
             served: Vec::new(),
+            subscribed: false,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (i, s) = (inner.clone(), stop.clone());
@@ -113,6 +131,25 @@ impl EmulatedRank {
         self.publish_as(batch, Some(|p: &mut [u8]| p[0] = 0xc1))
     }
 
+    /// Waits up to `timeout` until the publishing socket has seen a subscription since it
+    /// was bound (or last restarted), so that a live batch sent now reaches the subscriber;
+    /// whether it has.
+    pub fn wait_subscribed(&self, timeout: std::time::Duration) -> bool {
+        let end = std::time::Instant::now() + timeout;
+        loop {
+            let mut g = self.inner.lock().unwrap();
+            g.read_subscriptions();
+            if g.subscribed {
+                return true;
+            }
+            if std::time::Instant::now() >= end {
+                return false;
+            }
+            drop(g);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Publishes `batch` as the next sequence number, buffered for replay; sent live when
     /// `live` is given, its payload first passed through it.
     fn publish_as(&self, batch: &KvEventBatch, live: Option<fn(&mut [u8])>) -> u64 {
@@ -142,9 +179,10 @@ impl EmulatedRank {
         let ctx = g.ctx.clone();
         let pub_ep = g.pub_ep.clone();
         // Closing the old sockets (linger 0) releases their ports.
-        g.pub_sock = ctx.socket(zmq::PUB).expect("socket");
+        g.pub_sock = ctx.socket(zmq::XPUB).expect("socket");
         g.router = None;
-        g.pub_sock = bind(&ctx, zmq::PUB, &pub_ep).0;
+        g.pub_sock = bind(&ctx, zmq::XPUB, &pub_ep).0;
+        g.subscribed = false;
         if let Some(ep) = g.replay_ep.clone() {
             g.router = Some(bind(&ctx, zmq::ROUTER, &ep).0);
         }
@@ -167,6 +205,7 @@ fn serve(inner: Arc<Mutex<Inner>>, stop: Arc<AtomicBool>) {
         {
             let mut g = inner.lock().unwrap();
             let g = &mut *g;
+            g.read_subscriptions();
             if let Some(r) = &g.router {
                 while let Ok(req) = r.recv_multipart(zmq::DONTWAIT) {
                     if req.len() != 3 || req[2].len() != 8 {
