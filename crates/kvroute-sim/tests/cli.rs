@@ -840,51 +840,35 @@ fn a_fault_program_runs_with_the_load_at_every_rate_scale() {
         assert_eq!(finished(Some(&program), scale), 6, "rate scale {scale}");
     }
 
-    std::fs::write(
-        &program,
+    // A program refused: exit code 1, and standard error holds `want`.
+    let refused = |program_text: &str, extra: &[&str], want: &str| {
+        std::fs::write(&program, program_text).unwrap();
+        let mut args = vec!["--quiet"];
+        args.extend_from_slice(extra);
+        args.extend([
+            "--faults",
+            program.to_str().unwrap(),
+            "replay",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--engines",
+            "1",
+        ]);
+        let out = sim(&args);
+        assert_eq!(out.status.code(), Some(1));
+        let err = text(&out.stderr);
+        assert!(err.contains(want), "missing `{want}` in {err}");
+    };
+    refused(
         r#"[{"at_s": 1, "engine": 0, "kind": "restart"}, {"at_s": 1, "engine": 1, "kind": "restart"}]"#,
-    )
-    .unwrap();
-    let out = sim(&[
-        "--quiet",
-        "--faults",
-        program.to_str().unwrap(),
-        "replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--engines",
-        "1",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("faults.json: fault 1: engine is not in the fleet"),
-        "{err}"
+        &[],
+        "faults.json: fault 1: engine is not in the fleet",
     );
-
     // `--telemetry` would drop a partial-telemetry fault: the two are refused together.
-    std::fs::write(
-        &program,
+    refused(
         r#"[{"at_s": 1, "engine": 0, "kind": "partial_telemetry", "duration_s": 5}]"#,
-    )
-    .unwrap();
-    let out = sim(&[
-        "--quiet",
-        "--telemetry",
-        "full",
-        "--faults",
-        program.to_str().unwrap(),
-        "replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--engines",
-        "1",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("fault 0 (partial_telemetry) contradicts --telemetry full"),
-        "{err}"
+        &["--telemetry", "full"],
+        "fault 0 (partial_telemetry) contradicts --telemetry full",
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
