@@ -2,7 +2,7 @@
 //!
 //! Shape (serde): `{ "seed": u64, "workloads": [ { "name", "description", "engines",
 //! "routed_requests", "seed"?, "rate_scale"?, "telemetry"?, "engine"?, "predicted_ttl_ms"?,
-//! "kv_bound_usage"?, "runs": [ { "policy", "metrics":
+//! "kv_bound_usage"?, "faults"?, "runs": [ { "policy", "metrics":
 //! Metrics, "engines": [EngineSeries] } ] } ] }` (the settings the command line ran the
 //! workload with, [`RunSettings`](crate::report::RunSettings), where recorded); times in
 //! seconds, throughput in tokens/s, rates as fractions (0..=1). A metric that does not

@@ -85,16 +85,16 @@ impl std::error::Error for FaultFileError {
     }
 }
 
-/// The kinds the file names, in the module docs' order.
-pub const FAULT_KINDS: [&str; 8] = [
-    "restart",
-    "disconnect",
-    "telemetry_blackout",
-    "fail_fast",
-    "partial_telemetry",
-    "event_loss",
-    "slowdown",
-    "flap",
+/// The kinds the file names, in the module docs' order, each with the fields it takes.
+pub const FAULT_KINDS: [(&str, &[&str]); 8] = [
+    ("restart", &[]),
+    ("disconnect", &["duration_s"]),
+    ("telemetry_blackout", &["duration_s"]),
+    ("fail_fast", &["duration_s"]),
+    ("partial_telemetry", &["duration_s"]),
+    ("event_loss", &["duration_s", "loss"]),
+    ("slowdown", &["duration_s", "factor"]),
+    ("flap", &["duration_s", "period_s", "down_s"]),
 ];
 
 impl FaultSpec {
@@ -108,20 +108,13 @@ impl FaultSpec {
             ("factor", self.factor),
             ("loss", self.loss),
         ];
-        let takes: &[&str] = match self.kind.as_str() {
-            "restart" => &[],
-            "disconnect" | "telemetry_blackout" | "fail_fast" | "partial_telemetry" => {
-                &["duration_s"]
-            }
-            "event_loss" => &["duration_s", "loss"],
-            "slowdown" => &["duration_s", "factor"],
-            "flap" => &["duration_s", "period_s", "down_s"],
-            other => {
-                return Err(format!(
-                    "unknown kind `{other}` (one of {})",
-                    FAULT_KINDS.join(", ")
-                ));
-            }
+        let Some(&(_, takes)) = FAULT_KINDS.iter().find(|(k, _)| *k == self.kind) else {
+            let names: Vec<&str> = FAULT_KINDS.iter().map(|(k, _)| *k).collect();
+            return Err(format!(
+                "unknown kind `{}` (one of {})",
+                self.kind,
+                names.join(", ")
+            ));
         };
         for (name, value) in given {
             match (takes.contains(&name), value) {
@@ -146,6 +139,7 @@ impl FaultSpec {
                 duration_s: d,
                 factor: self.factor.unwrap_or_default(),
             },
+            // The last kind of the table: `flap`.
             _ => FaultKind::Flap {
                 duration_s: d,
                 period_s: self.period_s.unwrap_or_default(),
