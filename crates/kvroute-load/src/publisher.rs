@@ -242,7 +242,9 @@ struct SlotState {
     invalid: bool,
     /// The engine's own timestamp of the last good SGLang report (seconds).
     engine_ts: Option<f64>,
-    /// Reservable fields reported since the last publication (to reconcile).
+    /// Reservable fields reported since the last publication (to reconcile; a token field
+    /// the report lacks is added at the publication when the fleet's estimate of it is
+    /// measured: `reconcile.rs`, "Fields a report estimates").
     unreconciled: Fields,
     /// Taken out of the candidates by the router (`set_excluded`).
     excluded: bool,
@@ -894,25 +896,13 @@ impl LoadPublisher {
                 .and_then(|c| c.dp_size)
                 .unwrap_or(e.ranks_registered);
         }
-        // 3. Reconcile reservations before the new figures become visible.
-        if let Some(table) = reservations.as_ref() {
-            for (i, st) in slots.iter_mut().enumerate() {
-                if let (Some((_, generation)), false) = (st.tenant, st.unreconciled.is_empty()) {
-                    table.reconcile(Slot(i as u32), generation, st.unreconciled);
-                }
-                st.unreconciled = Fields::NONE;
-            }
-        } else {
-            slots
-                .iter_mut()
-                .for_each(|st| st.unreconciled = Fields::NONE);
-        }
         stats.publications += 1;
         let stats_now = *stats;
         // Publications only happen here, so this equals the cell's publication count.
         let seq = stats_now.publications;
         let stamp = next_stamp();
-        staged.fill(|snap| {
+        // 3. Fill the staged snapshot (not yet visible).
+        let measured = staged.fill(|snap| {
             snap.seq = seq;
             snap.stamp = stamp;
             snap.published_at = now;
@@ -923,7 +913,27 @@ impl LoadPublisher {
                 write_slot(snap, i, st, own[i], engine_of[i], engines, engine_configs);
             }
             snap.reported_tokens = crate::snapshot::ReportedTokens::of(snap);
+            snap.reported_tokens.measured()
         });
+        // 4. Reconcile reservations before the new figures become visible. A report of the
+        // requests covers the token fields it lacks where the snapshot estimates them from
+        // its counts with measured figures (`reconcile.rs`, "Fields a report estimates").
+        if let Some(table) = reservations.as_ref() {
+            for (i, st) in slots.iter_mut().enumerate() {
+                let mut fields = st.unreconciled;
+                if fields.contains(Fields::REQUESTS) {
+                    fields = fields.union(measured);
+                }
+                if let (Some((_, generation)), false) = (st.tenant, fields.is_empty()) {
+                    table.reconcile(Slot(i as u32), generation, fields);
+                }
+                st.unreconciled = Fields::NONE;
+            }
+        } else {
+            slots
+                .iter_mut()
+                .for_each(|st| st.unreconciled = Fields::NONE);
+        }
         Ok(staged.publish())
     }
 }

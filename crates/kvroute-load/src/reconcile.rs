@@ -10,9 +10,31 @@
 //! It is enforced by the publisher, not by arithmetic at read time: when a publication
 //! carries a new accepted report of a field for a slot, the publisher first drops that
 //! field's reservations on the slot ([`ReservationTable::reconcile`]), then makes the
-//! snapshot visible. Fields that the slot's telemetry does not report (vLLM reports no token
-//! figures) are never reconciled; for them the reservations are the only source.
+//! snapshot visible.
 //!
+//! # Fields a report estimates
+//! Every report carries request counts; vLLM's carries no token figures. A slot's token
+//! figure it lacks is estimated from its counts, `waiting × tokens per waiting request`
+//! and `running × tokens per running request`, the per-request figures measured on the
+//! fresh slots that report them ([`LoadSnapshot::tokens_per_waiting`],
+//! [`LoadSnapshot::tokens_per_running`]). The counts include the reserved requests the
+//! report has seen, so a measured estimate covers their tokens as the report covers their
+//! requests: a publication reconciles a counts-only report's token fields with its
+//! requests wherever some fresh slot reports that field. Left unreconciled, a counts-only
+//! slot would count each request twice, once in the estimate and once in its reservation
+//! (which lives until the request ends or the TTL sweep): on the conversation trace at 16x
+//! with half the engines on vLLM's gauges, those engines' reserved prefill tokens equalled
+//! their whole queue, so they looked twice as loaded as they were and ran 16-21 requests
+//! against the others' 25-30 (`docs/RESULTS.md`, "Fault programs on the trace").
+//!
+//! Where no fresh slot reports a token field (a fleet all on vLLM's gauges), the estimate
+//! is the configured prior alone, a guess, and the slot's reservations stay the measure of
+//! the tokens the router sent it: they are kept until their requests end (or the sweep),
+//! not reconciled. Reconciled then, an all-gauges fleet was costed at the prior per
+//! request and lost 8 % of its output at 16x. A fleet that moves between the two (its
+//! reporting slots go stale) under-states a counts-only slot's tokens for one report: the
+//! reservations a measured publication dropped are not restored.
+
 //! # Why no request is counted twice
 //! A report is observed by the engine before the router receives it, and the router receives
 //! it before it publishes it. Every reservation still live after the reconciliation was made
@@ -77,41 +99,55 @@ pub struct EffectiveLoad {
     /// end since beyond the reservations the report's publication absorbed
     /// ([`Reserved::finished`]; at least 0) (requests).
     pub requests: u64,
-    /// Reported waiting uncached prefill tokens (0 when not reported), plus reserved
+    /// Reported waiting uncached prefill tokens (where not reported, `waiting ×`
+    /// [`LoadSnapshot::tokens_per_waiting`], rounded to the nearest token), plus reserved
     /// prefill tokens (tokens).
     pub prefill_tokens: u64,
-    /// Reported active decode tokens (0 when not reported), plus reserved decode tokens
-    /// (tokens).
+    /// Reported active decode tokens (where not reported, `running ×`
+    /// [`LoadSnapshot::tokens_per_running`], rounded), plus reserved decode tokens (tokens).
     pub decode_tokens: u64,
     /// The reserved part alone.
     pub reserved: Reserved,
 }
 
 /// The effective load of `slot`: the snapshot's figures plus the live reservations of the
-/// same tenancy. Reads the counters after the snapshot (the caller loaded it before calling).
-/// Returns `None` for a vacant slot. When the table holds another tenancy than the snapshot
-/// (the worker was replaced since), reservations are left out.
+/// same tenancy. A token figure the slot's report lacks is estimated from its request
+/// counts with `tokens_per_request` (tokens; the router's
+/// `ScoreConfig::tokens_per_request`) as the prior of the per-request figure (module docs,
+/// "Fields a report estimates"). Reads the counters after the snapshot (the caller loaded
+/// it before calling). Returns `None` for a vacant slot. When the table holds another
+/// tenancy than the snapshot (the worker was replaced since), reservations are left out.
 pub fn effective_load(
     snapshot: &LoadSnapshot,
     table: &ReservationTable,
     slot: Slot,
+    tokens_per_request: f32,
 ) -> Option<EffectiveLoad> {
     let s = snapshot.slot(slot)?;
     let reserved = table.reserved_for(slot, s.generation).unwrap_or_default();
-    let reported = |bit: Fields, v: u32| {
+    let figure = |bit: Fields, v: u32, count: u32, per_request: f32| {
         if s.reported.contains(bit) {
             u64::from(v)
         } else {
-            0
+            // Saturating conversion: at most 2^32 requests × a finite figure.
+            (f64::from(count) * f64::from(per_request)).round() as u64
         }
     };
     Some(EffectiveLoad {
         requests: (u64::from(s.running) + u64::from(s.waiting) + reserved.requests)
             .saturating_sub(reserved.finished),
-        prefill_tokens: reported(Fields::PREFILL_TOKENS, s.waiting_prefill_tokens)
-            + reserved.prefill_tokens,
-        decode_tokens: reported(Fields::DECODE_TOKENS, s.active_decode_tokens)
-            + reserved.decode_tokens,
+        prefill_tokens: figure(
+            Fields::PREFILL_TOKENS,
+            s.waiting_prefill_tokens,
+            s.waiting,
+            snapshot.tokens_per_waiting(tokens_per_request),
+        ) + reserved.prefill_tokens,
+        decode_tokens: figure(
+            Fields::DECODE_TOKENS,
+            s.active_decode_tokens,
+            s.running,
+            snapshot.tokens_per_running(tokens_per_request),
+        ) + reserved.decode_tokens,
         reserved,
     })
 }

@@ -164,6 +164,10 @@ pub(crate) struct ReportedTokens {
     pub decode_tokens: u64,
     /// Sum of `running` over the same slots (requests).
     pub running: u64,
+    /// Fresh slots reporting `waiting_prefill_tokens`.
+    pub prefill_slots: u32,
+    /// Fresh slots reporting `active_decode_tokens`.
+    pub decode_slots: u32,
 }
 
 impl ReportedTokens {
@@ -179,13 +183,29 @@ impl ReportedTokens {
             if r.contains(Fields::PREFILL_TOKENS) {
                 t.prefill_tokens += u64::from(snap.waiting_prefill_tokens[i]);
                 t.waiting += u64::from(snap.waiting[i]);
+                t.prefill_slots += 1;
             }
             if r.contains(Fields::DECODE_TOKENS) {
                 t.decode_tokens += u64::from(snap.active_decode_tokens[i]);
                 t.running += u64::from(snap.running[i]);
+                t.decode_slots += 1;
             }
         }
         t
+    }
+
+    /// The token fields whose per-request estimate rests on at least one fresh slot's
+    /// report (the others are the configured prior alone): what a counts-only report
+    /// reconciles besides its requests (`reconcile.rs`, "Fields a report estimates").
+    pub(crate) fn measured(&self) -> Fields {
+        let mut f = Fields::NONE;
+        if self.prefill_slots > 0 {
+            f = f.union(Fields::PREFILL_TOKENS);
+        }
+        if self.decode_slots > 0 {
+            f = f.union(Fields::DECODE_TOKENS);
+        }
+        f
     }
 }
 

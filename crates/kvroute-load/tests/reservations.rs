@@ -384,6 +384,59 @@ fn attached() -> (
     (w, t, p, reader)
 }
 
+/// A report without token figures (vLLM's gauges) still reconciles the token
+/// reservations: its counts include the reserved requests, and its token figures are
+/// estimated from those counts, so a reservation left in place would be counted twice.
+/// Slot 0 reports 1 running + 2 waiting with 6,000 queued and 9,000 decode tokens; slot 1
+/// reports counts only. With a prior of 512 the estimates are (6,000 + 512) / (2 + 1) =
+/// 2,170.67 tokens per waiting and (9,000 + 512) / (1 + 1) = 4,756 per running request.
+#[test]
+fn a_counts_only_report_reconciles_the_token_reservations() {
+    let t = table(2);
+    let (mut p, reader) = LoadPublisher::new(LoadConfig::new(2)).unwrap();
+    p.attach_reservations(t.clone()).unwrap();
+    let (w0, w1) = (WorkerId::new(1, 0), WorkerId::new(2, 0));
+    for (i, w) in [w0, w1].into_iter().enumerate() {
+        p.add_worker(Slot(i as u32), w, G1).unwrap();
+        t.add_worker(Slot(i as u32), G1, Nanos(0)).unwrap();
+    }
+    let mut full = LoadSample::new(1, 2, 16, 0.5);
+    full.waiting_prefill_tokens = Some(6_000);
+    full.active_decode_tokens = Some(9_000);
+    p.apply_sample(w0, full, Nanos(S)).unwrap();
+    p.apply_sample(w1, LoadSample::new(0, 0, 16, 0.0), Nanos(S))
+        .unwrap();
+    p.publish(Nanos(S)).unwrap();
+
+    // Three requests routed to slot 1 before its next report.
+    let guards: Vec<_> = (0..3)
+        .map(|k| {
+            t.reserve(Slot(1), G1, work(3_000, 100), Nanos(S + k))
+                .unwrap()
+        })
+        .collect();
+    let e = effective_load(&reader.load(), &t, Slot(1), 512.0).unwrap();
+    // Nothing waits in the report yet: the reservations alone.
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (3, 9_000, 300)
+    );
+
+    // The next report counts them (1 running, 2 waiting): every field is reconciled.
+    p.apply_sample(w1, LoadSample::new(1, 2, 16, 0.1), Nanos(2 * S))
+        .unwrap();
+    p.publish(Nanos(2 * S)).unwrap();
+    assert_eq!(t.reserved(Slot(1)), r(0, 0, 0));
+    assert_eq!(t.stats().reconciled, r(3, 9_000, 300));
+    let e = effective_load(&reader.load(), &t, Slot(1), 512.0).unwrap();
+    // 2 × 2,170.67 = 4,341.33 → 4,341; 1 × 4,756.
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (3, 4_341, 4_756)
+    );
+    drop(guards);
+}
+
 #[test]
 fn reconciliation_never_counts_a_request_twice() {
     let (_, t, mut p, reader) = attached();
@@ -392,7 +445,7 @@ fn reconciliation_never_counts_a_request_twice() {
     p.apply_sglang(&sglang(3, 2, 400, 3000, 1.0), Nanos(S))
         .unwrap();
     p.publish(Nanos(S)).unwrap();
-    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (5, 400, 3000)
@@ -401,7 +454,7 @@ fn reconciliation_never_counts_a_request_twice() {
     // Two new requests are routed there: +2 requests, +1000 prefill, +100 decode.
     let a = t.reserve(Slot(0), G1, work(600, 60), Nanos(S + 1)).unwrap();
     let mut b = t.reserve(Slot(0), G1, work(400, 40), Nanos(S + 2)).unwrap();
-    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
     // 5 + 2 = 7 requests, 400 + 1000 prefill, 3000 + 100 decode.
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
@@ -414,7 +467,7 @@ fn reconciliation_never_counts_a_request_twice() {
     p.apply_sglang(&sglang(5, 2, 1400, 3100, 2.0), Nanos(2 * S))
         .unwrap();
     p.publish(Nanos(2 * S)).unwrap();
-    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (7, 1400, 3100)
@@ -426,7 +479,7 @@ fn reconciliation_never_counts_a_request_twice() {
     let c = t
         .reserve(Slot(0), G1, work(50, 5), Nanos(2 * S + 1))
         .unwrap();
-    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (8, 1450, 3105)
@@ -440,13 +493,13 @@ fn reconciliation_never_counts_a_request_twice() {
     assert!(!b.first_token());
     drop((a, b));
     assert_eq!(t.reserved(Slot(0)), r(1, 50, 5));
-    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (8, 1450, 3105)
     );
     drop(c);
-    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (7, 1400, 3100)
@@ -461,7 +514,7 @@ fn reconciliation_never_counts_a_request_twice() {
     // still 7 requests: the 2 seen to end are offset by the 2 its publication absorbed.
     p.publish(Nanos(4 * S + S / 2)).unwrap();
     assert_eq!(reader.load().validity()[0], kvroute_load::Validity::Stale);
-    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (7, 1400, 3100)
@@ -471,7 +524,7 @@ fn reconciliation_never_counts_a_request_twice() {
         .unwrap();
     p.publish(Nanos(5 * S)).unwrap();
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
-    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (5, 0, 2000)
@@ -479,6 +532,8 @@ fn reconciliation_never_counts_a_request_twice() {
     assert_eq!(t.stats().underflow_clamped, 0);
 }
 
+/// A fleet of one slot on vLLM's wire (counts only, so no slot measures the token
+/// figures): a report reconciles the request reservations only.
 #[test]
 fn reconciliation_is_per_field_vllm_reports_no_tokens() {
     let w = WorkerId::new(1, 0);
@@ -508,11 +563,13 @@ fn reconciliation_is_per_field_vllm_reports_no_tokens() {
     .unwrap();
     p.publish(Nanos(S)).unwrap();
     // Requests are reported (1 waiting) → the reserved request is dropped; tokens are not
-    // reported → the reserved tokens remain the only source.
-    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    // reported by any slot, so their estimate is the prior alone (1 waiting × 512, 0
+    // running) and the reserved tokens stay the measure of what was sent: 512 + 700
+    // prefill, 0 + 30 decode.
+    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
-        (1, 700, 30)
+        (1, 1_212, 30)
     );
     assert!(a.first_token());
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 730));
@@ -521,8 +578,8 @@ fn reconciliation_is_per_field_vllm_reports_no_tokens() {
     // (the report might not have counted it), so nothing is subtracted.
     drop(a);
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
-    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
-    assert_eq!((e.requests, e.prefill_tokens, e.decode_tokens), (1, 0, 0));
+    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    assert_eq!((e.requests, e.prefill_tokens, e.decode_tokens), (1, 512, 0));
     assert_eq!(t.stats().reconciled, r(1, 0, 0));
 }
 
@@ -539,7 +596,7 @@ fn effective_load_ignores_reservations_of_another_tenancy() {
     let _g = t
         .reserve(Slot(0), SlotGeneration(2), work(5, 5), Nanos(0))
         .unwrap();
-    let e = effective_load(&reader.load(), &t, Slot(0)).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
     assert_eq!(e.reserved, r(0, 0, 0));
     assert_eq!(e.requests, 0);
     assert_eq!(Fields::RESERVABLE, Fields(0b111));
@@ -839,7 +896,7 @@ fn figures_dropped_at_the_first_publication_reconcile_nothing() {
     assert_eq!(p.stats().rejected_future, 1);
     let snap = reader.load();
     assert_eq!(snap.slot(Slot(0)).unwrap().validity, Validity::Missing);
-    let e = effective_load(&snap, &t, Slot(0)).unwrap();
+    let e = effective_load(&snap, &t, Slot(0), 512.0).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (1, 500, 50)

@@ -293,6 +293,30 @@ fn a_fleet_with_counts_only_telemetry_is_costed_on_one_basis() {
     );
 }
 
+/// `partial-telemetry` at 16x under `least_load`, which adds a worker's queued prefill and
+/// decode tokens as they stand: a counts-only engine's figures are estimated from its
+/// request counts, which include the requests routed there, so the tokens reserved for
+/// those requests must leave its figures when the report that counts them arrives. The
+/// two halves' mean running requests within 15 % of each other (while each counts-only
+/// engine's reservations stayed until its requests ended, the counts-only half looked
+/// twice as loaded and ran 19.8 requests on average against 25.3, 0.78x, seed 1).
+#[test]
+fn least_load_counts_a_counts_only_engine_once() {
+    use kvroute_sim::workload::arrivals::scale_arrivals;
+    use kvroute_sim::workload::scenarios::faults;
+    let mut w = faults::build_partial_telemetry(SEED);
+    scale_arrivals(&mut w, 16.0).unwrap();
+    let (m, _) = run_all(&w, &[("least_load", Policy::LeastLoad)]).remove(0);
+    let half = |r: &[f64]| r.iter().sum::<f64>() / r.len() as f64;
+    let gauges = half(&m.mean_running[..4]);
+    let reporting = half(&m.mean_running[4..]);
+    eprintln!("mean running: counts-only {gauges:.2}, reporting {reporting:.2}");
+    assert!(
+        gauges >= reporting / 1.15 && reporting >= gauges / 1.15,
+        "counts-only half {gauges:.2} against reporting half {reporting:.2}"
+    );
+}
+
 /// `straggler` at 4x: from 10 s engine 0 steps three times slower while reporting its
 /// nominal speed. Its capacity is then a third of a peer's, a share of (1/3) / (7 + 1/3) =
 /// 4.5 % of the fleet's: the default policy, which sees only its queue and running count

@@ -93,10 +93,10 @@ impl<'a> Sim<'a> {
 
     /// Runs the event loop to the end (every request settled, or the horizon).
     pub(in crate::driver) fn run(&mut self) {
-        // The fleet starts idle and routable.
-        for (e, &w) in self.workers.iter().enumerate() {
+        // The fleet starts idle and routable, each engine's first report on its own wire.
+        for e in 0..self.workers.len() {
             let s = self.sample_of(e);
-            let _ = self.router.update_load(w, s, Nanos::ZERO);
+            self.hand_over_load(e as u32, s, 0);
         }
         let _ = self.router.publish(Nanos::ZERO);
         for (i, r) in self.w.requests.iter().enumerate() {

@@ -82,6 +82,14 @@ impl<'a> Sim<'a> {
     }
 
     pub(super) fn apply_load(&mut self, e: u32, s: LoadSample, observed: u64) {
+        self.hand_over_load(e, s, observed);
+        let _ = self.router.publish(Nanos(self.now));
+    }
+
+    /// Hands engine `e`'s report observed at `observed` (ns) to the router on the wire its
+    /// telemetry uses then (SGLang's full figures, or vLLM's gauges under
+    /// `--telemetry gauges` or a partial-telemetry fault), without publishing.
+    pub(super) fn hand_over_load(&mut self, e: u32, s: LoadSample, observed: u64) {
         let w = self.workers[e as usize];
         let mode = if self.faults.gauges_only(e, observed) {
             TelemetryMode::VllmMetrics
@@ -106,6 +114,5 @@ impl<'a> Sim<'a> {
         if r.is_err() {
             self.res.channel.telemetry_rejected += 1;
         }
-        let _ = self.router.publish(Nanos(self.now));
     }
 }
