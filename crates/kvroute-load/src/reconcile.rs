@@ -10,7 +10,8 @@
 //! It is enforced by the publisher, not by arithmetic at read time: when a publication
 //! carries a new accepted report of a field for a slot, the publisher first drops that
 //! field's reservations on the slot ([`ReservationTable::reconcile`]), then makes the
-//! snapshot visible.
+//! snapshot visible. A token field that a report lacks but the snapshot estimates from the
+//! report's request counts counts as reported (below).
 //!
 //! # Fields a report estimates
 //! Every report carries request counts; vLLM's carries no token figures. A slot's token
@@ -24,17 +25,31 @@
 //! slot would count each request twice, once in the estimate and once in its reservation
 //! (which lives until the request ends or the TTL sweep): on the conversation trace at 16x
 //! with half the engines on vLLM's gauges, those engines' reserved prefill tokens equalled
-//! their whole queue, so they looked twice as loaded as they were and ran 16-21 requests
-//! against the others' 25-30 (`docs/RESULTS.md`, "Fault programs on the trace").
+//! their whole queue, so under `least_load` they looked twice as loaded as they were and
+//! ran 16-18 requests against the others' 25-30 (`docs/RESULTS.md`, "Fault programs on
+//! the trace").
 //!
-//! Where no fresh slot reports a token field (a fleet all on vLLM's gauges), the estimate
-//! is the configured prior alone, a guess, and the slot's reservations stay the measure of
-//! the tokens the router sent it: they are kept until their requests end (or the sweep),
-//! not reconciled. Reconciled then, an all-gauges fleet was costed at the prior per
-//! request and lost 8 % of its output at 16x. A fleet that moves between the two (its
-//! reporting slots go stale) under-states a counts-only slot's tokens for one report: the
-//! reservations a measured publication dropped are not restored.
-
+//! Where no fresh slot reports a token field (a fleet all on vLLM's gauges, or one whose
+//! reporting slots are all stale), the estimate is the configured prior alone, a guess,
+//! and a counts-only slot's reservations stay the measure of the tokens the router sent
+//! it: they are kept until their requests end (or the sweep), not reconciled. Reconciled
+//! there too, the all-gauges trace was costed at the prior per request and lost 8 % of
+//! its output at 16x (`docs/RESULTS.md`, `partial-telemetry`'s notes).
+//!
+//! # What the estimate gives up
+//! * When the reporting slots have no waiting (running) request, the estimate per waiting
+//!   (running) request is their reported tokens plus the prior, over one request: the
+//!   prior alone when they report 0. The condition is which slots report, not what they
+//!   hold: tried on whether they held any waiting or running request, the condition
+//!   flipped with every lull at moderate load, and each flip under-stated the counts-only
+//!   slots (their reservations dropped by the last measured publication, the prior after
+//!   it): in `partial-telemetry` at 16x `least_load` then ran 24.1 requests on the
+//!   counts-only half against 18.9.
+//! * A fleet whose reporting slots go stale and come back is off for one report of each
+//!   counts-only slot: after a measured publication dropped its reservations, an unmeasured
+//!   one under-states it (they are not restored); after an unmeasured publication kept
+//!   them, a measured one before the slot reports again counts them beside the estimate.
+//!
 //! # Why no request is counted twice
 //! A report is observed by the engine before the router receives it, and the router receives
 //! it before it publishes it. Every reservation still live after the reconciliation was made
@@ -121,8 +136,9 @@ pub fn effective_load(
     snapshot: &LoadSnapshot,
     table: &ReservationTable,
     slot: Slot,
-    tokens_per_request: f32,
+    tokens_per_request: u32,
 ) -> Option<EffectiveLoad> {
+    let prior = tokens_per_request as f32;
     let s = snapshot.slot(slot)?;
     let reserved = table.reserved_for(slot, s.generation).unwrap_or_default();
     let figure = |bit: Fields, v: u32, count: u32, per_request: f32| {
@@ -140,13 +156,13 @@ pub fn effective_load(
             Fields::PREFILL_TOKENS,
             s.waiting_prefill_tokens,
             s.waiting,
-            snapshot.tokens_per_waiting(tokens_per_request),
+            snapshot.tokens_per_waiting(prior),
         ) + reserved.prefill_tokens,
         decode_tokens: figure(
             Fields::DECODE_TOKENS,
             s.active_decode_tokens,
             s.running,
-            snapshot.tokens_per_running(tokens_per_request),
+            snapshot.tokens_per_running(prior),
         ) + reserved.decode_tokens,
         reserved,
     })

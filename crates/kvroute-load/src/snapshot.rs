@@ -194,9 +194,12 @@ impl ReportedTokens {
         t
     }
 
-    /// The token fields whose per-request estimate rests on at least one fresh slot's
-    /// report (the others are the configured prior alone): what a counts-only report
-    /// reconciles besides its requests (`reconcile.rs`, "Fields a report estimates").
+    /// The token fields some fresh slot reports, whose per-request estimate therefore
+    /// comes from the fleet's reports (with the configured prior counted as one more
+    /// request) rather than from the prior alone: what a counts-only report reconciles
+    /// besides its requests (`reconcile.rs`, "Fields a report estimates"). A property of
+    /// which slots report what, not of how many requests they hold at the moment, so it
+    /// changes only when a reporting slot goes stale or comes back.
     pub(crate) fn measured(&self) -> Fields {
         let mut f = Fields::NONE;
         if self.prefill_slots > 0 {

@@ -415,7 +415,7 @@ fn a_counts_only_report_reconciles_the_token_reservations() {
                 .unwrap()
         })
         .collect();
-    let e = effective_load(&reader.load(), &t, Slot(1), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(1), 512).unwrap();
     // Nothing waits in the report yet: the reservations alone.
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
@@ -428,13 +428,66 @@ fn a_counts_only_report_reconciles_the_token_reservations() {
     p.publish(Nanos(2 * S)).unwrap();
     assert_eq!(t.reserved(Slot(1)), r(0, 0, 0));
     assert_eq!(t.stats().reconciled, r(3, 9_000, 300));
-    let e = effective_load(&reader.load(), &t, Slot(1), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(1), 512).unwrap();
     // 2 × 2,170.67 = 4,341.33 → 4,341; 1 × 4,756.
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (3, 4_341, 4_756)
     );
     drop(guards);
+}
+
+/// A counts-only report reconciles a token field only where some fresh slot reports it.
+/// Slot 0 reports 2 running and nothing waiting (0 queued, 5,000 decode tokens); two
+/// requests of 3,000 prefill and 100 decode tokens are reserved on the counts-only slot 1,
+/// which then reports 1 running + 1 waiting: every reservation is dropped, and the
+/// effective figures are the estimates, prefill 1 × (0 + 512) / (0 + 1) = 512 (the prior
+/// alone: nothing waits on slot 0) and decode 1 × (5,000 + 512) / (2 + 1) = 1,837.33 →
+/// 1,837. At 10 s slot 0's report is stale (maximum age 2 s), so no fresh slot reports
+/// tokens: the next report of slot 1 drops only the request reservations.
+#[test]
+fn token_reservations_stay_where_no_fresh_slot_reports_the_field() {
+    let t = table(2);
+    let (mut p, reader) = LoadPublisher::new(LoadConfig::new(2)).unwrap();
+    p.attach_reservations(t.clone()).unwrap();
+    let (w0, w1) = (WorkerId::new(1, 0), WorkerId::new(2, 0));
+    for (i, w) in [w0, w1].into_iter().enumerate() {
+        p.add_worker(Slot(i as u32), w, G1).unwrap();
+        t.add_worker(Slot(i as u32), G1, Nanos(0)).unwrap();
+    }
+    let mut full = LoadSample::new(2, 0, 16, 0.5);
+    full.waiting_prefill_tokens = Some(0);
+    full.active_decode_tokens = Some(5_000);
+    p.apply_sample(w0, full, Nanos(S)).unwrap();
+    p.apply_sample(w1, LoadSample::new(0, 0, 16, 0.0), Nanos(S))
+        .unwrap();
+    p.publish(Nanos(S)).unwrap();
+    let first: Vec<_> = (0..2)
+        .map(|k| {
+            t.reserve(Slot(1), G1, work(3_000, 100), Nanos(S + k))
+                .unwrap()
+        })
+        .collect();
+    p.apply_sample(w1, LoadSample::new(1, 1, 16, 0.1), Nanos(2 * S))
+        .unwrap();
+    p.publish(Nanos(2 * S)).unwrap();
+    assert_eq!(t.reserved(Slot(1)), r(0, 0, 0));
+    let e = effective_load(&reader.load(), &t, Slot(1), 512).unwrap();
+    assert_eq!(
+        (e.requests, e.prefill_tokens, e.decode_tokens),
+        (2, 512, 1_837)
+    );
+
+    // Slot 0's report goes stale: no fresh slot reports tokens, the reservations stay.
+    let third = t
+        .reserve(Slot(1), G1, work(1_000, 50), Nanos(9 * S))
+        .unwrap();
+    p.apply_sample(w1, LoadSample::new(1, 2, 16, 0.1), Nanos(10 * S))
+        .unwrap();
+    p.publish(Nanos(10 * S)).unwrap();
+    assert_eq!(reader.load().validity()[0], Validity::Stale);
+    assert_eq!(t.reserved(Slot(1)), r(0, 1_000, 50));
+    drop((first, third));
 }
 
 #[test]
@@ -445,7 +498,7 @@ fn reconciliation_never_counts_a_request_twice() {
     p.apply_sglang(&sglang(3, 2, 400, 3000, 1.0), Nanos(S))
         .unwrap();
     p.publish(Nanos(S)).unwrap();
-    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (5, 400, 3000)
@@ -454,7 +507,7 @@ fn reconciliation_never_counts_a_request_twice() {
     // Two new requests are routed there: +2 requests, +1000 prefill, +100 decode.
     let a = t.reserve(Slot(0), G1, work(600, 60), Nanos(S + 1)).unwrap();
     let mut b = t.reserve(Slot(0), G1, work(400, 40), Nanos(S + 2)).unwrap();
-    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512).unwrap();
     // 5 + 2 = 7 requests, 400 + 1000 prefill, 3000 + 100 decode.
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
@@ -467,7 +520,7 @@ fn reconciliation_never_counts_a_request_twice() {
     p.apply_sglang(&sglang(5, 2, 1400, 3100, 2.0), Nanos(2 * S))
         .unwrap();
     p.publish(Nanos(2 * S)).unwrap();
-    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (7, 1400, 3100)
@@ -479,7 +532,7 @@ fn reconciliation_never_counts_a_request_twice() {
     let c = t
         .reserve(Slot(0), G1, work(50, 5), Nanos(2 * S + 1))
         .unwrap();
-    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (8, 1450, 3105)
@@ -493,13 +546,13 @@ fn reconciliation_never_counts_a_request_twice() {
     assert!(!b.first_token());
     drop((a, b));
     assert_eq!(t.reserved(Slot(0)), r(1, 50, 5));
-    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (8, 1450, 3105)
     );
     drop(c);
-    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (7, 1400, 3100)
@@ -514,7 +567,7 @@ fn reconciliation_never_counts_a_request_twice() {
     // still 7 requests: the 2 seen to end are offset by the 2 its publication absorbed.
     p.publish(Nanos(4 * S + S / 2)).unwrap();
     assert_eq!(reader.load().validity()[0], kvroute_load::Validity::Stale);
-    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (7, 1400, 3100)
@@ -524,7 +577,7 @@ fn reconciliation_never_counts_a_request_twice() {
         .unwrap();
     p.publish(Nanos(5 * S)).unwrap();
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
-    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (5, 0, 2000)
@@ -566,7 +619,7 @@ fn reconciliation_is_per_field_vllm_reports_no_tokens() {
     // reported by any slot, so their estimate is the prior alone (1 waiting × 512, 0
     // running) and the reserved tokens stay the measure of what was sent: 512 + 700
     // prefill, 0 + 30 decode.
-    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (1, 1_212, 30)
@@ -578,7 +631,7 @@ fn reconciliation_is_per_field_vllm_reports_no_tokens() {
     // (the report might not have counted it), so nothing is subtracted.
     drop(a);
     assert_eq!(t.reserved(Slot(0)), r(0, 0, 0));
-    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512).unwrap();
     assert_eq!((e.requests, e.prefill_tokens, e.decode_tokens), (1, 512, 0));
     assert_eq!(t.stats().reconciled, r(1, 0, 0));
 }
@@ -596,7 +649,7 @@ fn effective_load_ignores_reservations_of_another_tenancy() {
     let _g = t
         .reserve(Slot(0), SlotGeneration(2), work(5, 5), Nanos(0))
         .unwrap();
-    let e = effective_load(&reader.load(), &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&reader.load(), &t, Slot(0), 512).unwrap();
     assert_eq!(e.reserved, r(0, 0, 0));
     assert_eq!(e.requests, 0);
     assert_eq!(Fields::RESERVABLE, Fields(0b111));
@@ -896,7 +949,7 @@ fn figures_dropped_at_the_first_publication_reconcile_nothing() {
     assert_eq!(p.stats().rejected_future, 1);
     let snap = reader.load();
     assert_eq!(snap.slot(Slot(0)).unwrap().validity, Validity::Missing);
-    let e = effective_load(&snap, &t, Slot(0), 512.0).unwrap();
+    let e = effective_load(&snap, &t, Slot(0), 512).unwrap();
     assert_eq!(
         (e.requests, e.prefill_tokens, e.decode_tokens),
         (1, 500, 50)
