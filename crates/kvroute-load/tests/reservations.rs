@@ -384,14 +384,21 @@ fn attached() -> (
     (w, t, p, reader)
 }
 
-/// A report without token figures (vLLM's gauges) still reconciles the token
-/// reservations: its counts include the reserved requests, and its token figures are
-/// estimated from those counts, so a reservation left in place would be counted twice.
-/// Slot 0 reports 1 running + 2 waiting with 6,000 queued and 9,000 decode tokens; slot 1
-/// reports counts only. With a prior of 512 the estimates are (6,000 + 512) / (2 + 1) =
-/// 2,170.67 tokens per waiting and (9,000 + 512) / (1 + 1) = 4,756 per running request.
-#[test]
-fn a_counts_only_report_reconciles_the_token_reservations() {
+/// A two-slot publisher with its table attached: slot 0 (worker (1, 0)) reports `running`,
+/// `waiting`, `queued` prefill and `decode` tokens, slot 1 (worker (2, 0)) idle counts
+/// only, both observed and published at 1 s. Returns the table, the publisher, its reader
+/// and slot 1's worker.
+fn mixed_pair(
+    running: u32,
+    waiting: u32,
+    queued: u32,
+    decode: u32,
+) -> (
+    ReservationTable,
+    LoadPublisher,
+    kvroute_load::LoadReader,
+    WorkerId,
+) {
     let t = table(2);
     let (mut p, reader) = LoadPublisher::new(LoadConfig::new(2)).unwrap();
     p.attach_reservations(t.clone()).unwrap();
@@ -400,21 +407,38 @@ fn a_counts_only_report_reconciles_the_token_reservations() {
         p.add_worker(Slot(i as u32), w, G1).unwrap();
         t.add_worker(Slot(i as u32), G1, Nanos(0)).unwrap();
     }
-    let mut full = LoadSample::new(1, 2, 16, 0.5);
-    full.waiting_prefill_tokens = Some(6_000);
-    full.active_decode_tokens = Some(9_000);
+    let mut full = LoadSample::new(running, waiting, 16, 0.5);
+    full.waiting_prefill_tokens = Some(queued);
+    full.active_decode_tokens = Some(decode);
     p.apply_sample(w0, full, Nanos(S)).unwrap();
     p.apply_sample(w1, LoadSample::new(0, 0, 16, 0.0), Nanos(S))
         .unwrap();
     p.publish(Nanos(S)).unwrap();
+    (t, p, reader, w1)
+}
 
-    // Three requests routed to slot 1 before its next report.
-    let guards: Vec<_> = (0..3)
+/// `n` requests of 3,000 prefill and 100 decode tokens reserved on slot 1 just after 1 s.
+fn reserve_on_slot_1(t: &ReservationTable, n: u64) -> Vec<kvroute_load::Reservation> {
+    (0..n)
         .map(|k| {
             t.reserve(Slot(1), G1, work(3_000, 100), Nanos(S + k))
                 .unwrap()
         })
-        .collect();
+        .collect()
+}
+
+/// A report without token figures (vLLM's gauges) still reconciles the token
+/// reservations: its counts include the reserved requests, and its token figures are
+/// estimated from those counts, so a reservation left in place would be counted twice.
+/// Slot 0 reports 1 running + 2 waiting with 6,000 queued and 9,000 decode tokens; slot 1
+/// reports counts only. With a prior of 512 the estimates are (6,000 + 512) / (2 + 1) =
+/// 2,170.67 tokens per waiting and (9,000 + 512) / (1 + 1) = 4,756 per running request.
+#[test]
+fn a_counts_only_report_reconciles_the_token_reservations() {
+    let (t, mut p, reader, w1) = mixed_pair(1, 2, 6_000, 9_000);
+
+    // Three requests routed to slot 1 before its next report.
+    let guards = reserve_on_slot_1(&t, 3);
     let e = effective_load(&reader.load(), &t, Slot(1), 512).unwrap();
     // Nothing waits in the report yet: the reservations alone.
     assert_eq!(
@@ -447,27 +471,8 @@ fn a_counts_only_report_reconciles_the_token_reservations() {
 /// tokens: the next report of slot 1 drops only the request reservations.
 #[test]
 fn token_reservations_stay_where_no_fresh_slot_reports_the_field() {
-    let t = table(2);
-    let (mut p, reader) = LoadPublisher::new(LoadConfig::new(2)).unwrap();
-    p.attach_reservations(t.clone()).unwrap();
-    let (w0, w1) = (WorkerId::new(1, 0), WorkerId::new(2, 0));
-    for (i, w) in [w0, w1].into_iter().enumerate() {
-        p.add_worker(Slot(i as u32), w, G1).unwrap();
-        t.add_worker(Slot(i as u32), G1, Nanos(0)).unwrap();
-    }
-    let mut full = LoadSample::new(2, 0, 16, 0.5);
-    full.waiting_prefill_tokens = Some(0);
-    full.active_decode_tokens = Some(5_000);
-    p.apply_sample(w0, full, Nanos(S)).unwrap();
-    p.apply_sample(w1, LoadSample::new(0, 0, 16, 0.0), Nanos(S))
-        .unwrap();
-    p.publish(Nanos(S)).unwrap();
-    let first: Vec<_> = (0..2)
-        .map(|k| {
-            t.reserve(Slot(1), G1, work(3_000, 100), Nanos(S + k))
-                .unwrap()
-        })
-        .collect();
+    let (t, mut p, reader, w1) = mixed_pair(2, 0, 0, 5_000);
+    let first = reserve_on_slot_1(&t, 2);
     p.apply_sample(w1, LoadSample::new(1, 1, 16, 0.1), Nanos(2 * S))
         .unwrap();
     p.publish(Nanos(2 * S)).unwrap();
